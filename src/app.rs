@@ -1,0 +1,114 @@
+//! From argv to an exit code.
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::cli::Cli;
+use crate::clock::BootClock;
+use crate::election::etcd::{self, Backoff, Etcd};
+use crate::exit::{self, Failure};
+use crate::run::Runner;
+use crate::settings::{Connection, Settings};
+use crate::signals::Signals;
+use crate::supervisor;
+
+/// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
+pub fn main() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    crate::logging::init(&cli.log);
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leader-exec: {e:#}");
+            exit::code_of(&e)
+        }
+    }
+}
+
+/// `--help` and `--version` go to stdout with status 0; anything else is one line and 125.
+fn usage_error(error: clap::Error) -> u8 {
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = error.print();
+            0
+        }
+        _ => {
+            let rendered = error.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("leader-exec: {first} (see leader-exec --help)");
+            exit::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<u8> {
+    let settings = Settings::from_cli(cli)?;
+    supervisor::check_command(&settings.command[0])?;
+    // SAFETY: no thread has been started yet; the runtime is built below.
+    let forked = unsafe { supervisor::fork_supervisor(&settings.command) }
+        .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
+    // One thread: the runtime runs on the main thread, which lives as long as the process.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let signals = Signals::install()?;
+        let mut supervisor = supervisor::Handle::new(forked)?;
+        let result = lead_or_wait(&settings, &mut supervisor, signals).await;
+        supervisor.shutdown();
+        result
+    })
+}
+
+async fn lead_or_wait(
+    settings: &Settings,
+    supervisor: &mut supervisor::Handle,
+    mut signals: Signals,
+) -> anyhow::Result<u8> {
+    let client = connect(&settings.connection).await?;
+    let backend = Etcd::new(
+        client,
+        settings.election_prefix(),
+        settings.identity.clone(),
+        settings.timing.ttl,
+    );
+    Runner {
+        settings,
+        backend: &backend,
+        clock: BootClock,
+        supervisor,
+        signals: &mut signals,
+    }
+    .run()
+    .await
+}
+
+/// Connects, retrying for up to `--connect-timeout` (connecting authenticates when a user is
+/// given, so an unreachable etcd can show up here).
+pub async fn connect(connection: &Connection) -> anyhow::Result<etcd_client::Client> {
+    let until = tokio::time::Instant::now() + connection.connect_timeout;
+    let mut backoff = Backoff::new();
+    loop {
+        let attempt = tokio::time::timeout_at(until, etcd::connect(connection)).await;
+        match attempt {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(e)) if e.is_transient() && tokio::time::Instant::now() < until => {
+                tracing::debug!(error = %e, "connecting to etcd failed; retrying");
+                backoff.sleep().await;
+            }
+            Ok(Err(e)) => return Err(Failure::usage(format!("connecting to etcd: {e}")).into()),
+            Err(_) => {
+                return Err(Failure::usage(format!(
+                    "etcd at {} did not answer within --connect-timeout ({})",
+                    connection.endpoints.join(","),
+                    humantime::format_duration(connection.connect_timeout)
+                ))
+                .into());
+            }
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! The command line: these clap definitions are the `--help` text and the man page source.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, ValueEnum};
+
+const ABOUT: &str = "Run a command on exactly one host at a time, elected through etcd";
+
+const LONG_ABOUT: &str = "\
+Run a command on exactly one host at a time, elected through etcd.
+
+Every host runs the same line. Each instance campaigns for the named lease in etcd; exactly one \
+wins and runs COMMAND with a fencing token in $LEADER_TOKEN, the others wait their turn (or exit \
+at once with --no-wait). The leader renews its lease every --retry-period. The moment it can no \
+longer prove that it still leads (no renewal succeeded for --renew-deadline, the lease expired, \
+or its key was deleted), it stops the command: --kill-signal to the command's whole process \
+group, then SIGKILL after --kill-after. Both happen before the lease can expire on the etcd \
+server, so no other host starts its copy while the old one still runs. When the command exits, \
+the lease is revoked at once and the next instance in line takes over.";
+
+const AFTER_LONG_HELP: &str = "\
+Examples:
+  Run a nightly job from the same crontab line on every host; only one host runs it:
+    leader-exec --lease statement-job --no-wait -- ./send-statements
+
+  Keep one copy of a poller running across three hosts (in a systemd unit with Restart=always):
+    leader-exec --lease outbox-relay -- /usr/local/bin/outbox-relay
+
+  Check the fencing token before each unit of work in a shell child:
+    leader-exec --lease x -- sh -c 'for f in *.csv; do leader-exec check --lease x --token \"$LEADER_TOKEN\" || exit 75; load \"$f\"; done'
+
+The command sees:
+  LEADER_TOKEN     fencing token: the create-revision of this leader's election key (decimal);
+                   strictly greater than every earlier leader's token for the same lease
+  LEADER_LEASE     the lease name
+  LEADER_KEY       the etcd key this leader holds
+  LEADER_IDENTITY  the identity
+  LEADER_LEASE_ID  the etcd lease id (hex)
+
+Exit status:
+  N        the command ran and exited with status N
+  128+N    the command died of signal N (also when leader-exec forwarded it)
+  75       leadership was lost and the command was stopped (EX_TEMPFAIL: restart us)
+  124      not acquired: --no-wait found a leader, or --wait-timeout passed
+  125      leader-exec itself failed: usage or configuration error, etcd unreachable at start,
+           TLS or authentication error
+  126      the command exists but cannot be executed
+  127      the command was not found
+
+Signals:
+  TERM, INT, HUP, QUIT, USR1 and USR2 sent to leader-exec while the command runs are forwarded to
+  the command's process group. TERM and INT then stop it gracefully: up to --kill-after for the
+  group to exit, then SIGKILL; the lease is released and leader-exec exits with the command's
+  status. While still campaigning, TERM, INT, HUP and QUIT withdraw the candidacy (its key is
+  deleted) and leader-exec exits 128+N; USR1 and USR2 are ignored.
+
+Timing:
+  --renew-deadline + --kill-after must be at most --ttl minus a safety margin of 5% of --ttl
+  (at least 250ms), and --retry-period at most a third of --renew-deadline. The margin absorbs
+  scheduling delays and the time between SIGKILL and the group being gone.";
+
+/// The run form: `leader-exec [OPTIONS] --lease NAME -- COMMAND [ARG...]`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "leader-exec",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_long_help = AFTER_LONG_HELP,
+    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...",
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(next_help_heading = "Election")]
+pub struct RunArgs {
+    /// Name of the election; every instance that should exclude the others uses the same name.
+    ///
+    /// Must not be empty and must not contain '/' or control characters.
+    #[arg(short = 'l', long, value_name = "NAME", env = "LEADER_EXEC_LEASE")]
+    pub lease: Option<String>,
+
+    /// Key prefix; the election's keys live under PREFIX + NAME + "/".
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        env = "LEADER_EXEC_PREFIX",
+        default_value = "/leader-exec/"
+    )]
+    pub prefix: String,
+
+    /// Value stored with this instance's candidate key, shown by `etcdctl elect -l` [default: <hostname>:<pid>]
+    #[arg(long, value_name = "ID", env = "LEADER_EXEC_IDENTITY")]
+    pub identity: Option<String>,
+
+    /// Lease duration on the etcd server, in whole seconds (etcd leases have 1s granularity).
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_TTL", default_value = "15s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Step down when no renewal succeeded for this long, counted from the renewal's send time.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+
+    /// Interval between renewals (and the time one renewal may take before it is retried).
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
+
+    /// First signal sent to the command's process group on step-down (name or number).
+    #[arg(short = 's', long, value_name = "SIG", env = "LEADER_EXEC_KILL_SIGNAL", default_value = "TERM", value_parser = parse_signal)]
+    pub kill_signal: nix::sys::signal::Signal,
+
+    /// Grace period after the first signal before SIGKILL goes to the whole process group.
+    #[arg(short = 'k', long, value_name = "DUR", env = "LEADER_EXEC_KILL_AFTER", default_value = "4s", value_parser = parse_duration)]
+    pub kill_after: Duration,
+
+    /// Give up campaigning after this long (exit 124) [default: wait forever]
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_WAIT_TIMEOUT", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub wait_timeout: Option<Duration>,
+
+    /// Try once: exit 124 at once if another instance leads or is ahead in line.
+    #[arg(short = 'n', long)]
+    pub no_wait: bool,
+
+    /// The command to run while this instance leads, and its arguments (after `--`).
+    #[arg(last = true, value_name = "COMMAND", num_args = 1..)]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+#[command(next_help_heading = "etcd connection")]
+pub struct EtcdArgs {
+    /// etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
+    #[arg(long, value_name = "URL[,URL]", value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+
+    /// How long the first contact with etcd may take before leader-exec gives up (exit 125).
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    /// CA certificate to verify etcd's certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+
+    /// Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]
+    #[arg(long, value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+
+    /// Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+
+    /// etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]
+    #[arg(long, value_name = "NAME[:PASS]", hide_env_values = true)]
+    pub user: Option<String>,
+
+    /// Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(next_help_heading = "Logging")]
+pub struct LogArgs {
+    /// More log output on stderr (-v: debug, -vv: trace).
+    #[arg(short = 'v', long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Less log output on stderr (-q: warnings and errors only, -qq: errors only).
+    #[arg(short = 'q', long, action = clap::ArgAction::Count)]
+    pub quiet: u8,
+
+    /// Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q.
+    #[arg(long, value_name = "FORMAT", env = "LEADER_EXEC_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// humantime durations: `500ms`, `15s`, `2m`, `1h 30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("'{text}' is not a duration like 500ms, 15s or 2m ({e})"))
+}
+
+/// Signal names with or without the SIG prefix, in any case, or numbers: `TERM`, `sigint`, `9`.
+pub fn parse_signal(text: &str) -> Result<nix::sys::signal::Signal, String> {
+    use nix::sys::signal::Signal;
+    let trimmed = text.trim();
+    if let Ok(number) = trimmed.parse::<i32>() {
+        return Signal::try_from(number).map_err(|_| format!("'{text}' is not a signal number"));
+    }
+    let upper = trimmed.to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    name.parse::<Signal>()
+        .map_err(|_| format!("'{text}' is not a signal name like TERM, INT or KILL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use nix::sys::signal::Signal;
+
+    #[test]
+    fn verify_cli() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn signals_parse_by_name_and_number() {
+        assert_eq!(parse_signal("TERM"), Ok(Signal::SIGTERM));
+        assert_eq!(parse_signal("sigint"), Ok(Signal::SIGINT));
+        assert_eq!(parse_signal("9"), Ok(Signal::SIGKILL));
+        assert_eq!(parse_signal("Usr1"), Ok(Signal::SIGUSR1));
+        assert!(parse_signal("TERMINATE").is_err());
+        assert!(parse_signal("0").is_err());
+        assert!(parse_signal("").is_err());
+    }
+
+    #[test]
+    fn durations_are_humantime() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}

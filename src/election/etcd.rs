@@ -1,0 +1,381 @@
+//! The election on etcd, in the key layout of etcd's own election recipe
+//! (`concurrency.Election`, the v3election service, `etcdctl elect`):
+//!
+//! - candidates are keys `PREFIX NAME "/" <lease id in hex>`, attached to their lease, with the
+//!   identity as value;
+//! - the leader is the key with the lowest create-revision, which is also the fencing token;
+//! - a waiter watches only the key just ahead of it, so a handover wakes exactly one waiter.
+//!
+//! etcd-client quirks this module works around (measured against etcd 3.4):
+//! - with several endpoints there is no failover inside a request; a dead member stays in the
+//!   balancer and a share of calls fail at once with `Unavailable`. Callers retry, and the
+//!   keep-alive stream is recreated after any error.
+//! - `LeaseKeeper::keep_alive` only queues a message; the answer (or its absence, when etcd hangs)
+//!   is on the response stream, so every renewal waits for its own answer under a caller's timer.
+//! - a renewal of an expired lease is a normal answer with TTL 0, not an error.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseClient, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType,
+    WatchOptions,
+};
+
+use super::{Backend, Candidacy, Keeper, Renewal, StoreError, Turn};
+use crate::settings::Connection;
+
+/// Connects to etcd. The client is lazy: without credentials nothing is sent yet, so an
+/// unreachable etcd shows up on the first request. With credentials, this authenticates.
+pub async fn connect(connection: &Connection) -> Result<Client, StoreError> {
+    let mut options = ConnectOptions::new()
+        // Fail at once when the member we reach has no raft leader (quorum loss) instead of
+        // hanging for seconds: the renewal loop retries, possibly on another member.
+        .with_require_leader(true)
+        // HTTP/2 pings find dead connections (black holes) so the channel reconnects. etcd
+        // answers pings from clients without active streams with GOAWAY unless they are at
+        // least 5 s apart, so none are sent while idle.
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+        .with_keep_alive_while_idle(false)
+        .with_connect_timeout(connection.connect_timeout.min(Duration::from_secs(3)))
+        .with_auto_token_refresh(true);
+    if let Some(tls) = &connection.tls {
+        let mut config = etcd_client::TlsOptions::new();
+        if let Some(ca) = &tls.ca {
+            config = config.ca_certificate(etcd_client::Certificate::from_pem(ca));
+        }
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(etcd_client::Identity::from_pem(cert, key));
+        }
+        options = options.with_tls(config);
+    }
+    if let Some(credentials) = &connection.credentials {
+        options = options.with_user(credentials.user.clone(), credentials.password.clone());
+    }
+    Client::connect(&connection.endpoints, Some(options))
+        .await
+        .map_err(classify)
+}
+
+/// Sorts etcd-client errors into "try again" and "give up".
+pub fn classify(error: etcd_client::Error) -> StoreError {
+    use etcd_client::Error;
+    use tonic::Code;
+    match error {
+        Error::GRpcStatus(status) => {
+            let message = if status.message().is_empty() {
+                format!("etcd: {}", status.code())
+            } else {
+                format!("etcd: {}", status.message())
+            };
+            match status.code() {
+                Code::Unauthenticated
+                | Code::PermissionDenied
+                | Code::InvalidArgument
+                | Code::FailedPrecondition
+                | Code::Unimplemented
+                | Code::OutOfRange => StoreError::Fatal(message),
+                // An unreachable member shows up as Unavailable or Unknown with a transport
+                // message; a member without leader as Unavailable.
+                _ => StoreError::Transient(message),
+            }
+        }
+        Error::TransportError(e) => StoreError::Transient(format!("etcd unreachable: {e}")),
+        Error::IoError(e) => StoreError::Transient(format!("etcd unreachable: {e}")),
+        Error::InvalidArgs(m) => StoreError::Fatal(format!("invalid etcd settings: {m}")),
+        Error::InvalidUri(e) => StoreError::Fatal(format!("invalid etcd endpoint: {e}")),
+        other => StoreError::Transient(other.to_string()),
+    }
+}
+
+/// An election on etcd.
+#[derive(Clone)]
+pub struct Etcd {
+    client: Client,
+    /// `PREFIX NAME "/"`.
+    election_prefix: String,
+    identity: String,
+    ttl_seconds: i64,
+}
+
+impl Etcd {
+    pub fn new(client: Client, election_prefix: String, identity: String, ttl: Duration) -> Self {
+        Etcd {
+            client,
+            election_prefix,
+            identity,
+            ttl_seconds: ttl.as_secs() as i64,
+        }
+    }
+
+    async fn create_key(&self, lease_id: i64) -> Result<Candidacy, StoreError> {
+        let key = format!("{}{:x}", self.election_prefix, lease_id);
+        // The compare makes the request safe to repeat: if an earlier attempt did create the key,
+        // the else branch reads it back with its create-revision.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                self.identity.as_str(),
+                Some(PutOptions::new().with_lease(lease_id)),
+            )])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
+        let token = if response.succeeded() {
+            header_revision(response.header())?
+        } else {
+            match response.op_responses().first() {
+                Some(TxnOpResponse::Get(get)) => match get.kvs().first() {
+                    Some(kv) if kv.lease() == lease_id => kv.create_revision(),
+                    _ => {
+                        return Err(StoreError::Fatal(format!(
+                            "candidate key {key} exists with another lease"
+                        )));
+                    }
+                },
+                _ => return Err(StoreError::Transient("unexpected txn response".into())),
+            }
+        };
+        Ok(Candidacy {
+            lease_id,
+            key,
+            token,
+        })
+    }
+
+    /// Completes when `key` is deleted after `revision`; errors when the watch breaks.
+    async fn deleted_after(&self, key: &str, revision: i64) -> Result<(), StoreError> {
+        let options = WatchOptions::new()
+            .with_start_revision(revision + 1)
+            .with_filters([WatchFilterType::NoPut]);
+        let mut stream = self
+            .client
+            .watch_client()
+            .watch(key, Some(options))
+            .await
+            .map_err(classify)?;
+        loop {
+            match stream.message().await.map_err(classify)? {
+                Some(response) => {
+                    if response
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
+                    {
+                        return Ok(());
+                    }
+                    if response.canceled() {
+                        // Compacted past `revision`, or the member lost its leader: the caller
+                        // reads the current state again.
+                        return Err(StoreError::Transient(format!(
+                            "watch canceled: {}",
+                            response.cancel_reason()
+                        )));
+                    }
+                }
+                None => return Err(StoreError::Transient("watch stream closed".into())),
+            }
+        }
+    }
+
+    /// The current leader of an election prefix: the candidate key with the lowest create-revision.
+    pub async fn leader_of(
+        client: &Client,
+        election_prefix: &str,
+    ) -> Result<Option<etcd_client::KeyValue>, StoreError> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let mut response = client
+            .kv_client()
+            .get(election_prefix, Some(options))
+            .await
+            .map_err(classify)?;
+        Ok(response.take_kvs().into_iter().next())
+    }
+}
+
+fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<i64, StoreError> {
+    header
+        .map(|h| h.revision())
+        .ok_or_else(|| StoreError::Transient("etcd response without header".into()))
+}
+
+impl Backend for Etcd {
+    type Keeper = EtcdKeeper;
+
+    async fn campaign(&self) -> Result<Candidacy, StoreError> {
+        let grant = self
+            .client
+            .lease_client()
+            .grant(self.ttl_seconds, None)
+            .await
+            .map_err(classify)?;
+        let lease_id = grant.id();
+        if grant.ttl() < self.ttl_seconds {
+            let _ = self.client.lease_client().revoke(lease_id).await;
+            return Err(StoreError::Fatal(format!(
+                "etcd granted a {} s lease for a {} s request",
+                grant.ttl(),
+                self.ttl_seconds
+            )));
+        }
+        match self.create_key(lease_id).await {
+            Ok(candidacy) => Ok(candidacy),
+            Err(e) => {
+                // Don't leave a lease (and maybe a key) to stand in line until it expires.
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    self.client.lease_client().revoke(lease_id),
+                )
+                .await;
+                Err(e)
+            }
+        }
+    }
+
+    fn keeper(&self, candidacy: &Candidacy) -> EtcdKeeper {
+        EtcdKeeper {
+            client: self.client.lease_client(),
+            lease_id: candidacy.lease_id,
+            stream: None,
+        }
+    }
+
+    async fn check_turn(&self, candidacy: &Candidacy) -> Result<Turn, StoreError> {
+        // Own key and the nearest key ahead, read at one revision: if the key is there and
+        // nothing is ahead, this candidacy leads as of that revision.
+        let ahead = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(candidacy.token - 1)
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1)
+            .with_keys_only();
+        let txn = Txn::new().and_then([
+            TxnOp::get(candidacy.key.as_str(), Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(self.election_prefix.as_str(), Some(ahead)),
+        ]);
+        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
+        let revision = header_revision(response.header())?;
+        let responses = response.op_responses();
+        let (Some(TxnOpResponse::Get(own)), Some(TxnOpResponse::Get(ahead))) =
+            (responses.first(), responses.get(1))
+        else {
+            return Err(StoreError::Transient("unexpected txn response".into()));
+        };
+        match own.kvs().first() {
+            Some(kv) if kv.create_revision() == candidacy.token => {}
+            _ => return Ok(Turn::Gone),
+        }
+        Ok(match ahead.kvs().first() {
+            None => Turn::Leading,
+            Some(kv) => Turn::Behind {
+                predecessor: String::from_utf8_lossy(kv.key()).into_owned(),
+                revision,
+            },
+        })
+    }
+
+    async fn predecessor_gone(&self, key: &str, revision: i64) -> Result<(), StoreError> {
+        self.deleted_after(key, revision).await
+    }
+
+    async fn key_gone(&self, candidacy: &Candidacy) {
+        let mut backoff = Backoff::new();
+        loop {
+            let attempt = async {
+                let response = self
+                    .client
+                    .kv_client()
+                    .get(candidacy.key.as_str(), Some(GetOptions::new().with_keys_only()))
+                    .await
+                    .map_err(classify)?;
+                match response.kvs().first() {
+                    Some(kv) if kv.create_revision() == candidacy.token => {}
+                    _ => return Ok(()),
+                }
+                let revision = header_revision(response.header())?;
+                self.deleted_after(&candidacy.key, revision).await
+            };
+            match attempt.await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching our own key failed; trying again");
+                    backoff.sleep().await;
+                }
+            }
+        }
+    }
+
+    async fn resign(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
+        match self.client.lease_client().revoke(candidacy.lease_id).await {
+            Ok(_) => Ok(()),
+            // Already expired: nothing left to release.
+            Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),
+            Err(e) => Err(classify(e)),
+        }
+    }
+}
+
+/// Renews one lease over a keep-alive stream that is recreated after every failure.
+pub struct EtcdKeeper {
+    client: LeaseClient,
+    lease_id: i64,
+    stream: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+}
+
+impl Keeper for EtcdKeeper {
+    async fn renew(&mut self) -> Result<Renewal, StoreError> {
+        let Some((keeper, stream)) = &mut self.stream else {
+            // Opening the stream sends the first keep-alive and waits for its answer: that is
+            // this renewal's round trip.
+            return match self.client.keep_alive(self.lease_id).await {
+                Ok((keeper, stream)) => {
+                    self.stream = Some((keeper, stream));
+                    Ok(Renewal::Alive)
+                }
+                // etcd-client turns an answer with TTL <= 0 into this error.
+                Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
+                    Ok(Renewal::Expired)
+                }
+                Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => {
+                    Ok(Renewal::Expired)
+                }
+                Err(e) => Err(classify(e)),
+            };
+        };
+        keeper.keep_alive().await.map_err(classify)?;
+        match stream.message().await {
+            Ok(Some(answer)) if answer.ttl() > 0 => Ok(Renewal::Alive),
+            Ok(Some(_)) => Ok(Renewal::Expired),
+            Ok(None) => Err(StoreError::Transient("keep-alive stream closed".into())),
+            Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => {
+                Ok(Renewal::Expired)
+            }
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.stream = None;
+    }
+}
+
+/// Exponential backoff for retrying store requests: 50 ms doubling to 1 s.
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    pub fn new() -> Self {
+        Backoff {
+            next: Duration::from_millis(50),
+        }
+    }
+
+    pub async fn sleep(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Duration::from_secs(1));
+    }
+}

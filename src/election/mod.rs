@@ -1,0 +1,147 @@
+//! The seam between the state machine and the store that holds the election.
+//!
+//! What a store must guarantee for the safety argument to hold:
+//! - `campaign` creates a lease that cannot expire on the server before the request was sent
+//!   plus the TTL, and a candidate key bound to it, ordered by a revision that only grows;
+//! - `check_turn` decides leadership atomically: this candidacy's key still exists and no key with
+//!   a lower revision does, both at one revision of the store;
+//! - a renewal that answers "alive" extended the lease to at least its send instant plus the TTL;
+//!   "expired" means the lease is gone for good.
+//!
+//! Nothing above this module knows it is talking to etcd.
+
+pub mod etcd;
+
+use std::fmt;
+use std::time::Duration;
+
+/// One instance's place in the election: a lease and the key attached to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidacy {
+    /// The store's lease id.
+    pub lease_id: i64,
+    /// The candidate key, `prefix + NAME + "/" + lease id in hex`.
+    pub key: String,
+    /// The key's create-revision: its place in line, and the fencing token once it leads.
+    pub token: i64,
+}
+
+impl Candidacy {
+    pub fn lease_id_hex(&self) -> String {
+        format!("{:x}", self.lease_id)
+    }
+}
+
+/// Where a candidacy stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// No candidate is ahead: this one leads.
+    Leading,
+    /// Another candidate is ahead; `revision` is the store revision the answer was read at.
+    Behind {
+        predecessor: String,
+        revision: i64,
+    },
+    /// The candidate key no longer exists (its lease expired, or someone deleted it).
+    Gone,
+}
+
+/// The answer to one renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// The lease was extended by a full TTL from some instant after the request was sent.
+    Alive,
+    /// The lease no longer exists on the server (a renewal answered with TTL <= 0).
+    Expired,
+}
+
+/// A store error, sorted by whether trying again can help.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// The store could not be reached or did not answer in time.
+    Transient(String),
+    /// Trying again will not help: bad credentials, permission denied, invalid request.
+    Fatal(String),
+}
+
+impl StoreError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Transient(_))
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Transient(m) | StoreError::Fatal(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Renews one lease, one round trip at a time.
+pub trait Keeper {
+    /// Sends one renewal and waits for its answer.
+    ///
+    /// The caller may drop this future (a timeout); it then calls `reset` before the next
+    /// renewal, so that a late answer to an abandoned request is never taken for the answer to
+    /// a newer one.
+    fn renew(&mut self) -> impl Future<Output = Result<Renewal, StoreError>>;
+
+    /// Forgets any request in flight (for etcd: drops the keep-alive stream).
+    fn reset(&mut self);
+}
+
+/// An election store.
+pub trait Backend {
+    type Keeper: Keeper;
+
+    /// Joins the election: a new lease and a candidate key attached to it.
+    fn campaign(&self) -> impl Future<Output = Result<Candidacy, StoreError>>;
+
+    /// A keeper for the candidacy's lease.
+    fn keeper(&self, candidacy: &Candidacy) -> Self::Keeper;
+
+    /// One atomic look at the line.
+    fn check_turn(&self, candidacy: &Candidacy) -> impl Future<Output = Result<Turn, StoreError>>;
+
+    /// Completes when `key` is deleted at a revision after `revision` (or may already be gone).
+    fn predecessor_gone(
+        &self,
+        key: &str,
+        revision: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// Completes once the candidacy's own key has been deleted. Retries through store outages
+    /// on its own; the renewal deadline covers the time it cannot see the store.
+    fn key_gone(&self, candidacy: &Candidacy) -> impl Future<Output = ()>;
+
+    /// Leaves the election: revokes the lease, which deletes the key.
+    fn resign(&self, candidacy: &Candidacy) -> impl Future<Output = Result<(), StoreError>>;
+}
+
+/// Waits until the candidacy leads (`Turn::Leading`) or is gone (`Turn::Gone`), watching only the
+/// candidate just ahead of it, as etcd's election recipe does, so a handover wakes one waiter.
+/// Store errors are retried after `backoff`; the renewal deadline bounds how long that may go on.
+pub async fn wait_for_turn<B: Backend>(backend: &B, candidacy: &Candidacy, backoff: Duration) -> Turn {
+    loop {
+        match backend.check_turn(candidacy).await {
+            Ok(Turn::Behind {
+                predecessor,
+                revision,
+            }) => {
+                tracing::debug!(%predecessor, "waiting for the candidate ahead to go");
+                if let Err(e) = backend.predecessor_gone(&predecessor, revision).await {
+                    tracing::debug!(error = %e, "watching the candidate ahead failed; looking again");
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+            Ok(turn) => return turn,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the election failed; trying again");
+                tokio::time::sleep(backoff).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! leader-exec: run a command on exactly one host at a time, elected through etcd.
+
+mod app;
+mod cli;
+mod clock;
+mod election;
+mod exit;
+mod logging;
+mod renewal;
+mod run;
+mod settings;
+mod signals;
+mod supervisor;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    ExitCode::from(app::main())
+}

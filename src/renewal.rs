@@ -1,0 +1,304 @@
+//! Renewing the lease, and the local deadline that decides when we can no longer prove we lead.
+//!
+//! The argument, in one place:
+//! - etcd cannot expire a lease before (instant the renewal request was *sent*) + TTL: the server
+//!   starts the TTL when it processes the request, which is after we sent it.
+//! - So every renewal that comes back "alive" proves the lease lives until at least its send
+//!   instant + TTL. Our deadline is that send instant + `renew_deadline`.
+//! - At the deadline we stop renewing and the caller stops the child: `--kill-signal`, then after
+//!   `kill_after` SIGKILL to the whole group. Validation guarantees
+//!   `renew_deadline + kill_after + margin <= ttl`, so the child is gone before the lease can
+//!   expire and before any other instance can be elected.
+//! - etcd's own client counts its keep-alive deadline from the *response*. A response can arrive
+//!   arbitrarily late (a slow network, a stalled member), and counting from it would stretch our
+//!   belief in the lease past its real end. We never do that.
+//! - An answer that does not come is a loss once the deadline passes: a hung etcd never answers,
+//!   so the deadline is a timer of its own, not something checked when an answer arrives.
+//! - Each attempt gets at most `retry_period`; then the keep-alive stream is dropped and a new
+//!   attempt starts on a fresh one, so that a stalled member or a raft re-election shorter than
+//!   the deadline is survived, and so that a late answer to an abandoned request can never be
+//!   credited to a newer send instant.
+
+use std::cell::Cell;
+use std::fmt;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::election::{Keeper, Renewal};
+use crate::settings::Timing;
+
+/// Why leadership (or a candidacy) can no longer be proven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// No renewal sent within `renew_deadline` before now has succeeded.
+    DeadlineMissed { renew_deadline: Duration },
+    /// etcd answered a renewal with TTL <= 0: the lease is gone.
+    Expired,
+}
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lost::DeadlineMissed { renew_deadline } => write!(
+                f,
+                "no renewal succeeded within the renew deadline ({})",
+                humantime::format_duration(*renew_deadline)
+            ),
+            Lost::Expired => f.write_str("etcd reports the lease expired"),
+        }
+    }
+}
+
+/// The instant (on the boot clock) until which the lease is proven to be ours.
+/// Shared between the renewal loop, which extends it, and the state machine, which reads it.
+#[derive(Clone, Debug, Default)]
+pub struct Deadline(Rc<Cell<Duration>>);
+
+impl Deadline {
+    pub fn get(&self) -> Duration {
+        self.0.get()
+    }
+
+    fn extend_to(&self, instant: Duration) {
+        if instant > self.0.get() {
+            self.0.set(instant);
+        }
+    }
+}
+
+/// Renews every `retry_period` until the deadline passes or the lease is reported expired.
+///
+/// `confirmed` is the send instant of the request that last proved the lease alive (the grant).
+/// Never completes while renewals keep succeeding.
+pub async fn keep_renewing<K: Keeper, C: Clock>(
+    keeper: &mut K,
+    clock: &C,
+    timing: Timing,
+    confirmed: Duration,
+    deadline: &Deadline,
+) -> Lost {
+    let missed = Lost::DeadlineMissed {
+        renew_deadline: timing.renew_deadline,
+    };
+    let first_backoff = (timing.retry_period / 8).max(Duration::from_millis(10));
+    let mut backoff = first_backoff;
+    deadline.extend_to(confirmed + timing.renew_deadline);
+    let mut next = confirmed + timing.retry_period;
+    loop {
+        tokio::select! {
+            biased;
+            _ = clock.sleep_until(deadline.get()) => return missed,
+            _ = clock.sleep_until(next) => {}
+        }
+        // Read the clock *before* the request leaves: this is the instant the proof counts from.
+        let sent = clock.now();
+        let outcome = tokio::select! {
+            biased;
+            _ = clock.sleep_until(deadline.get()) => return missed,
+            _ = clock.sleep_until(sent + timing.retry_period) => None,
+            answer = keeper.renew() => Some(answer),
+        };
+        match outcome {
+            Some(Ok(Renewal::Alive)) => {
+                deadline.extend_to(sent + timing.renew_deadline);
+                next = sent + timing.retry_period;
+                backoff = first_backoff;
+                tracing::trace!("lease renewed");
+            }
+            Some(Ok(Renewal::Expired)) => return Lost::Expired,
+            Some(Err(error)) => {
+                keeper.reset();
+                tracing::warn!(%error, "renewal failed; retrying");
+                next = clock.now() + backoff;
+                backoff = (backoff * 2).min(timing.retry_period / 2);
+            }
+            None => {
+                // The abandoned request may still be answered on the old stream; dropping the
+                // stream makes sure that answer is never counted.
+                keeper.reset();
+                tracing::warn!(
+                    timeout = %humantime::format_duration(timing.retry_period),
+                    "renewal got no answer in time; retrying on a new stream"
+                );
+                next = clock.now();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TokioClock;
+    use crate::election::StoreError;
+    use std::collections::VecDeque;
+
+    /// What one renewal does: answer after a delay, or never.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Answer(Duration, Result<Renewal, StoreError>),
+        Hang,
+    }
+
+    /// A keeper that plays a script and records when each request was sent and whether the
+    /// stream was reset before it.
+    struct ScriptedKeeper {
+        clock: TokioClock,
+        script: VecDeque<Step>,
+        /// What to do once the script is over.
+        then: Step,
+        sends: Rc<std::cell::RefCell<Vec<Duration>>>,
+        resets: Rc<Cell<usize>>,
+    }
+
+    impl ScriptedKeeper {
+        fn new(clock: &TokioClock, script: Vec<Step>, then: Step) -> Self {
+            ScriptedKeeper {
+                clock: clock.clone(),
+                script: script.into(),
+                then,
+                sends: Rc::default(),
+                resets: Rc::default(),
+            }
+        }
+    }
+
+    impl Keeper for ScriptedKeeper {
+        async fn renew(&mut self) -> Result<Renewal, StoreError> {
+            self.sends.borrow_mut().push(self.clock.now());
+            let step = self.script.pop_front().unwrap_or_else(|| self.then.clone());
+            match step {
+                Step::Answer(delay, answer) => {
+                    tokio::time::sleep(delay).await;
+                    answer
+                }
+                Step::Hang => std::future::pending().await,
+            }
+        }
+
+        fn reset(&mut self) {
+            self.resets.set(self.resets.get() + 1);
+        }
+    }
+
+    fn timing() -> Timing {
+        Timing {
+            ttl: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            kill_after: Duration::from_secs(4),
+        }
+    }
+
+    fn ok(ms: u64) -> Step {
+        Step::Answer(Duration::from_millis(ms), Ok(Renewal::Alive))
+    }
+
+    fn unavailable(ms: u64) -> Step {
+        Step::Answer(
+            Duration::from_millis(ms),
+            Err(StoreError::Transient("unavailable".into())),
+        )
+    }
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn healthy_renewals_never_lose() {
+        let clock = TokioClock::new();
+        let mut keeper = ScriptedKeeper::new(&clock, vec![], ok(5));
+        let sends = keeper.sends.clone();
+        let deadline = Deadline::default();
+        let outcome = tokio::time::timeout(
+            600 * S,
+            keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline),
+        )
+        .await;
+        assert!(outcome.is_err(), "lost leadership with a healthy store: {outcome:?}");
+        // One renewal per retry period, each sent on schedule.
+        let sends = sends.borrow();
+        assert!(sends.len() >= 299, "{} renewals in 600 s", sends.len());
+        assert_eq!(sends[0], 2 * S);
+        assert_eq!(sends[1], 4 * S);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_store_loses_exactly_at_the_deadline() {
+        let clock = TokioClock::new();
+        let mut keeper = ScriptedKeeper::new(&clock, vec![ok(5)], Step::Hang);
+        let resets = keeper.resets.clone();
+        let sends = keeper.sends.clone();
+        let deadline = Deadline::default();
+        let lost = keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
+        assert_eq!(
+            lost,
+            Lost::DeadlineMissed {
+                renew_deadline: 10 * S
+            }
+        );
+        // The last good renewal was *sent* at 2 s: the deadline is 12 s, not 12.005 s.
+        assert_eq!(deadline.get(), 12 * S);
+        assert_eq!(clock.now(), 12 * S);
+        // Each hung attempt was abandoned after one retry period, on a fresh stream each time.
+        let sends = sends.borrow();
+        assert_eq!(&sends[..], &[2 * S, 4 * S, 6 * S, 8 * S, 10 * S]);
+        assert_eq!(resets.get(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_counts_from_the_send_instant_not_the_answer() {
+        let clock = TokioClock::new();
+        // Slow but in time: answered 1.9 s after it was sent.
+        let mut keeper = ScriptedKeeper::new(&clock, vec![ok(1_900)], Step::Hang);
+        let deadline = Deadline::default();
+        keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
+        assert_eq!(deadline.get(), 2 * S + 10 * S);
+        assert_eq!(clock.now(), 12 * S);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_answer_is_a_loss_at_once() {
+        let clock = TokioClock::new();
+        let expired = Step::Answer(Duration::from_millis(3), Ok(Renewal::Expired));
+        let mut keeper = ScriptedKeeper::new(&clock, vec![ok(5), expired], Step::Hang);
+        let deadline = Deadline::default();
+        let lost = keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
+        assert_eq!(lost, Lost::Expired);
+        assert_eq!(clock.now(), 4 * S + Duration::from_millis(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_shorter_than_the_deadline_are_survived() {
+        let clock = TokioClock::new();
+        // etcd restarting: every request fails at once for almost 5 s, then it answers again.
+        let mut script = vec![ok(5)];
+        script.extend(std::iter::repeat_n(unavailable(1), 6));
+        let mut keeper = ScriptedKeeper::new(&clock, script, ok(5));
+        let sends = keeper.sends.clone();
+        let deadline = Deadline::default();
+        let outcome = tokio::time::timeout(
+            60 * S,
+            keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline),
+        )
+        .await;
+        assert!(outcome.is_err(), "a short outage cost leadership: {outcome:?}");
+        // Retries came quickly (backoff capped at half a retry period), so the first good
+        // renewal after the outage was well before the deadline of 12 s.
+        let sends = sends.borrow();
+        let recovered = sends[7];
+        assert!(recovered < 10 * S, "recovered only at {recovered:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_longer_than_the_deadline_lose() {
+        let clock = TokioClock::new();
+        let mut keeper = ScriptedKeeper::new(&clock, vec![], unavailable(1));
+        let deadline = Deadline::default();
+        let started = Duration::from_millis(300);
+        tokio::time::advance(started).await;
+        let lost = keep_renewing(&mut keeper, &clock, timing(), started, &deadline).await;
+        assert!(matches!(lost, Lost::DeadlineMissed { .. }));
+        assert_eq!(clock.now(), started + 10 * S);
+    }
+}
