@@ -182,7 +182,12 @@ pub struct LogArgs {
     pub quiet: u8,
 
     /// Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q.
-    #[arg(long, value_name = "FORMAT", env = "LEADER_EXEC_LOG_FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        env = "LEADER_EXEC_LOG_FORMAT",
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
 }
 

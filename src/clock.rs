@@ -141,15 +141,23 @@ mod tests {
         let start = clock.now();
         clock.sleep_until(start + Duration::from_millis(50)).await;
         let woke = clock.now();
-        assert!(woke >= start + Duration::from_millis(50), "woke early: {woke:?}");
-        assert!(woke < start + Duration::from_secs(2), "woke very late: {woke:?}");
+        assert!(
+            woke >= start + Duration::from_millis(50),
+            "woke early: {woke:?}"
+        );
+        assert!(
+            woke < start + Duration::from_secs(2),
+            "woke very late: {woke:?}"
+        );
     }
 
     #[tokio::test]
     async fn a_past_deadline_completes_at_once() {
         let clock = BootClock;
         let start = clock.now();
-        clock.sleep_until(start.saturating_sub(Duration::from_secs(1))).await;
+        clock
+            .sleep_until(start.saturating_sub(Duration::from_secs(1)))
+            .await;
         clock.sleep_until(Duration::ZERO).await;
         assert!(clock.now() < start + Duration::from_secs(1));
     }

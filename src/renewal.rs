@@ -215,7 +215,10 @@ mod tests {
             keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline),
         )
         .await;
-        assert!(outcome.is_err(), "lost leadership with a healthy store: {outcome:?}");
+        assert!(
+            outcome.is_err(),
+            "lost leadership with a healthy store: {outcome:?}"
+        );
         // One renewal per retry period, each sent on schedule.
         let sends = sends.borrow();
         assert!(sends.len() >= 299, "{} renewals in 600 s", sends.len());
@@ -282,7 +285,10 @@ mod tests {
             keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline),
         )
         .await;
-        assert!(outcome.is_err(), "a short outage cost leadership: {outcome:?}");
+        assert!(
+            outcome.is_err(),
+            "a short outage cost leadership: {outcome:?}"
+        );
         // Retries came quickly (backoff capped at half a retry period), so the first good
         // renewal after the outage was well before the deadline of 12 s.
         let sends = sends.borrow();

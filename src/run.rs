@@ -80,7 +80,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 &deadline,
             );
             tokio::pin!(renewal);
-            match self.wait_turn(&candidacy, renewal.as_mut(), give_up_at).await? {
+            match self
+                .wait_turn(&candidacy, renewal.as_mut(), give_up_at)
+                .await?
+            {
                 Waited::Leading => {}
                 Waited::Recampaign => continue,
                 Waited::Exit(code) => return Ok(code),
@@ -88,7 +91,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             // The renewal loop would report this too, but only once polled again: never start
             // the command on a lease we can no longer vouch for.
             if clock.now() >= deadline.get() {
-                tracing::warn!("elected, but the lease is past its renew deadline; campaigning again");
+                tracing::warn!(
+                    "elected, but the lease is past its renew deadline; campaigning again"
+                );
                 self.release(&candidacy).await;
                 continue;
             }

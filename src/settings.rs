@@ -129,7 +129,9 @@ impl Settings {
         let lease = validate_lease_name(run.lease.as_deref())?;
         let prefix = validate_text("--prefix", run.prefix)?;
         let identity = match run.identity {
-            Some(id) if id.is_empty() => return Err(Failure::usage("--identity must not be empty")),
+            Some(id) if id.is_empty() => {
+                return Err(Failure::usage("--identity must not be empty"));
+            }
             Some(id) => validate_text("--identity", id)?,
             None => default_identity(),
         };
@@ -217,7 +219,10 @@ fn env_nonempty(name: &str) -> Option<String> {
 }
 
 fn env_path(names: &[&str]) -> Option<PathBuf> {
-    names.iter().find_map(|n| env_nonempty(n)).map(PathBuf::from)
+    names
+        .iter()
+        .find_map(|n| env_nonempty(n))
+        .map(PathBuf::from)
 }
 
 fn connection(args: EtcdArgs) -> Result<Connection, Failure> {
@@ -293,7 +298,9 @@ fn validate_endpoint(endpoint: &str) -> Result<(), Failure> {
         None => Some(authority.rsplit_once(':').map(|(_, port)| port)),
     };
     let valid = !authority.is_empty()
-        && !endpoint.chars().any(|c| c.is_control() || c.is_whitespace())
+        && !endpoint
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace())
         && match port {
             None => false,
             Some(None) => true,
@@ -332,7 +339,10 @@ fn credentials(
     }
     let password = if let Some(path) = password_file {
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            Failure::usage(format!("--password-file {}: cannot read: {e}", path.display()))
+            Failure::usage(format!(
+                "--password-file {}: cannot read: {e}",
+                path.display()
+            ))
         })?;
         text.lines().next().unwrap_or("").to_owned()
     } else if let Some(password) = inline_password {
@@ -401,7 +411,10 @@ mod tests {
 
     #[test]
     fn lease_names() {
-        assert_eq!(validate_lease_name(Some("statement-job")).unwrap(), "statement-job");
+        assert_eq!(
+            validate_lease_name(Some("statement-job")).unwrap(),
+            "statement-job"
+        );
         assert!(validate_lease_name(None).is_err());
         assert!(validate_lease_name(Some("")).is_err());
         assert!(validate_lease_name(Some("a/b")).is_err());

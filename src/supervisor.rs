@@ -334,7 +334,9 @@ impl<'a> Supervisor<'a> {
     fn run(&mut self) -> i32 {
         loop {
             let timeout = match self.state {
-                State::Draining(_) => PollTimeout::try_from(DRAIN_POLL).unwrap_or(PollTimeout::NONE),
+                State::Draining(_) => {
+                    PollTimeout::try_from(DRAIN_POLL).unwrap_or(PollTimeout::NONE)
+                }
                 _ => PollTimeout::NONE,
             };
             let (socket_ready, signal_ready) = {
@@ -554,10 +556,15 @@ mod tests {
         assert!(check_command(&"sh".into()).is_ok());
         assert!(check_command(&"/bin/sh".into()).is_ok());
         assert_eq!(
-            check_command(&"no-such-command-xyz".into()).unwrap_err().code,
+            check_command(&"no-such-command-xyz".into())
+                .unwrap_err()
+                .code,
             127
         );
-        assert_eq!(check_command(&"/no/such/file".into()).unwrap_err().code, 127);
+        assert_eq!(
+            check_command(&"/no/such/file".into()).unwrap_err().code,
+            127
+        );
         assert_eq!(check_command(&"/etc/passwd".into()).unwrap_err().code, 126);
         assert_eq!(check_command(&"/tmp".into()).unwrap_err().code, 126);
     }

@@ -17,9 +17,9 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseClient, LeaseKeepAliveStream,
-    LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType,
-    WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseClient,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, WatchFilterType, WatchOptions,
 };
 
 use super::{Backend, Candidacy, Keeper, Renewal, StoreError, Turn};
@@ -177,23 +177,6 @@ impl Etcd {
             }
         }
     }
-
-    /// The current leader of an election prefix: the candidate key with the lowest create-revision.
-    pub async fn leader_of(
-        client: &Client,
-        election_prefix: &str,
-    ) -> Result<Option<etcd_client::KeyValue>, StoreError> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let mut response = client
-            .kv_client()
-            .get(election_prefix, Some(options))
-            .await
-            .map_err(classify)?;
-        Ok(response.take_kvs().into_iter().next())
-    }
 }
 
 fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<i64, StoreError> {
@@ -253,7 +236,10 @@ impl Backend for Etcd {
             .with_limit(1)
             .with_keys_only();
         let txn = Txn::new().and_then([
-            TxnOp::get(candidacy.key.as_str(), Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(
+                candidacy.key.as_str(),
+                Some(GetOptions::new().with_keys_only()),
+            ),
             TxnOp::get(self.election_prefix.as_str(), Some(ahead)),
         ]);
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
@@ -288,7 +274,10 @@ impl Backend for Etcd {
                 let response = self
                     .client
                     .kv_client()
-                    .get(candidacy.key.as_str(), Some(GetOptions::new().with_keys_only()))
+                    .get(
+                        candidacy.key.as_str(),
+                        Some(GetOptions::new().with_keys_only()),
+                    )
                     .await
                     .map_err(classify)?;
                 match response.kvs().first() {

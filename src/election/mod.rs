@@ -38,10 +38,7 @@ pub enum Turn {
     /// No candidate is ahead: this one leads.
     Leading,
     /// Another candidate is ahead; `revision` is the store revision the answer was read at.
-    Behind {
-        predecessor: String,
-        revision: i64,
-    },
+    Behind { predecessor: String, revision: i64 },
     /// The candidate key no longer exists (its lease expired, or someone deleted it).
     Gone,
 }
@@ -124,7 +121,11 @@ pub trait Backend {
 /// Waits until the candidacy leads (`Turn::Leading`) or is gone (`Turn::Gone`), watching only the
 /// candidate just ahead of it, as etcd's election recipe does, so a handover wakes one waiter.
 /// Store errors are retried after `backoff`; the renewal deadline bounds how long that may go on.
-pub async fn wait_for_turn<B: Backend>(backend: &B, candidacy: &Candidacy, backoff: Duration) -> Turn {
+pub async fn wait_for_turn<B: Backend>(
+    backend: &B,
+    candidacy: &Candidacy,
+    backoff: Duration,
+) -> Turn {
     loop {
         match backend.check_turn(candidacy).await {
             Ok(Turn::Behind {

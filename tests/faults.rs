@@ -1,0 +1,245 @@
+//! Faults between leader-exec and etcd: the leader steps down before its lease can expire, and
+//! the next leader's command starts only after the old command's whole group is gone. Faults
+//! shorter than the renew deadline cost nothing.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::harness::*;
+
+/// A job that records the signal that stops it (and its end), then exits.
+const STOPPABLE: &str = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
+while :; do sleep 0.05; done"#;
+
+/// Slack for a loaded 2-core machine, in nanoseconds.
+const SLACK_NS: u128 = 1_000_000_000;
+const fn ns(d: Duration) -> u128 {
+    d.as_nanos()
+}
+
+/// Starts leader A through `proxy` and waiter B directly; returns them once A's job runs and B
+/// stands in line.
+fn leader_behind_proxy(
+    etcd: &Etcd,
+    proxy: &Proxy,
+    scratch: &Scratch,
+    a_job: &str,
+    lease: &str,
+) -> (Instance, Instance) {
+    let proxied = proxy.endpoint();
+    let a = Instance::start(&lease_args(&proxied, lease), &scratch.job("a", a_job));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let direct = etcd.endpoint();
+    let b = Instance::start(&lease_args(&direct, lease), &scratch.job("b", "true"));
+    let prefix = format!("/leader-exec/{lease}/");
+    assert!(
+        wait_for(Duration::from_secs(10), || etcd.keys(&prefix).len() == 2),
+        "b did not join the line"
+    );
+    (a, b)
+}
+
+#[test]
+fn a_leader_cut_off_from_etcd_stops_its_command_before_the_next_one_starts() {
+    let etcd = Etcd::start();
+    let proxy = Proxy::start(etcd.addr());
+    let scratch = Scratch::new();
+    let job = STOPPABLE;
+    let (mut a, mut b) = leader_behind_proxy(&etcd, &proxy, &scratch, job, "cut");
+
+    let cut = now_ns();
+    proxy.cut();
+    let term = scratch
+        .wait_record("term", "a", Duration::from_secs(10))
+        .expect("a's command got no signal");
+    // The last renewal before the cut was sent at most one retry period earlier; the deadline
+    // counts from that send.
+    let earliest = cut + ns(RENEW_DEADLINE) - ns(RETRY_PERIOD);
+    assert!(
+        term.time() >= earliest,
+        "stepped down {} ms early",
+        (earliest - term.time()) / 1_000_000
+    );
+    assert!(
+        term.time() <= cut + ns(RENEW_DEADLINE) + SLACK_NS,
+        "stepped down {} ms after the cut",
+        (term.time() - cut) / 1_000_000
+    );
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+
+    // B takes over once A's lease has expired on the server, never before A's command is gone.
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    let b_start = scratch.wait_record("start", "b", Duration::ZERO).unwrap();
+    assert!(b_start.time() > term.time());
+    assert_one_at_a_time(&scratch.history());
+}
+
+#[test]
+fn a_leader_behind_a_black_hole_sigkills_a_term_ignoring_group_in_time() {
+    let etcd = Etcd::start();
+    let proxy = Proxy::start(etcd.addr());
+    let scratch = Scratch::new();
+    let job = r#"trap '' TERM
+                 sleep 1000 & echo $! >> "$pids"; echo "ready a $! $(date +%s%N)" >> "$h"
+                 while :; do sleep 0.05; done"#;
+    let (mut a, mut b) = leader_behind_proxy(&etcd, &proxy, &scratch, job, "blackhole");
+    let child = scratch
+        .wait_record("start", "a", Duration::ZERO)
+        .unwrap()
+        .pid();
+    let grandchild = scratch
+        .wait_record("ready", "a", Duration::from_secs(5))
+        .expect("a ready")
+        .fields[0]
+        .parse::<i32>()
+        .unwrap();
+
+    let frozen = now_ns();
+    proxy.freeze();
+    // TERM is ignored by both; only the SIGKILL after the grace ends them.
+    let gone = wait_for(Duration::from_secs(10), || {
+        !alive(child) && !alive(grandchild)
+    });
+    let dead = now_ns();
+    assert!(gone, "a's group survived");
+    let earliest = frozen + ns(RENEW_DEADLINE) - ns(RETRY_PERIOD) + ns(KILL_AFTER);
+    assert!(
+        dead >= earliest,
+        "killed {} ms before the grace was over",
+        (earliest - dead) / 1_000_000
+    );
+    assert!(
+        dead <= frozen + ns(RENEW_DEADLINE) + ns(KILL_AFTER) + SLACK_NS,
+        "killed only {} ms after the freeze",
+        (dead - frozen) / 1_000_000
+    );
+    // Gone well before the lease could expire on the server (last renewal + TTL).
+    assert!(dead < frozen + ns(TTL), "the group lived past the lease");
+    assert!(!group_alive(child));
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    let b_start = scratch.wait_record("start", "b", Duration::ZERO).unwrap();
+    assert!(
+        b_start.time() > dead,
+        "b started before a's group was seen dead"
+    );
+    assert_one_at_a_time(&scratch.history());
+    proxy.heal();
+}
+
+#[test]
+fn an_etcd_restart_shorter_than_the_deadline_leaves_the_command_alone() {
+    let mut etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    // A deadline long enough to cover an etcd restart on a loaded machine.
+    let args = [
+        "--endpoints",
+        &endpoint,
+        "--lease",
+        "restart",
+        "--ttl",
+        "8s",
+        "--renew-deadline",
+        "5s",
+        "--retry-period",
+        "500ms",
+        "--kill-after",
+        "1s",
+    ];
+    let job = STOPPABLE;
+    let mut a = Instance::start(&args, &scratch.job("a", job));
+    let child = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started")
+        .pid();
+
+    let down = Instant::now();
+    etcd.restart();
+    let outage = down.elapsed();
+    assert!(
+        outage < Duration::from_secs(4),
+        "etcd took {outage:?} to restart"
+    );
+
+    // Past the moment the deadline would have fired without renewals after the restart.
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(outage) + Duration::from_secs(2));
+    assert!(a.running(), "leader-exec exited: {}", a.stderr());
+    assert!(alive(child), "the command was stopped");
+    assert!(
+        scratch.wait_record("term", "a", Duration::ZERO).is_none(),
+        "the command got TERM"
+    );
+    // Renewals resumed: etcd shows the lease refreshed within the last retry periods.
+    let lease_id = etcd.keys("/leader-exec/restart/")[0]
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let ttl = etcd.ctl(&["lease", "timetolive", &lease_id]);
+    let text = String::from_utf8_lossy(&ttl.stdout);
+    let remaining: i64 = text
+        .split("remaining(")
+        .nth(1)
+        .and_then(|r| r.split('s').next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected etcdctl output: {text}"));
+    assert!(remaining >= 6, "lease not renewed lately: {text}");
+
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(0), "{}", a.stderr());
+    let starts = scratch
+        .history()
+        .iter()
+        .filter(|r| r.kind == "start")
+        .count();
+    assert_eq!(starts, 1);
+}
+
+#[test]
+fn a_dead_member_in_the_endpoint_list_costs_nothing() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let endpoints = format!("{dead},{}", etcd.endpoint());
+    // Runs for three renew deadlines; a step-down would end it with 75.
+    let mut a = Instance::start(
+        &lease_args(&endpoints, "deadmember"),
+        &scratch.job("a", "sleep 4.5"),
+    );
+    assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
+    assert!(scratch.wait_record("end", "a", Duration::ZERO).is_some());
+    assert!(etcd.keys("/leader-exec/").is_empty());
+}
+
+#[test]
+fn deleting_the_leaders_key_stops_its_command_at_once() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let job = STOPPABLE;
+    let mut a = Instance::start(
+        &lease_args(&etcd.endpoint(), "deleted"),
+        &scratch.job("a", job),
+    );
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let deleted = now_ns();
+    let out = etcd.ctl(&["del", "--prefix", "/leader-exec/deleted/"]);
+    assert!(out.status.success());
+    let term = scratch
+        .wait_record("term", "a", Duration::from_secs(5))
+        .expect("no TERM after the key was deleted");
+    // Well before a renew deadline: the watch on our own key noticed.
+    assert!(
+        term.time() - deleted < ns(RENEW_DEADLINE),
+        "took {} ms",
+        (term.time() - deleted) / 1_000_000
+    );
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(75), "{}", a.stderr());
+    assert!(etcd.leases().is_empty(), "{:?}", etcd.leases());
+}

@@ -1,0 +1,615 @@
+//! Test harness: a real etcd on free loopback ports, a TCP proxy the test can cut or freeze,
+//! leader-exec instances, and child scripts that report what happened to a history file.
+
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Timing flags for tests: fast enough to keep the suite short, slack enough for a loaded
+/// 2-core machine. 1.5 s + 1 s + 0.25 s margin <= 3 s.
+pub const FAST: [&str; 8] = [
+    "--ttl",
+    "3s",
+    "--renew-deadline",
+    "1500ms",
+    "--retry-period",
+    "300ms",
+    "--kill-after",
+    "1s",
+];
+pub const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
+pub const RETRY_PERIOD: Duration = Duration::from_millis(300);
+pub const KILL_AFTER: Duration = Duration::from_secs(1);
+pub const TTL: Duration = Duration::from_secs(3);
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free port")
+}
+
+/// Wall-clock nanoseconds, the same clock `date +%s%N` prints in child scripts.
+pub fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes. Returns whether it held.
+pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn alive(pid: i32) -> bool {
+    // A zombie still answers kill(0); look at its state too.
+    if kill(Pid::from_raw(pid), None).is_err() {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+pub fn group_alive(pgid: i32) -> bool {
+    nix::sys::signal::killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// A single-member etcd on free loopback ports, killed when dropped.
+pub struct Etcd {
+    pub client_port: u16,
+    peer_port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+    scheme: &'static str,
+    /// Arguments etcdctl needs to reach it (TLS, credentials).
+    pub ctl_args: Vec<String>,
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        Etcd::start_with(&[], "http", &[])
+    }
+
+    pub fn start_with(extra: &[&str], scheme: &'static str, ctl_args: &[&str]) -> Etcd {
+        let dir = tempfile::Builder::new()
+            .prefix("leader-exec-etcd")
+            .tempdir()
+            .unwrap();
+        let mut etcd = Etcd {
+            client_port: 0,
+            peer_port: 0,
+            dir,
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            scheme,
+            ctl_args: ctl_args.iter().map(|s| s.to_string()).collect(),
+        };
+        // A free port can be taken between the probe and etcd's bind: try a few times.
+        for _ in 0..5 {
+            etcd.client_port = free_port();
+            etcd.peer_port = free_port();
+            etcd.spawn();
+            if etcd.wait_ready(Duration::from_secs(15)) {
+                return etcd;
+            }
+            etcd.kill();
+            let _ = std::fs::remove_dir_all(etcd.data_dir());
+        }
+        panic!("etcd did not start");
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("{}://127.0.0.1:{}", self.scheme, self.client_port)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.client_port))
+    }
+
+    fn spawn(&mut self) {
+        let client = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
+        let child = Command::new("etcd")
+            .args(["--name", "n", "--data-dir"])
+            .arg(self.data_dir())
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("n={peer}")])
+            .args([
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+                "--log-level",
+                "error",
+            ])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd is installed (apt-get install etcd-server)");
+        self.child = Some(child);
+    }
+
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        wait_for(timeout, || {
+            self.ctl(&["endpoint", "health", "--command-timeout=1s"])
+                .status
+                .success()
+        })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills etcd and starts it again on the same ports and data; returns once it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        assert!(
+            self.wait_ready(Duration::from_secs(15)),
+            "etcd did not come back"
+        );
+    }
+
+    /// SIGSTOP: the process hangs, connections stay open and nothing answers.
+    pub fn freeze(&self) {
+        kill(Pid::from_raw(self.pid()), Signal::SIGSTOP).unwrap();
+    }
+
+    pub fn thaw(&self) {
+        kill(Pid::from_raw(self.pid()), Signal::SIGCONT).unwrap();
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new("etcdctl")
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .arg(format!("--endpoints={}", self.endpoint()))
+            .args(&self.ctl_args)
+            .args(args)
+            .output()
+            .expect("etcdctl is installed (apt-get install etcd-client)")
+    }
+
+    /// Keys under a prefix.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let out = self.ctl(&["get", "--prefix", "--keys-only", prefix]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Leases granted on this etcd.
+    pub fn leases(&self) -> Vec<String> {
+        let out = self.ctl(&["lease", "list"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Forward,
+    Frozen,
+    Cut,
+}
+
+struct ProxyState {
+    mode: Mutex<Mode>,
+    connections: Mutex<Vec<TcpStream>>,
+    stopped: AtomicBool,
+}
+
+/// A TCP proxy on a free loopback port in front of `target`.
+/// `cut` resets every connection and refuses new ones; `freeze` keeps connections open but
+/// forwards nothing (a black hole); `heal` forwards again.
+pub struct Proxy {
+    pub port: u16,
+    state: Arc<ProxyState>,
+}
+
+impl Proxy {
+    pub fn start(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(ProxyState {
+            mode: Mutex::new(Mode::Forward),
+            connections: Mutex::new(Vec::new()),
+            stopped: AtomicBool::new(false),
+        });
+        let accept_state = state.clone();
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                if accept_state.stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                if *accept_state.mode.lock().unwrap() == Mode::Cut {
+                    reset(&client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(target) else {
+                    reset(&client);
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                {
+                    let mut connections = accept_state.connections.lock().unwrap();
+                    connections.push(client.try_clone().unwrap());
+                    connections.push(server.try_clone().unwrap());
+                }
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let state = accept_state.clone();
+                    thread::spawn(move || pump(from, to, state));
+                }
+            }
+        });
+        Proxy { port, state }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.state.mode.lock().unwrap() = mode;
+    }
+
+    pub fn cut(&self) {
+        self.set(Mode::Cut);
+        for connection in self.state.connections.lock().unwrap().drain(..) {
+            reset(&connection);
+        }
+    }
+
+    pub fn freeze(&self) {
+        self.set(Mode::Frozen);
+    }
+
+    pub fn heal(&self) {
+        self.set(Mode::Forward);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.state.stopped.store(true, Ordering::SeqCst);
+        self.cut();
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Closes with RST rather than FIN, as a dropped route or a dead peer's kernel would.
+fn reset(stream: &TcpStream) {
+    let linger = nix::libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    let _ = nix::sys::socket::setsockopt(stream, nix::sys::socket::sockopt::Linger, &linger);
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>) {
+    let mut buffer = [0u8; 16384];
+    loop {
+        let n = match from.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        loop {
+            match *state.mode.lock().unwrap() {
+                Mode::Forward => break,
+                Mode::Frozen => {}
+                Mode::Cut => {
+                    reset(&from);
+                    reset(&to);
+                    return;
+                }
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        if to.write_all(&buffer[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+/// A directory for one test: the history file children append to, and scratch files.
+pub struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch {
+            dir: tempfile::Builder::new()
+                .prefix("leader-exec-test")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn history_path(&self) -> PathBuf {
+        self.path("history")
+    }
+
+    /// The history so far.
+    pub fn history(&self) -> Vec<Record> {
+        std::fs::read_to_string(self.history_path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(Record::parse)
+            .collect()
+    }
+
+    /// Waits until a record of `kind` from `name` is in the history, and returns it.
+    pub fn wait_record(&self, kind: &str, name: &str, timeout: Duration) -> Option<Record> {
+        let mut found = None;
+        wait_for(timeout, || {
+            found = self
+                .history()
+                .into_iter()
+                .find(|r| r.kind == kind && r.name == name);
+            found.is_some()
+        });
+        found
+    }
+
+    /// A `sh -c` job that records its start (token, pid, time), checks that no process of an
+    /// earlier job is still alive at that instant (recording `overlap` otherwise), runs `body`,
+    /// and records its end. `$h` is the history file and `$pids` the file of every job pid.
+    pub fn job(&self, name: &str, body: &str) -> Vec<String> {
+        let script = format!(
+            r#"h='{h}'; pids='{p}'; export h pids
+echo "start {name} $LEADER_TOKEN $$ $(date +%s%N)" >> "$h"
+for p in $(cat "$pids" 2>/dev/null); do
+  if [ -d "/proc/$p" ] && ! grep -q '^[^)]*) Z' "/proc/$p/stat" 2>/dev/null; then echo "overlap {name} $p $(date +%s%N)" >> "$h"; fi
+done
+echo $$ >> "$pids"
+{body}
+echo "end {name} $(date +%s%N)" >> "$h"
+"#,
+            h = self.history_path().display(),
+            p = self.path("pids").display(),
+        );
+        vec!["sh".into(), "-c".into(), script]
+    }
+}
+
+/// One line of history: `KIND NAME FIELD...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub kind: String,
+    pub name: String,
+    pub fields: Vec<String>,
+}
+
+impl Record {
+    fn parse(line: &str) -> Option<Record> {
+        let mut words = line.split_whitespace();
+        Some(Record {
+            kind: words.next()?.to_owned(),
+            name: words.next()?.to_owned(),
+            fields: words.map(str::to_owned).collect(),
+        })
+    }
+
+    /// For `start`: the token.
+    pub fn token(&self) -> i64 {
+        self.fields[0].parse().unwrap()
+    }
+
+    /// For `start`: the pid.
+    pub fn pid(&self) -> i32 {
+        self.fields[1].parse().unwrap()
+    }
+
+    /// The record's timestamp (its last field), wall-clock nanoseconds.
+    pub fn time(&self) -> u128 {
+        self.fields.last().unwrap().parse().unwrap()
+    }
+}
+
+/// Checks the safety property on a history: no job started while a process of an earlier job
+/// was alive (each job checks this itself at its start, see `Scratch::job`), no job started before
+/// an earlier job's recorded end, and tokens strictly increase in start order.
+pub fn assert_one_at_a_time(history: &[Record]) {
+    let overlaps: Vec<_> = history.iter().filter(|r| r.kind == "overlap").collect();
+    assert!(
+        overlaps.is_empty(),
+        "jobs overlapped: {overlaps:?}\n{history:#?}"
+    );
+    let mut last_token = 0;
+    let mut last_end = 0;
+    let mut seen = HashSet::new();
+    for record in history {
+        match record.kind.as_str() {
+            "start" => {
+                assert!(
+                    record.token() > last_token,
+                    "token {} after {last_token}: {history:#?}",
+                    record.token()
+                );
+                assert!(
+                    record.time() > last_end,
+                    "{} started before an earlier end: {history:#?}",
+                    record.name
+                );
+                assert!(
+                    seen.insert(record.name.clone()),
+                    "{} started twice",
+                    record.name
+                );
+                last_token = record.token();
+            }
+            "end" => {
+                assert!(
+                    seen.contains(&record.name),
+                    "{} ended without a start",
+                    record.name
+                );
+                last_end = last_end.max(record.time());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A running leader-exec.
+pub struct Instance {
+    child: Option<Child>,
+    stderr: PathBuf,
+    _stderr_dir: tempfile::TempDir,
+    pub status: Option<ExitStatus>,
+}
+
+pub fn leader_exec() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leader-exec"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("LEADER_EXEC_")
+            || name.starts_with("ETCDCTL_")
+            || name.starts_with("LEADER_")
+        {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+impl Instance {
+    /// Starts `leader-exec ARGS`, stdout to null, stderr kept for the test to read.
+    pub fn start(args: &[&str], command: &[String]) -> Instance {
+        Instance::start_command(leader_exec().args(args).arg("--").args(command))
+    }
+
+    pub fn start_command(command: &mut Command) -> Instance {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = dir.path().join("stderr");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Instance {
+            child: Some(child),
+            stderr,
+            _stderr_dir: dir,
+            status: None,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.pid()), signal).unwrap();
+    }
+
+    /// Waits up to `timeout` for leader-exec to exit; returns its exit code (None: still running).
+    pub fn wait(&mut self, timeout: Duration) -> Option<i32> {
+        if self.status.is_none() {
+            let child = self.child.as_mut().unwrap();
+            wait_for(timeout, || matches!(child.try_wait(), Ok(Some(_))));
+            self.status = child.try_wait().unwrap();
+        }
+        self.status.map(|s| s.code().unwrap_or(-1))
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.wait(Duration::ZERO).is_none()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take()
+            && child.try_wait().ok().flatten().is_none()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn lease_args<'a>(etcd_endpoint: &'a str, lease: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["--endpoints", etcd_endpoint, "--lease", lease];
+    args.extend(FAST);
+    args
+}
+
+pub fn path_str(path: &Path) -> String {
+    path.display().to_string()
+}

@@ -1,0 +1,11 @@
+//! Integration tests: every one starts its own etcd on free loopback ports and runs the real
+//! leader-exec binary; facts are observed from outside (what children recorded, which pids are
+//! alive, exit codes, what etcd holds).
+
+mod harness;
+
+mod election;
+mod exit_codes;
+mod faults;
+mod input;
+mod signals;
