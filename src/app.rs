@@ -47,6 +47,7 @@ fn usage_error(error: clap::Error) -> u8 {
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let settings = Settings::from_cli(cli)?;
+    crate::logging::set_context(&settings.lease, &settings.identity);
     supervisor::check_command(&settings.command[0])?;
     // SAFETY: no thread has been started yet; the runtime is built below.
     let forked = unsafe { supervisor::fork_supervisor(&settings.command) }

@@ -173,11 +173,11 @@ pub struct EtcdArgs {
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Logging")]
 pub struct LogArgs {
-    /// More log output on stderr (-v: debug, -vv: trace).
+    /// More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors.
     #[arg(short = 'v', long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
 
-    /// Less log output on stderr (-q: warnings and errors only, -qq: errors only).
+    /// Less log output on stderr (-q: errors only, -qq: nothing).
     #[arg(short = 'q', long, action = clap::ArgAction::Count)]
     pub quiet: u8,
 

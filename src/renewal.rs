@@ -109,7 +109,7 @@ pub async fn keep_renewing<K: Keeper, C: Clock>(
             Some(Ok(Renewal::Expired)) => return Lost::Expired,
             Some(Err(error)) => {
                 keeper.reset();
-                tracing::warn!(%error, "renewal failed; retrying");
+                tracing::warn!(event = "renewal-failed", %error, "renewal failed; retrying");
                 next = clock.now() + backoff;
                 backoff = (backoff * 2).min(timing.retry_period / 2);
             }
@@ -118,6 +118,7 @@ pub async fn keep_renewing<K: Keeper, C: Clock>(
                 // stream makes sure that answer is never counted.
                 keeper.reset();
                 tracing::warn!(
+                    event = "renewal-failed",
                     timeout = %humantime::format_duration(timing.retry_period),
                     "renewal got no answer in time; retrying on a new stream"
                 );

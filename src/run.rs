@@ -67,6 +67,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             tracing::info!(
                 token = candidacy.token,
                 key = %candidacy.key,
+                event = "campaigning",
                 "campaigning"
             );
             let clock = self.clock.clone();
@@ -92,6 +93,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             // the command on a lease we can no longer vouch for.
             if clock.now() >= deadline.get() {
                 tracing::warn!(
+                    event = "candidacy-lost",
                     "elected, but the lease is past its renew deadline; campaigning again"
                 );
                 self.release(&candidacy).await;
@@ -131,7 +133,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                             ))
                             .into())
                         } else {
-                            tracing::info!("--wait-timeout passed while campaigning");
+                            tracing::info!(event = "not-acquired", "--wait-timeout passed while campaigning");
                             Ok(Joined::Exit(exit::NOT_ACQUIRED))
                         };
                     }
@@ -153,7 +155,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 Ok(candidacy) => return Ok(Joined::Candidacy(candidacy, sent)),
                 Err(StoreError::Fatal(message)) => return Err(Failure::usage(message).into()),
                 Err(StoreError::Transient(message)) => {
-                    tracing::debug!(error = %message, "campaign failed; retrying");
+                    tracing::debug!(event = "campaign-failed", error = %message, "campaign failed; retrying");
                     last_error = message;
                     backoff.sleep().await;
                 }
@@ -182,7 +184,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 match turn {
                     Ok(Turn::Leading) => return Ok(Waited::Leading),
                     Ok(Turn::Behind { predecessor, .. }) => {
-                        tracing::info!(%predecessor, "another instance leads (--no-wait)");
+                        tracing::info!(event = "not-acquired", %predecessor, "another instance leads (--no-wait)");
                         self.release(candidacy).await;
                         return Ok(Waited::Exit(exit::NOT_ACQUIRED));
                     }
@@ -201,7 +203,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             tokio::select! {
                 biased;
                 lost = &mut renewal => {
-                    tracing::warn!(%lost, "lost our place in line; campaigning again");
+                    tracing::warn!(event = "candidacy-lost", reason = %lost, "lost our place in line; campaigning again");
                     self.release(candidacy).await;
                     return Ok(Waited::Recampaign);
                 }
@@ -209,20 +211,20 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     if turn == Turn::Leading {
                         return Ok(Waited::Leading);
                     }
-                    tracing::warn!("our candidate key disappeared; campaigning again");
+                    tracing::warn!(event = "candidacy-lost", "our candidate key disappeared; campaigning again");
                     self.release(candidacy).await;
                     return Ok(Waited::Recampaign);
                 }
                 signal = self.signals.recv() => {
                     if signals::withdraws_candidacy(signal) {
-                        tracing::info!(signal = signal.as_str(), "withdrawing the candidacy");
+                        tracing::info!(event = "withdrawn", signal = signal.as_str(), "withdrawing the candidacy");
                         self.release(candidacy).await;
                         return Ok(Waited::Exit(128 + signal as u8));
                     }
-                    tracing::debug!(signal = signal.as_str(), "ignored while campaigning");
+                    tracing::debug!(event = "signal-ignored", signal = signal.as_str(), "ignored while campaigning");
                 }
                 _ = sleep_until_some(&clock, give_up_at) => {
-                    tracing::info!("--wait-timeout passed; withdrawing the candidacy");
+                    tracing::info!(event = "not-acquired", "--wait-timeout passed; withdrawing the candidacy");
                     self.release(candidacy).await;
                     return Ok(Waited::Exit(exit::NOT_ACQUIRED));
                 }
@@ -244,7 +246,11 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             ("LEADER_IDENTITY", settings.identity.clone()),
             ("LEADER_LEASE_ID", candidacy.lease_id_hex()),
         ];
-        tracing::info!(token = candidacy.token, "elected; starting the command");
+        tracing::info!(
+            event = "elected",
+            token = candidacy.token,
+            "elected; starting the command"
+        );
         if let Err(e) = self.supervisor.spawn(&env).await {
             self.release(candidacy).await;
             return Err(Failure::usage(format!("cannot reach the supervisor: {e}")).into());
@@ -266,7 +272,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     return self.step_down(candidacy, "our election key was deleted").await;
                 }
                 event = self.supervisor.next_event() => match event {
-                    Ok(Event::Started(pid)) => tracing::info!(pid, "command started"),
+                    Ok(Event::Started(pid)) => tracing::info!(event = "started", token = candidacy.token, pid, "command started"),
                     Ok(Event::SpawnFailed { errno, message }) => {
                         self.release(candidacy).await;
                         let command = settings.command[0].to_string_lossy();
@@ -277,7 +283,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         .into());
                     }
                     Ok(Event::Exited(child)) => {
-                        tracing::info!("command {child}");
+                        tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}");
                         status = Some(child);
                     }
                     Ok(Event::GroupEmpty) => {
@@ -290,7 +296,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     }
                 },
                 signal = self.signals.recv() => {
-                    tracing::info!(signal = signal.as_str(), "forwarding to the command's process group");
+                    tracing::info!(event = "signal-forwarded", token = candidacy.token, signal = signal.as_str(), "forwarding to the command's process group");
                     self.supervisor.signal(signal).await;
                     if signals::stops_the_child(signal) && kill_at.is_none() {
                         kill_at = Some(clock.now() + settings.timing.kill_after);
@@ -298,7 +304,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
                 _ = sleep_until_some(&clock, kill_at), if !killed => {
                     killed = true;
-                    tracing::warn!("the command's group outlived --kill-after; sending SIGKILL");
+                    tracing::warn!(event = "sigkill", token = candidacy.token, "the command's group outlived --kill-after; sending SIGKILL");
                     self.supervisor.signal(Signal::SIGKILL).await;
                 }
             }
@@ -312,6 +318,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         let settings = self.settings;
         let clock = self.clock.clone();
         tracing::warn!(
+            event = "stepping-down",
+            token = candidacy.token,
             reason,
             signal = settings.kill_signal.as_str(),
             "leadership lost; stopping the command"
@@ -323,18 +331,22 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             tokio::select! {
                 event = self.supervisor.next_event() => match event {
                     Ok(Event::GroupEmpty) | Ok(Event::SpawnFailed { .. }) | Err(_) => break,
-                    Ok(Event::Exited(child)) => tracing::info!("command {child}"),
+                    Ok(Event::Exited(child)) => tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}"),
                     Ok(Event::Started(_)) => {}
                 },
                 _ = clock.sleep_until(kill_at), if !killed => {
                     killed = true;
-                    tracing::warn!("the command's group outlived --kill-after; sending SIGKILL");
+                    tracing::warn!(event = "sigkill", token = candidacy.token, "the command's group outlived --kill-after; sending SIGKILL");
                     self.supervisor.signal(Signal::SIGKILL).await;
                 }
                 signal = self.signals.recv() => self.supervisor.signal(signal).await,
             }
         }
-        tracing::info!("the command's process group is gone");
+        tracing::warn!(
+            event = "stepped-down",
+            token = candidacy.token,
+            "the command's process group is gone; exiting 75"
+        );
         // Usually the lease is gone or etcd unreachable; if not, revoking it lets the next
         // leader start now instead of after the TTL.
         self.release(candidacy).await;
@@ -354,12 +366,17 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             };
             match result {
                 Ok(()) => {
-                    tracing::debug!(token = candidacy.token, "lease released");
+                    tracing::info!(
+                        event = "released",
+                        token = candidacy.token,
+                        "lease released"
+                    );
                     return;
                 }
                 Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
                 Err(e) => {
                     tracing::warn!(
+                        event = "release-failed",
                         error = %e,
                         "could not release the lease; it expires on its own within the TTL"
                     );

@@ -605,7 +605,7 @@ impl Drop for Instance {
 }
 
 pub fn lease_args<'a>(etcd_endpoint: &'a str, lease: &'a str) -> Vec<&'a str> {
-    let mut args = vec!["--endpoints", etcd_endpoint, "--lease", lease];
+    let mut args = vec!["-v", "--endpoints", etcd_endpoint, "--lease", lease];
     args.extend(FAST);
     args
 }
