@@ -6,6 +6,10 @@
 #   ./install.sh --with-etcd     also install Debian's etcd-server and make sure an etcd answers on
 #                                127.0.0.1:2379 (starting one in the background if none does)
 #   ./install.sh --prefix DIR    install under DIR instead (same as PREFIX=DIR)
+#   ./install.sh --uninstall     remove what this script installed under PREFIX (not etcd)
+#
+# Installs PREFIX/bin/leader-exec, its man pages under PREFIX/share/man/man1, and completions
+# for bash, zsh and fish where each shell looks under PREFIX/share.
 #
 # Running it again is harmless: packages already present are not reinstalled, the binary is
 # replaced, and a running etcd is left alone.
@@ -13,15 +17,17 @@ set -eu
 
 PREFIX=${PREFIX:-/usr/local}
 WITH_ETCD=false
+UNINSTALL=false
 ETCD_ENDPOINT=http://127.0.0.1:2379
 
 usage() {
-    sed -n '2,12s/^# \{0,1\}//p' "$0"
+    sed -n '2,17s/^# \{0,1\}//p' "$0"
 }
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --with-etcd) WITH_ETCD=true ;;
+        --uninstall) UNINSTALL=true ;;
         --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 2; }; PREFIX=$2; shift ;;
         --prefix=*) PREFIX=${1#--prefix=} ;;
         -h|--help) usage; exit 0 ;;
@@ -61,6 +67,38 @@ apt_install() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 }
 
+# Where each file goes: source in this repository, then destination under PREFIX.
+FILES="
+target/release/leader-exec bin/leader-exec 755
+man/leader-exec.1 share/man/man1/leader-exec.1 644
+man/leader-exec-status.1 share/man/man1/leader-exec-status.1 644
+man/leader-exec-watch.1 share/man/man1/leader-exec-watch.1 644
+man/leader-exec-check.1 share/man/man1/leader-exec-check.1 644
+completions/leader-exec.bash share/bash-completion/completions/leader-exec 644
+completions/_leader-exec share/zsh/site-functions/_leader-exec 644
+completions/leader-exec.fish share/fish/vendor_completions.d/leader-exec.fish 644
+"
+
+# Runs a command directly when PREFIX is writable, else as root.
+in_prefix() {
+    if [ -w "$PREFIX" ] || { [ ! -e "$PREFIX" ] && [ -w "$(dirname "$PREFIX")" ]; }; then
+        "$@"
+    else
+        as_root "$@"
+    fi
+}
+
+if $UNINSTALL; then
+    echo "$FILES" | while read -r _source destination _mode; do
+        [ -n "$destination" ] || continue
+        if [ -e "$PREFIX/$destination" ]; then
+            in_prefix rm -f "$PREFIX/$destination"
+            echo "install.sh: removed $PREFIX/$destination"
+        fi
+    done
+    exit 0
+fi
+
 # etcd-client builds its gRPC code with protoc and needs the well-known .proto files.
 apt_install protobuf-compiler libprotobuf-dev
 
@@ -70,13 +108,11 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 cargo build --release --locked
 
-mkdir -p "$PREFIX/bin" 2>/dev/null || as_root mkdir -p "$PREFIX/bin"
-if [ -w "$PREFIX/bin" ]; then
-    install -m 755 target/release/leader-exec "$PREFIX/bin/leader-exec"
-else
-    as_root install -m 755 target/release/leader-exec "$PREFIX/bin/leader-exec"
-fi
-echo "install.sh: installed $PREFIX/bin/leader-exec"
+echo "$FILES" | while read -r source destination mode; do
+    [ -n "$destination" ] || continue
+    in_prefix install -D -m "$mode" "$source" "$PREFIX/$destination"
+    echo "install.sh: installed $PREFIX/$destination"
+done
 
 if $WITH_ETCD; then
     apt_install etcd-server etcd-client

@@ -1,25 +1,29 @@
 //! From argv to an exit code.
 
-use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::cli::Cli;
+use crate::cli::{self, Cli, Subcommand};
 use crate::clock::BootClock;
 use crate::election::etcd::{self, Backoff, Etcd};
 use crate::exit::{self, Failure};
+use crate::observe;
 use crate::run::Runner;
-use crate::settings::{Connection, Settings};
+use crate::settings::{Connection, Scope, Settings};
 use crate::signals::Signals;
 use crate::supervisor;
 
 /// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
 pub fn main() -> u8 {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
     crate::logging::init(&cli.log);
-    match run(cli) {
+    let result = match cli.subcommand {
+        None => run(cli),
+        Some(_) => subcommand(cli),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("leader-exec: {e:#}");
@@ -45,8 +49,9 @@ fn usage_error(error: clap::Error) -> u8 {
     }
 }
 
+/// The run form.
 fn run(cli: Cli) -> anyhow::Result<u8> {
-    let settings = Settings::from_cli(cli)?;
+    let settings = Settings::from_args(cli.election, cli.run, cli.etcd)?;
     crate::logging::set_context(&settings.lease, &settings.identity);
     supervisor::check_command(&settings.command[0])?;
     // SAFETY: no thread has been started yet; the runtime is built below.
@@ -73,7 +78,7 @@ async fn lead_or_wait(
     let client = connect(&settings.connection).await?;
     let backend = Etcd::new(
         client,
-        settings.election_prefix(),
+        settings.scope().election_prefix(),
         settings.identity.clone(),
         settings.timing.ttl,
     );
@@ -86,6 +91,42 @@ async fn lead_or_wait(
     }
     .run()
     .await
+}
+
+/// `status`, `watch`, `check` and the hidden `generate-assets`.
+fn subcommand(cli: Cli) -> anyhow::Result<u8> {
+    let Some(subcommand) = cli.subcommand else {
+        unreachable!("called for subcommands only");
+    };
+    if let Subcommand::GenerateAssets { dir } = &subcommand {
+        crate::assets::write_all(dir)?;
+        return Ok(0);
+    }
+    let scope = Scope::from_args(cli.election)?;
+    crate::logging::set_context(&scope.lease, "");
+    let connection = Connection::from_args(cli.etcd)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let mut signals = Signals::install()?;
+        let client = connect(&connection).await?;
+        let backend = Etcd::new(
+            client,
+            scope.election_prefix(),
+            String::new(),
+            Default::default(),
+        );
+        let limit = connection.connect_timeout;
+        match subcommand {
+            Subcommand::Status(args) => observe::status(&backend, &scope, args.json, limit).await,
+            Subcommand::Check(args) => observe::check(&backend, &args.token, limit).await,
+            Subcommand::Watch(args) => {
+                observe::watch(&backend, &scope, args.json, limit, &mut signals).await
+            }
+            Subcommand::GenerateAssets { .. } => unreachable!("handled above"),
+        }
+    })
 }
 
 /// Connects, retrying for up to `--connect-timeout` (connecting authenticates when a user is

@@ -20,46 +20,115 @@ group, then SIGKILL after --kill-after. Both happen before the lease can expire 
 server, so no other host starts its copy while the old one still runs. When the command exits, \
 the lease is revoked at once and the next instance in line takes over.";
 
-const AFTER_LONG_HELP: &str = "\
-Examples:
-  Run a nightly job from the same crontab line on every host; only one host runs it:
-    leader-exec --lease statement-job --no-wait -- ./send-statements
+/// Shown after `--help`; also the source of the man page's extra sections.
+pub const EXAMPLES: &str = "\
+Run a nightly job from the same crontab line on every host; only one host runs it:
+  leader-exec --lease statement-job --no-wait -- ./send-statements
 
-  Keep one copy of a poller running across three hosts (in a systemd unit with Restart=always):
-    leader-exec --lease outbox-relay -- /usr/local/bin/outbox-relay
+Keep one copy of a poller running across three hosts (systemd unit with Restart=always):
+  leader-exec --lease outbox-relay --recampaign -- /usr/local/bin/outbox-relay
 
-  Check the fencing token before each unit of work in a shell child:
-    leader-exec --lease x -- sh -c 'for f in *.csv; do leader-exec check --lease x --token \"$LEADER_TOKEN\" || exit 75; load \"$f\"; done'
+Check the fencing token before each unit of work in a shell child:
+  leader-exec --lease x -- sh -c 'for f in *.csv; do
+      leader-exec check --lease x --token \"$LEADER_TOKEN\" || exit 75
+      load \"$f\"
+  done'
 
-The command sees:
-  LEADER_TOKEN     fencing token: the create-revision of this leader's election key (decimal);
-                   strictly greater than every earlier leader's token for the same lease
-  LEADER_LEASE     the lease name
-  LEADER_KEY       the etcd key this leader holds
-  LEADER_IDENTITY  the identity
-  LEADER_LEASE_ID  the etcd lease id (hex)
+Who leads, and since which token:
+  leader-exec status --lease statement-job";
 
-Exit status:
-  N        the command ran and exited with status N
-  128+N    the command died of signal N (also when leader-exec forwarded it)
-  75       leadership was lost and the command was stopped (EX_TEMPFAIL: restart us)
-  124      not acquired: --no-wait found a leader, or --wait-timeout passed
-  125      leader-exec itself failed: usage or configuration error, etcd unreachable at start,
-           TLS or authentication error
-  126      the command exists but cannot be executed
-  127      the command was not found
+pub const CHILD_ENVIRONMENT: &str = "\
+LEADER_TOKEN     fencing token: the create-revision of this leader's election key (decimal);
+                 strictly greater than every earlier leader's token for the same lease
+LEADER_LEASE     the lease name
+LEADER_KEY       the etcd key this leader holds
+LEADER_IDENTITY  the identity
+LEADER_LEASE_ID  the etcd lease id (hex)";
 
-Signals:
-  TERM, INT, HUP, QUIT, USR1 and USR2 sent to leader-exec while the command runs are forwarded to
-  the command's process group. TERM and INT then stop it gracefully: up to --kill-after for the
-  group to exit, then SIGKILL; the lease is released and leader-exec exits with the command's
-  status. While still campaigning, TERM, INT, HUP and QUIT withdraw the candidacy (its key is
-  deleted) and leader-exec exits 128+N; USR1 and USR2 are ignored.
+/// Variables read by `settings.rs` and `logging.rs` rather than through clap's `env`.
+pub const OTHER_ENVIRONMENT: &str = "\
+LEADER_EXEC_ENDPOINTS        --endpoints (then ETCDCTL_ENDPOINTS)
+ETCDCTL_ENDPOINTS            --endpoints, when LEADER_EXEC_ENDPOINTS is not set
+LEADER_EXEC_CACERT           --cacert (then ETCDCTL_CACERT)
+LEADER_EXEC_CERT             --cert (then ETCDCTL_CERT)
+LEADER_EXEC_KEY              --key (then ETCDCTL_KEY)
+ETCDCTL_USER                 --user
+LEADER_EXEC_PASSWORD         the etcd password, when --user has none and no --password-file
+LEADER_EXEC_LOG              log filter in RUST_LOG syntax; overrides -v and -q
+NOTIFY_SOCKET                set by systemd: receives READY=1 and STATUS= lines (Type=notify)";
 
-Timing:
-  --renew-deadline + --kill-after must be at most --ttl minus a safety margin of 5% of --ttl
-  (at least 250ms), and --retry-period at most a third of --renew-deadline. The margin absorbs
-  scheduling delays and the time between SIGKILL and the group being gone.";
+pub const EXIT_STATUS: &str = "\
+N        the command ran and exited with status N
+128+N    the command died of signal N (also when leader-exec forwarded it)
+75       leadership was lost and the command was stopped (EX_TEMPFAIL: restart us)
+124      not acquired: --no-wait found a leader, or --wait-timeout passed
+125      leader-exec itself failed: usage or configuration error, etcd unreachable at start,
+         TLS or authentication error
+126      the command exists but cannot be executed
+127      the command was not found
+status:  0 there is a leader, 3 there is none, 125 error
+check:   0 the token is the current leader's, 1 it is not (stale), 125 error
+watch:   0 when interrupted (INT/TERM), 125 error";
+
+pub const SIGNALS: &str = "\
+TERM, INT, HUP, QUIT, USR1 and USR2 sent to leader-exec while the command runs are forwarded to
+the command's process group. TERM and INT then stop it gracefully: up to --kill-after for the
+group to exit, then SIGKILL; the lease is released and leader-exec exits with the command's
+status. While still campaigning, TERM, INT, HUP and QUIT withdraw the candidacy (its key is
+deleted) and leader-exec exits 128+N; USR1 and USR2 are ignored.";
+
+pub const SAFETY: &str = "\
+For one lease name, the commands of different instances never run at the same time, and the
+tokens of successive leaders strictly increase. etcd cannot expire a lease before the instant a
+renewal was sent plus the TTL; so leader-exec's deadline is the send time of the last successful
+renewal plus --renew-deadline, measured on CLOCK_BOOTTIME (which, like etcd's clock, keeps running
+while the machine is suspended). At the deadline the command's whole process group gets
+--kill-signal, then SIGKILL after --kill-after. leader-exec refuses to start unless
+--renew-deadline + --kill-after is at most --ttl minus a margin of 5% of --ttl (at least 250ms),
+and --retry-period is at most a third of --renew-deadline. A renewal answered with TTL <= 0, no
+renewal succeeding by the deadline, or the candidate key being deleted all end leadership. The
+command runs under a small supervising process that SIGKILLs the whole group if leader-exec dies,
+even by SIGKILL; the lease then expires. When the command exits, leader-exec waits until its
+process group is empty, then revokes the lease. A leader-exec that is itself frozen (SIGSTOP, a
+paused VM) cannot stop its command in time: check $LEADER_TOKEN where the job writes.";
+
+/// `--help`'s epilogue and the man page's extra sections come from the same constants.
+pub fn after_long_help() -> String {
+    format!(
+        "Examples:\n{}\n\nThe command sees:\n{}\n\nExit status:\n{}\n\nSignals:\n{}\n\nSafety:\n{}",
+        indent(EXAMPLES),
+        indent(CHILD_ENVIRONMENT),
+        indent(EXIT_STATUS),
+        indent(SIGNALS),
+        indent(SAFETY)
+    )
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("  {l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The full command definition, as `--help` and the man page show it.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().after_long_help(after_long_help())
+}
+
+/// Parses argv with the full definition.
+pub fn try_parse() -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let matches = command().try_get_matches()?;
+    Cli::from_arg_matches(&matches)
+}
 
 /// The run form: `leader-exec [OPTIONS] --lease NAME -- COMMAND [ARG...]`.
 #[derive(Parser, Debug)]
@@ -68,11 +137,18 @@ Timing:
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_long_help = AFTER_LONG_HELP,
-    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...",
+    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check> --lease <NAME> [OPTIONS]",
+    args_conflicts_with_subcommands = true,
+    disable_help_subcommand = true,
     max_term_width = 100
 )]
 pub struct Cli {
+    #[command(subcommand)]
+    pub subcommand: Option<Subcommand>,
+
+    #[command(flatten)]
+    pub election: ElectionArgs,
+
     #[command(flatten)]
     pub run: RunArgs,
 
@@ -83,13 +159,65 @@ pub struct Cli {
     pub log: LogArgs,
 }
 
+#[derive(clap::Subcommand, Debug)]
+pub enum Subcommand {
+    /// Show the current leader: identity, token, key, lease time left, number of candidates.
+    ///
+    /// Exit status: 0 when there is a leader, 3 when there is none, 125 on error.
+    Status(StatusArgs),
+    /// Print one line (or JSON object) per leadership change, until interrupted.
+    ///
+    /// The first line shows the leader at start (or that there is none). Survives etcd restarts
+    /// and reconnects. Exit status: 0 when interrupted by INT or TERM, 125 on error at start.
+    Watch(WatchArgs),
+    /// Exit 0 if TOKEN is the current leader's token, 1 if it is not (stale), 125 on error.
+    ///
+    /// For jobs that check their fencing token before each unit of work:
+    ///   leader-exec check --lease x --token "$LEADER_TOKEN" || exit 75
+    Check(CheckArgs),
+    /// Write the man page and shell completions into DIR (for packaging).
+    #[command(hide = true, name = "generate-assets")]
+    GenerateAssets {
+        /// The directory to write man/ and completions/ into.
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Print one JSON object with stable field names instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The token to check, usually "$LEADER_TOKEN".
+    #[arg(long, value_name = "T")]
+    pub token: String,
+}
+
+/// Which election: shared by the run form and the subcommands.
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Election")]
-pub struct RunArgs {
+pub struct ElectionArgs {
     /// Name of the election; every instance that should exclude the others uses the same name.
     ///
     /// Must not be empty and must not contain '/' or control characters.
-    #[arg(short = 'l', long, value_name = "NAME", env = "LEADER_EXEC_LEASE")]
+    #[arg(
+        short = 'l',
+        long,
+        value_name = "NAME",
+        env = "LEADER_EXEC_LEASE",
+        global = true
+    )]
     pub lease: Option<String>,
 
     /// Key prefix; the election's keys live under PREFIX + NAME + "/".
@@ -97,10 +225,15 @@ pub struct RunArgs {
         long,
         value_name = "PREFIX",
         env = "LEADER_EXEC_PREFIX",
-        default_value = "/leader-exec/"
+        default_value = "/leader-exec/",
+        global = true
     )]
     pub prefix: String,
+}
 
+#[derive(Args, Debug)]
+#[command(next_help_heading = "Election")]
+pub struct RunArgs {
     /// Value stored with this instance's candidate key, shown by `etcdctl elect -l` [default: <hostname>:<pid>]
     #[arg(long, value_name = "ID", env = "LEADER_EXEC_IDENTITY")]
     pub identity: Option<String>,
@@ -133,6 +266,14 @@ pub struct RunArgs {
     #[arg(short = 'n', long)]
     pub no_wait: bool,
 
+    /// After leadership is lost, stop the command and campaign again instead of exiting 75.
+    ///
+    /// For long-running services: when elected again, a fresh command starts with a new, larger
+    /// token. When the command exits by itself, leader-exec exits with its status as usual.
+    /// --wait-timeout applies to each campaign.
+    #[arg(long)]
+    pub recampaign: bool,
+
     /// The command to run while this instance leads, and its arguments (after `--`).
     #[arg(last = true, value_name = "COMMAND", num_args = 1..)]
     pub command: Vec<OsString>,
@@ -142,31 +283,36 @@ pub struct RunArgs {
 #[command(next_help_heading = "etcd connection")]
 pub struct EtcdArgs {
     /// etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
-    #[arg(long, value_name = "URL[,URL]", value_delimiter = ',')]
+    #[arg(long, value_name = "URL[,URL]", value_delimiter = ',', global = true)]
     pub endpoints: Vec<String>,
 
     /// How long the first contact with etcd may take before leader-exec gives up (exit 125).
-    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,
 
     /// CA certificate to verify etcd's certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub cacert: Option<PathBuf>,
 
     /// Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub cert: Option<PathBuf>,
 
     /// Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub key: Option<PathBuf>,
 
     /// etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]
-    #[arg(long, value_name = "NAME[:PASS]", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "NAME[:PASS]",
+        hide_env_values = true,
+        global = true
+    )]
     pub user: Option<String>,
 
     /// Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub password_file: Option<PathBuf>,
 }
 
@@ -174,11 +320,11 @@ pub struct EtcdArgs {
 #[command(next_help_heading = "Logging")]
 pub struct LogArgs {
     /// More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors.
-    #[arg(short = 'v', long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    #[arg(short = 'v', long, action = clap::ArgAction::Count, conflicts_with = "quiet", global = true)]
     pub verbose: u8,
 
     /// Less log output on stderr (-q: errors only, -qq: nothing).
-    #[arg(short = 'q', long, action = clap::ArgAction::Count)]
+    #[arg(short = 'q', long, action = clap::ArgAction::Count, global = true)]
     pub quiet: u8,
 
     /// Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q.
@@ -186,7 +332,8 @@ pub struct LogArgs {
         long,
         value_name = "FORMAT",
         env = "LEADER_EXEC_LOG_FORMAT",
-        default_value = "text"
+        default_value = "text",
+        global = true
     )]
     pub log_format: LogFormat,
 }

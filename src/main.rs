@@ -1,11 +1,14 @@
 //! leader-exec: run a command on exactly one host at a time, elected through etcd.
 
 mod app;
+mod assets;
 mod cli;
 mod clock;
 mod election;
 mod exit;
 mod logging;
+mod notify;
+mod observe;
 mod renewal;
 mod run;
 mod settings;

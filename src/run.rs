@@ -22,6 +22,7 @@ use crate::clock::{Clock, sleep_until_some};
 use crate::election::etcd::Backoff;
 use crate::election::{self, Backend, Candidacy, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
+use crate::notify;
 use crate::renewal::{Deadline, Lost, keep_renewing};
 use crate::settings::{Settings, Wait};
 use crate::signals::{self, Signals};
@@ -43,6 +44,14 @@ enum Joined {
     Exit(u8),
 }
 
+/// How leading ended.
+enum Led {
+    /// With this exit code: the command's status, or a failure to start it.
+    Exit(u8),
+    /// Leadership was lost and the command's group is gone.
+    Lost,
+}
+
 enum Waited {
     Leading,
     Recampaign,
@@ -52,17 +61,23 @@ enum Waited {
 impl<B: Backend, C: Clock> Runner<'_, B, C> {
     /// Campaigns, leads, and returns the exit code.
     pub async fn run(&mut self) -> anyhow::Result<u8> {
-        let started = self.clock.now();
-        let give_up_at = match self.settings.wait {
-            Wait::Until(timeout) => Some(started + timeout),
+        let wait_limit = |now: Duration| match self.settings.wait {
+            Wait::Until(timeout) => Some(now + timeout),
             Wait::Forever | Wait::No => None,
         };
+        let mut give_up_at = wait_limit(self.clock.now());
         let mut first = true;
         loop {
             let (candidacy, confirmed) = match self.join(first, give_up_at).await? {
                 Joined::Candidacy(candidacy, confirmed) => (candidacy, confirmed),
                 Joined::Exit(code) => return Ok(code),
             };
+            let campaigning = format!("campaigning for lease {}", self.settings.lease);
+            if first {
+                notify::ready(&campaigning);
+            } else {
+                notify::status(&campaigning);
+            }
             first = false;
             tracing::info!(
                 token = candidacy.token,
@@ -99,7 +114,14 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 self.release(&candidacy).await;
                 continue;
             }
-            return self.lead(&candidacy, renewal.as_mut()).await;
+            match self.lead(&candidacy, renewal.as_mut()).await? {
+                Led::Exit(code) => return Ok(code),
+                Led::Lost if self.settings.recampaign => {
+                    tracing::info!(event = "recampaigning", "campaigning again (--recampaign)");
+                    give_up_at = wait_limit(clock.now());
+                }
+                Led::Lost => return Ok(exit::LEADERSHIP_LOST),
+            }
         }
     }
 
@@ -237,7 +259,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         &mut self,
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Lost>>,
-    ) -> anyhow::Result<u8> {
+    ) -> anyhow::Result<Led> {
         let settings = self.settings;
         let env = [
             ("LEADER_TOKEN", candidacy.token.to_string()),
@@ -251,6 +273,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             token = candidacy.token,
             "elected; starting the command"
         );
+        notify::status(&format!(
+            "leader of lease {} (token {})",
+            settings.lease, candidacy.token
+        ));
         if let Err(e) = self.supervisor.spawn(&env).await {
             self.release(candidacy).await;
             return Err(Failure::usage(format!("cannot reach the supervisor: {e}")).into());
@@ -266,10 +292,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             tokio::select! {
                 biased;
                 lost = &mut renewal => {
-                    return self.step_down(candidacy, &lost.to_string()).await;
+                    self.step_down(candidacy, &lost.to_string()).await;
+                    return Ok(Led::Lost);
                 }
                 () = &mut key_gone => {
-                    return self.step_down(candidacy, "our election key was deleted").await;
+                    self.step_down(candidacy, "our election key was deleted").await;
+                    return Ok(Led::Lost);
                 }
                 event = self.supervisor.next_event() => match event {
                     Ok(Event::Started(pid)) => tracing::info!(event = "started", token = candidacy.token, pid, "command started"),
@@ -288,7 +316,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     }
                     Ok(Event::GroupEmpty) => {
                         self.release(candidacy).await;
-                        return Ok(status.map_or(exit::FAILURE, ChildStatus::code));
+                        return Ok(Led::Exit(status.map_or(exit::FAILURE, ChildStatus::code)));
                     }
                     Err(e) => {
                         self.release(candidacy).await;
@@ -312,9 +340,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
     }
 
     /// Leadership can no longer be proven: stop the command's whole group within
-    /// `--kill-after`, and only then exit 75. The renewal loop has stopped (its future ended or
-    /// is dropped with this call): a lost lease is never kept alive.
-    async fn step_down(&mut self, candidacy: &Candidacy, reason: &str) -> anyhow::Result<u8> {
+    /// `--kill-after`. The renewal loop has stopped (its future ended or is dropped with this
+    /// call): a lost lease is never kept alive.
+    async fn step_down(&mut self, candidacy: &Candidacy, reason: &str) {
         let settings = self.settings;
         let clock = self.clock.clone();
         tracing::warn!(
@@ -324,6 +352,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             signal = settings.kill_signal.as_str(),
             "leadership lost; stopping the command"
         );
+        notify::status(&format!("stepping down: {reason}"));
         self.supervisor.signal(settings.kill_signal).await;
         let kill_at = clock.now() + settings.timing.kill_after;
         let mut killed = false;
@@ -345,12 +374,11 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         tracing::warn!(
             event = "stepped-down",
             token = candidacy.token,
-            "the command's process group is gone; exiting 75"
+            "the command's process group is gone"
         );
         // Usually the lease is gone or etcd unreachable; if not, revoking it lets the next
         // leader start now instead of after the TTL.
         self.release(candidacy).await;
-        Ok(exit::LEADERSHIP_LOST)
     }
 
     /// Revokes the lease (deleting the candidate key), retrying briefly; if that fails the lease

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::cli::{Cli, EtcdArgs};
+use crate::cli::{ElectionArgs, EtcdArgs, RunArgs};
 use crate::exit::Failure;
 
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
@@ -110,6 +110,27 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// Which election: the lease name and the key prefix, validated.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    pub lease: String,
+    pub prefix: String,
+}
+
+impl Scope {
+    pub fn from_args(args: ElectionArgs) -> Result<Scope, Failure> {
+        Ok(Scope {
+            lease: validate_lease_name(args.lease.as_deref())?,
+            prefix: validate_text("--prefix", args.prefix)?,
+        })
+    }
+
+    /// The election prefix: candidate keys are this plus the lease id in hex.
+    pub fn election_prefix(&self) -> String {
+        format!("{}{}/", self.prefix, self.lease)
+    }
+}
+
 /// Everything the run form needs, validated.
 #[derive(Debug)]
 pub struct Settings {
@@ -119,15 +140,18 @@ pub struct Settings {
     pub timing: Timing,
     pub kill_signal: Signal,
     pub wait: Wait,
+    pub recampaign: bool,
     pub connection: Connection,
     pub command: Vec<OsString>,
 }
 
 impl Settings {
-    pub fn from_cli(cli: Cli) -> Result<Settings, Failure> {
-        let run = cli.run;
-        let lease = validate_lease_name(run.lease.as_deref())?;
-        let prefix = validate_text("--prefix", run.prefix)?;
+    pub fn from_args(
+        election: ElectionArgs,
+        run: RunArgs,
+        etcd: EtcdArgs,
+    ) -> Result<Settings, Failure> {
+        let Scope { lease, prefix } = Scope::from_args(election)?;
         let identity = match run.identity {
             Some(id) if id.is_empty() => {
                 return Err(Failure::usage("--identity must not be empty"));
@@ -152,7 +176,7 @@ impl Settings {
                 "missing command: give it after `--`, as in: leader-exec --lease NAME -- COMMAND [ARG]...",
             ));
         }
-        let connection = connection(cli.etcd)?;
+        let connection = Connection::from_args(etcd)?;
         Ok(Settings {
             lease,
             prefix,
@@ -160,19 +184,18 @@ impl Settings {
             timing,
             kill_signal: run.kill_signal,
             wait,
+            recampaign: run.recampaign,
             connection,
             command: run.command,
         })
     }
 
-    /// The election prefix: candidate keys are this plus the lease id in hex.
-    pub fn election_prefix(&self) -> String {
-        election_prefix(&self.prefix, &self.lease)
+    pub fn scope(&self) -> Scope {
+        Scope {
+            lease: self.lease.clone(),
+            prefix: self.prefix.clone(),
+        }
     }
-}
-
-pub fn election_prefix(prefix: &str, lease: &str) -> String {
-    format!("{prefix}{lease}/")
 }
 
 pub fn validate_lease_name(name: Option<&str>) -> Result<String, Failure> {
@@ -223,6 +246,12 @@ fn env_path(names: &[&str]) -> Option<PathBuf> {
         .iter()
         .find_map(|n| env_nonempty(n))
         .map(PathBuf::from)
+}
+
+impl Connection {
+    pub fn from_args(args: EtcdArgs) -> Result<Connection, Failure> {
+        connection(args)
+    }
 }
 
 fn connection(args: EtcdArgs) -> Result<Connection, Failure> {

@@ -137,20 +137,7 @@ fn an_etcd_restart_shorter_than_the_deadline_leaves_the_command_alone() {
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     // A deadline long enough to cover an etcd restart on a loaded machine.
-    let args = [
-        "--endpoints",
-        &endpoint,
-        "--lease",
-        "restart",
-        "--ttl",
-        "8s",
-        "--renew-deadline",
-        "5s",
-        "--retry-period",
-        "500ms",
-        "--kill-after",
-        "1s",
-    ];
+    let args = patient_lease_args(&endpoint, "restart");
     let job = STOPPABLE;
     let mut a = Instance::start(&args, &scratch.job("a", job));
     let child = scratch

@@ -8,4 +8,5 @@ mod election;
 mod exit_codes;
 mod faults;
 mod input;
+mod operator;
 mod signals;

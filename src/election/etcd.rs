@@ -22,7 +22,9 @@ use etcd_client::{
     TxnOpResponse, WatchFilterType, WatchOptions,
 };
 
-use super::{Backend, Candidacy, Keeper, Renewal, StoreError, Turn};
+use super::{
+    Backend, Candidacy, Keeper, Leader, LeaseTime, Observation, Renewal, StoreError, Turn,
+};
 use crate::settings::Connection;
 
 /// Connects to etcd. The client is lazy: without credentials nothing is sent yet, so an
@@ -148,6 +150,17 @@ impl Etcd {
         let options = WatchOptions::new()
             .with_start_revision(revision + 1)
             .with_filters([WatchFilterType::NoPut]);
+        self.first_event(key, options, |e| e.event_type() == EventType::Delete)
+            .await
+    }
+
+    /// Watches with `options` until an event matches `wanted`; errors when the watch breaks.
+    async fn first_event(
+        &self,
+        key: &str,
+        options: WatchOptions,
+        wanted: impl Fn(&etcd_client::Event) -> bool,
+    ) -> Result<(), StoreError> {
         let mut stream = self
             .client
             .watch_client()
@@ -157,11 +170,7 @@ impl Etcd {
         loop {
             match stream.message().await.map_err(classify)? {
                 Some(response) => {
-                    if response
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete)
-                    {
+                    if response.events().iter().any(&wanted) {
                         return Ok(());
                     }
                     if response.canceled() {
@@ -295,6 +304,59 @@ impl Backend for Etcd {
                 }
             }
         }
+    }
+
+    async fn observe(&self) -> Result<Observation, StoreError> {
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let count = GetOptions::new().with_prefix().with_count_only();
+        let prefix = self.election_prefix.as_str();
+        let txn = Txn::new().and_then([
+            TxnOp::get(prefix, Some(first)),
+            TxnOp::get(prefix, Some(count)),
+        ]);
+        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
+        let revision = header_revision(response.header())?;
+        let responses = response.op_responses();
+        let (Some(TxnOpResponse::Get(first)), Some(TxnOpResponse::Get(count))) =
+            (responses.first(), responses.get(1))
+        else {
+            return Err(StoreError::Transient("unexpected txn response".into()));
+        };
+        let leader = first.kvs().first().map(|kv| Leader {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            identity: String::from_utf8_lossy(kv.value()).into_owned(),
+            token: kv.create_revision(),
+            lease_id: kv.lease(),
+        });
+        Ok(Observation {
+            leader,
+            candidates: count.count(),
+            revision,
+        })
+    }
+
+    async fn changed_after(&self, revision: i64) -> Result<(), StoreError> {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        self.first_event(&self.election_prefix, options, |_| true)
+            .await
+    }
+
+    async fn lease_time(&self, lease_id: i64) -> Result<Option<LeaseTime>, StoreError> {
+        let response = self
+            .client
+            .lease_client()
+            .time_to_live(lease_id, None)
+            .await
+            .map_err(classify)?;
+        Ok((response.ttl() > 0).then(|| LeaseTime {
+            remaining: Duration::from_secs(response.ttl() as u64),
+            granted: Duration::from_secs(response.granted_ttl().max(0) as u64),
+        }))
     }
 
     async fn resign(&self, candidacy: &Candidacy) -> Result<(), StoreError> {

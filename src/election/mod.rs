@@ -52,6 +52,32 @@ pub enum Renewal {
     Expired,
 }
 
+/// The election as an observer sees it, read at one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    pub leader: Option<Leader>,
+    /// Candidate keys in line, the leader's included.
+    pub candidates: i64,
+    /// The store revision the observation was read at.
+    pub revision: i64,
+}
+
+/// The current leader: the candidate with the lowest create-revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    pub key: String,
+    pub identity: String,
+    pub token: i64,
+    pub lease_id: i64,
+}
+
+/// A lease's remaining and granted time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTime {
+    pub remaining: Duration,
+    pub granted: Duration,
+}
+
 /// A store error, sorted by whether trying again can help.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
@@ -116,6 +142,18 @@ pub trait Backend {
 
     /// Leaves the election: revokes the lease, which deletes the key.
     fn resign(&self, candidacy: &Candidacy) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// Reads who leads and how many stand in line (linearizable).
+    fn observe(&self) -> impl Future<Output = Result<Observation, StoreError>>;
+
+    /// Completes when anything in the election changes after `revision`.
+    fn changed_after(&self, revision: i64) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// Time left on a lease; `None` when it no longer exists.
+    fn lease_time(
+        &self,
+        lease_id: i64,
+    ) -> impl Future<Output = Result<Option<LeaseTime>, StoreError>>;
 }
 
 /// Waits until the candidacy leads (`Turn::Leading`) or is gone (`Turn::Gone`), watching only the

@@ -1,0 +1,228 @@
+//! The read-only subcommands: `status`, `watch` and `check`.
+//!
+//! They read the same keys the run form writes, at one revision of the store, and never create
+//! anything.
+
+use std::io::Write;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::election::etcd::Backoff;
+use crate::election::{Backend, Leader, Observation, StoreError};
+use crate::exit::Failure;
+use crate::settings::Scope;
+use crate::signals::{self, Signals};
+
+/// `status` exit codes.
+pub const STATUS_LEADER: u8 = 0;
+pub const STATUS_NO_LEADER: u8 = 3;
+/// `check` exit codes.
+pub const CHECK_CURRENT: u8 = 0;
+pub const CHECK_STALE: u8 = 1;
+
+/// Bounds one request by the connect timeout: these commands run from scripts and must not hang.
+async fn bounded<T>(
+    limit: Duration,
+    what: &str,
+    request: impl Future<Output = Result<T, StoreError>>,
+) -> anyhow::Result<T> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
+        Err(_) => Err(Failure::usage(format!(
+            "{what}: etcd did not answer within --connect-timeout ({})",
+            humantime::format_duration(limit)
+        ))
+        .into()),
+    }
+}
+
+/// Reads once, retrying transient errors within `limit`.
+async fn observe_once<B: Backend>(backend: &B, limit: Duration) -> anyhow::Result<Observation> {
+    bounded(limit, "reading the election", async {
+        let mut backoff = Backoff::new();
+        loop {
+            match backend.observe().await {
+                Err(e) if e.is_transient() => backoff.sleep().await,
+                other => return other,
+            }
+        }
+    })
+    .await
+}
+
+fn leader_json(leader: &Leader) -> Value {
+    json!({
+        "identity": leader.identity,
+        "token": leader.token,
+        "key": leader.key,
+        "lease_id": format!("{:x}", leader.lease_id),
+    })
+}
+
+/// `leader-exec status`.
+///
+/// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
+/// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`), `candidates`.
+pub async fn status<B: Backend>(
+    backend: &B,
+    scope: &Scope,
+    json: bool,
+    limit: Duration,
+) -> anyhow::Result<u8> {
+    let observation = observe_once(backend, limit).await?;
+    let lease_time = match &observation.leader {
+        Some(leader) => {
+            bounded(
+                limit,
+                "reading the lease",
+                backend.lease_time(leader.lease_id),
+            )
+            .await?
+        }
+        None => None,
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        let leader = observation.leader.as_ref().map(|leader| {
+            let mut object = leader_json(leader);
+            object["ttl_remaining_seconds"] = json!(lease_time.map(|t| t.remaining.as_secs()));
+            object["ttl_granted_seconds"] = json!(lease_time.map(|t| t.granted.as_secs()));
+            object
+        });
+        let object = json!({
+            "lease": scope.lease,
+            "leader": leader,
+            "candidates": observation.candidates,
+        });
+        writeln!(out, "{object}")?;
+    } else {
+        writeln!(out, "lease:       {}", scope.lease)?;
+        match &observation.leader {
+            Some(leader) => {
+                writeln!(out, "leader:      {}", leader.identity)?;
+                writeln!(out, "token:       {}", leader.token)?;
+                writeln!(out, "key:         {}", leader.key)?;
+                writeln!(out, "lease id:    {:x}", leader.lease_id)?;
+                if let Some(time) = lease_time {
+                    writeln!(
+                        out,
+                        "ttl left:    {}s of {}s",
+                        time.remaining.as_secs(),
+                        time.granted.as_secs()
+                    )?;
+                }
+            }
+            None => writeln!(out, "leader:      none")?,
+        }
+        writeln!(out, "candidates:  {}", observation.candidates)?;
+    }
+    Ok(if observation.leader.is_some() {
+        STATUS_LEADER
+    } else {
+        STATUS_NO_LEADER
+    })
+}
+
+/// `leader-exec check`: is TOKEN the current leader's?
+pub async fn check<B: Backend>(backend: &B, token: &str, limit: Duration) -> anyhow::Result<u8> {
+    let token: i64 = match token.trim().parse() {
+        Ok(t) if t > 0 => t,
+        _ => {
+            return Err(Failure::usage(format!(
+                "--token '{}' is not a token (a positive integer, usually \"$LEADER_TOKEN\")",
+                token.escape_debug()
+            ))
+            .into());
+        }
+    };
+    let observation = observe_once(backend, limit).await?;
+    match observation.leader {
+        Some(leader) if leader.token == token => Ok(CHECK_CURRENT),
+        Some(leader) => {
+            tracing::warn!(
+                event = "stale",
+                token,
+                current = leader.token,
+                "token {token} is stale: the current leader's token is {}",
+                leader.token
+            );
+            Ok(CHECK_STALE)
+        }
+        None => {
+            tracing::warn!(
+                event = "stale",
+                token,
+                "token {token} is stale: there is no leader"
+            );
+            Ok(CHECK_STALE)
+        }
+    }
+}
+
+/// `leader-exec watch`: one line per leadership change until INT or TERM.
+pub async fn watch<B: Backend>(
+    backend: &B,
+    scope: &Scope,
+    json: bool,
+    limit: Duration,
+    signals: &mut Signals,
+) -> anyhow::Result<u8> {
+    // The first read is bounded like every command's first contact; later outages are waited out.
+    let mut observation = observe_once(backend, limit).await?;
+    let mut shown: Option<Option<Leader>> = None;
+    let mut backoff = Backoff::new();
+    loop {
+        if shown.as_ref() != Some(&observation.leader) {
+            print_change(scope, observation.leader.as_ref(), json)?;
+            shown = Some(observation.leader.clone());
+        }
+        let next = async {
+            loop {
+                if let Err(e) = backend.changed_after(observation.revision).await {
+                    tracing::debug!(error = %e, "watch interrupted; reading again");
+                    backoff.sleep().await;
+                }
+                match backend.observe().await {
+                    Ok(next) => return next,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading the election failed; retrying");
+                        backoff.sleep().await;
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            next = next => observation = next,
+            signal = signals.recv() => {
+                if signals::stops_the_child(signal) {
+                    return Ok(0);
+                }
+            }
+        }
+    }
+}
+
+fn print_change(scope: &Scope, leader: Option<&Leader>, json: bool) -> std::io::Result<()> {
+    let time = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+    let mut out = std::io::stdout().lock();
+    if json {
+        let object = json!({
+            "time": time,
+            "lease": scope.lease,
+            "leader": leader.map(leader_json),
+        });
+        writeln!(out, "{object}")?;
+    } else {
+        match leader {
+            Some(leader) => writeln!(
+                out,
+                "{time} leader {} token {} key {}",
+                leader.identity, leader.token, leader.key
+            )?,
+            None => writeln!(out, "{time} no leader")?,
+        }
+    }
+    out.flush()
+}
