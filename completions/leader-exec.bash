@@ -35,7 +35,7 @@ _leader__exec() {
 
     case "${cmd}" in
         leader__exec)
-            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --recampaign --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check generate-assets"
+            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --recampaign --hold-at-least --occurrence --if-unfinished --occurrence-retention --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check generate-assets"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -86,6 +86,22 @@ _leader__exec() {
                     return 0
                     ;;
                 --wait-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hold-at-least)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --occurrence)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --if-unfinished)
+                    COMPREPLY=($(compgen -W "rerun skip fail" -- "${cur}"))
+                    return 0
+                    ;;
+                --occurrence-retention)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leader_exec_global_optspecs
-    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait recampaign endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
+    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait recampaign hold-at-least= occurrence= if-unfinished= occurrence-retention= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_leader_exec_needs_command
@@ -33,6 +33,12 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l retry-period -d
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s s -l kill-signal -d 'First signal sent to the command\'s process group on step-down (name or number)' -r
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s k -l kill-after -d 'Grace period after the first signal before SIGKILL goes to the whole process group' -r
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l wait-timeout -d 'Give up campaigning after this long (exit 124) [default: wait forever]' -r
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -d 'Keep the lease until this long after acquiring it, even if the command ends sooner' -r
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
+skip\t'Treat it as done: exit 0 without running'
+fail\t'Refuse to run and exit 125, so a human (or an alert) decides'"
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in etcd (etcd deletes them afterwards)' -r
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F

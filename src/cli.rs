@@ -34,7 +34,11 @@ Check the fencing token before each unit of work in a shell child:
       load \"$f\"
   done'
 
-Who leads, and since which token:
+Exactly once per night from every host's crontab, even with skewed clocks:
+  leader-exec --lease statements --no-wait --hold-at-least 10m \\
+      --occurrence \"statements:$(date +%F)\" -- ./send-statements
+
+Who leads, since which token, and the recent occurrences:
   leader-exec status --lease statement-job";
 
 pub const CHILD_ENVIRONMENT: &str = "\
@@ -43,7 +47,10 @@ LEADER_TOKEN     fencing token: the create-revision of this leader's election ke
 LEADER_LEASE     the lease name
 LEADER_KEY       the etcd key this leader holds
 LEADER_IDENTITY  the identity
-LEADER_LEASE_ID  the etcd lease id (hex)";
+LEADER_LEASE_ID  the etcd lease id (hex)
+LEADER_OCCURRENCE      the --occurrence ID, when given
+LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
+                       started it";
 
 /// Variables read by `settings.rs` and `logging.rs` rather than through clap's `env`.
 pub const OTHER_ENVIRONMENT: &str = "\
@@ -125,8 +132,24 @@ pub fn command() -> clap::Command {
 
 /// Parses argv with the full definition.
 pub fn try_parse() -> Result<Cli, clap::Error> {
-    use clap::FromArgMatches;
-    let matches = command().try_get_matches()?;
+    use clap::{FromArgMatches, parser::ValueSource};
+    let mut command = command();
+    let matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    if let Some((name, _)) = matches.subcommand() {
+        // Flags of the run form mean nothing to the subcommands; say so rather than ignore them.
+        let run_only = RunArgs::augment_args(clap::Command::new("run"));
+        for arg in run_only.get_arguments() {
+            if matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine) {
+                let flag = arg
+                    .get_long()
+                    .map_or_else(|| "COMMAND".to_owned(), |long| format!("--{long}"));
+                return Err(command.error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!("{flag} belongs to the run form, not to `{name}`"),
+                ));
+            }
+        }
+    }
     Cli::from_arg_matches(&matches)
 }
 
@@ -138,7 +161,6 @@ pub fn try_parse() -> Result<Cli, clap::Error> {
     about = ABOUT,
     long_about = LONG_ABOUT,
     override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check> --lease <NAME> [OPTIONS]",
-    args_conflicts_with_subcommands = true,
     disable_help_subcommand = true,
     max_term_width = 100
 )]
@@ -273,6 +295,41 @@ pub struct RunArgs {
     /// --wait-timeout applies to each campaign.
     #[arg(long)]
     pub recampaign: bool,
+
+    /// Keep the lease until this long after acquiring it, even if the command ends sooner.
+    ///
+    /// Renewed meanwhile, and given up as usual when it can no longer be proven; instances that
+    /// arrive during the hold see a leader (and exit 124 with --no-wait). TERM or INT during the
+    /// hold make leader-exec exit at once and leave the lease to expire on its own.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub hold_at_least: Option<Duration>,
+
+    /// Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)".
+    ///
+    /// The leader records the occurrence in etcd (fenced by its token) before starting COMMAND
+    /// and its outcome afterwards. A later leader with the same ID does not run a done
+    /// occurrence (exit 0), runs a failed one again, and applies --if-unfinished to one that an
+    /// earlier leader started but never finished. COMMAND gets LEADER_OCCURRENCE.
+    #[arg(long, value_name = "ID")]
+    pub occurrence: Option<String>,
+
+    /// What to do with an occurrence an earlier leader started and never finished.
+    ///
+    /// The default refuses (exit 125): the earlier run may have done part of the work, and only
+    /// someone who knows the job can say whether running it again is safe. Use `rerun` for
+    /// idempotent jobs (they get the earlier leader's token in LEADER_PREVIOUS_TOKEN to resume),
+    /// `skip` where a missed run is cheaper than a repeated one.
+    #[arg(
+        long,
+        value_name = "POLICY",
+        default_value = "fail",
+        requires = "occurrence"
+    )]
+    pub if_unfinished: crate::occurrence::IfUnfinished,
+
+    /// How long occurrence records are kept in etcd (etcd deletes them afterwards).
+    #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, requires = "occurrence")]
+    pub occurrence_retention: Duration,
 
     /// The command to run while this instance leads, and its arguments (after `--`).
     #[arg(last = true, value_name = "COMMAND", num_args = 1..)]

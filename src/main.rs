@@ -9,6 +9,7 @@ mod exit;
 mod logging;
 mod notify;
 mod observe;
+mod occurrence;
 mod renewal;
 mod run;
 mod settings;

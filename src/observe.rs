@@ -3,7 +3,8 @@
 //! They read the same keys the run form writes, at one revision of the store, and never create
 //! anything.
 
-use std::io::Write;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 use crate::election::etcd::Backoff;
 use crate::election::{Backend, Leader, Observation, StoreError};
 use crate::exit::Failure;
+use crate::occurrence::{self, Record};
 use crate::settings::Scope;
 use crate::signals::{self, Signals};
 
@@ -61,10 +63,15 @@ fn leader_json(leader: &Leader) -> Value {
     })
 }
 
+/// How many occurrences `status` shows as text (JSON has them all).
+const OCCURRENCES_SHOWN: usize = 10;
+
 /// `leader-exec status`.
 ///
 /// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
-/// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`), `candidates`.
+/// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`), `candidates`, `occurrences`
+/// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
+/// `finished_at`, `exit_code`, `previous_token`).
 pub async fn status<B: Backend>(
     backend: &B,
     scope: &Scope,
@@ -83,7 +90,18 @@ pub async fn status<B: Backend>(
         }
         None => None,
     };
-    let mut out = std::io::stdout().lock();
+    let mut occurrences: Vec<(String, Record)> = bounded(
+        limit,
+        "reading occurrences",
+        backend.list_records(&occurrence::records_prefix(scope)),
+    )
+    .await?
+    .into_iter()
+    .filter_map(|(id, value)| Some((id, Record::from_json(&value)?)))
+    .collect();
+    // RFC 3339 in UTC sorts as text.
+    occurrences.sort_by(|a, b| b.1.started_at.cmp(&a.1.started_at));
+    let mut out = String::new();
     if json {
         let leader = observation.leader.as_ref().map(|leader| {
             let mut object = leader_json(leader);
@@ -91,10 +109,19 @@ pub async fn status<B: Backend>(
             object["ttl_granted_seconds"] = json!(lease_time.map(|t| t.granted.as_secs()));
             object
         });
+        let occurrences: Vec<Value> = occurrences
+            .iter()
+            .map(|(id, record)| {
+                let mut object = serde_json::to_value(record).expect("records serialize");
+                object["id"] = json!(id);
+                object
+            })
+            .collect();
         let object = json!({
             "lease": scope.lease,
             "leader": leader,
             "candidates": observation.candidates,
+            "occurrences": occurrences,
         });
         writeln!(out, "{object}")?;
     } else {
@@ -117,7 +144,31 @@ pub async fn status<B: Backend>(
             None => writeln!(out, "leader:      none")?,
         }
         writeln!(out, "candidates:  {}", observation.candidates)?;
+        if !occurrences.is_empty() {
+            writeln!(out, "occurrences:")?;
+            for (id, record) in occurrences.iter().take(OCCURRENCES_SHOWN) {
+                let state = serde_json::to_value(record.state).expect("states serialize");
+                let state = state.as_str().unwrap_or("?");
+                let outcome = match (record.finished_at.as_deref(), record.exit_code) {
+                    (Some(at), Some(code)) => format!(" finished {at} exit {code}"),
+                    _ => String::new(),
+                };
+                writeln!(
+                    out,
+                    "  {id}  {state:<7}  token {}  {}  started {}{outcome}",
+                    record.token, record.identity, record.started_at
+                )?;
+            }
+            if occurrences.len() > OCCURRENCES_SHOWN {
+                writeln!(
+                    out,
+                    "  ({} older; see --json)",
+                    occurrences.len() - OCCURRENCES_SHOWN
+                )?;
+            }
+        }
     }
+    print(&out);
     Ok(if observation.leader.is_some() {
         STATUS_LEADER
     } else {
@@ -175,7 +226,13 @@ pub async fn watch<B: Backend>(
     let mut backoff = Backoff::new();
     loop {
         if shown.as_ref() != Some(&observation.leader) {
-            print_change(scope, observation.leader.as_ref(), json)?;
+            if let Err(e) = print_change(scope, observation.leader.as_ref(), json) {
+                // Nobody reads any more (`watch | head -1`): done.
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    return Ok(0);
+                }
+                return Err(e.into());
+            }
             shown = Some(observation.leader.clone());
         }
         let next = async {
@@ -202,6 +259,12 @@ pub async fn watch<B: Backend>(
             }
         }
     }
+}
+
+/// Writes to stdout; a reader that went away (`status | head -1`) is not an error.
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 fn print_change(scope: &Scope, leader: Option<&Leader>, json: bool) -> std::io::Result<()> {

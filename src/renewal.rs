@@ -52,10 +52,16 @@ impl fmt::Display for Lost {
 
 /// The instant (on the boot clock) until which the lease is proven to be ours.
 /// Shared between the renewal loop, which extends it, and the state machine, which reads it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Deadline(Rc<Cell<Duration>>);
 
 impl Deadline {
+    /// The deadline proven by a request sent at `confirmed` (the grant): valid from the start,
+    /// whether or not the renewal loop has run yet.
+    pub fn new(confirmed: Duration, timing: Timing) -> Deadline {
+        Deadline(Rc::new(Cell::new(confirmed + timing.renew_deadline)))
+    }
+
     pub fn get(&self) -> Duration {
         self.0.get()
     }
@@ -83,7 +89,6 @@ pub async fn keep_renewing<K: Keeper, C: Clock>(
     };
     let first_backoff = (timing.retry_period / 8).max(Duration::from_millis(10));
     let mut backoff = first_backoff;
-    deadline.extend_to(confirmed + timing.renew_deadline);
     let mut next = confirmed + timing.retry_period;
     loop {
         tokio::select! {
@@ -205,12 +210,19 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
+    #[test]
+    fn the_deadline_holds_before_the_renewal_loop_first_runs() {
+        // The state machine may read it before polling the loop (e.g. with --no-wait).
+        let deadline = Deadline::new(5 * S, timing());
+        assert_eq!(deadline.get(), 15 * S);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn healthy_renewals_never_lose() {
         let clock = TokioClock::new();
         let mut keeper = ScriptedKeeper::new(&clock, vec![], ok(5));
         let sends = keeper.sends.clone();
-        let deadline = Deadline::default();
+        let deadline = Deadline::new(Duration::ZERO, timing());
         let outcome = tokio::time::timeout(
             600 * S,
             keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline),
@@ -233,7 +245,7 @@ mod tests {
         let mut keeper = ScriptedKeeper::new(&clock, vec![ok(5)], Step::Hang);
         let resets = keeper.resets.clone();
         let sends = keeper.sends.clone();
-        let deadline = Deadline::default();
+        let deadline = Deadline::new(Duration::ZERO, timing());
         let lost = keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
         assert_eq!(
             lost,
@@ -255,7 +267,7 @@ mod tests {
         let clock = TokioClock::new();
         // Slow but in time: answered 1.9 s after it was sent.
         let mut keeper = ScriptedKeeper::new(&clock, vec![ok(1_900)], Step::Hang);
-        let deadline = Deadline::default();
+        let deadline = Deadline::new(Duration::ZERO, timing());
         keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
         assert_eq!(deadline.get(), 2 * S + 10 * S);
         assert_eq!(clock.now(), 12 * S);
@@ -266,7 +278,7 @@ mod tests {
         let clock = TokioClock::new();
         let expired = Step::Answer(Duration::from_millis(3), Ok(Renewal::Expired));
         let mut keeper = ScriptedKeeper::new(&clock, vec![ok(5), expired], Step::Hang);
-        let deadline = Deadline::default();
+        let deadline = Deadline::new(Duration::ZERO, timing());
         let lost = keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
         assert_eq!(lost, Lost::Expired);
         assert_eq!(clock.now(), 4 * S + Duration::from_millis(3));
@@ -280,7 +292,7 @@ mod tests {
         script.extend(std::iter::repeat_n(unavailable(1), 6));
         let mut keeper = ScriptedKeeper::new(&clock, script, ok(5));
         let sends = keeper.sends.clone();
-        let deadline = Deadline::default();
+        let deadline = Deadline::new(Duration::ZERO, timing());
         let outcome = tokio::time::timeout(
             60 * S,
             keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline),
@@ -301,9 +313,9 @@ mod tests {
     async fn errors_longer_than_the_deadline_lose() {
         let clock = TokioClock::new();
         let mut keeper = ScriptedKeeper::new(&clock, vec![], unavailable(1));
-        let deadline = Deadline::default();
         let started = Duration::from_millis(300);
         tokio::time::advance(started).await;
+        let deadline = Deadline::new(started, timing());
         let lost = keep_renewing(&mut keeper, &clock, timing(), started, &deadline).await;
         assert!(matches!(lost, Lost::DeadlineMissed { .. }));
         assert_eq!(clock.now(), started + 10 * S);

@@ -23,6 +23,7 @@ use crate::election::etcd::Backoff;
 use crate::election::{self, Backend, Candidacy, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
 use crate::notify;
+use crate::occurrence::{self, Decision, Occurrence, Record};
 use crate::renewal::{Deadline, Lost, keep_renewing};
 use crate::settings::{Settings, Wait};
 use crate::signals::{self, Signals};
@@ -49,6 +50,16 @@ enum Led {
     /// With this exit code: the command's status, or a failure to start it.
     Exit(u8),
     /// Leadership was lost and the command's group is gone.
+    Lost,
+}
+
+/// How a leader's occurrence begins.
+enum Begun {
+    /// Recorded as started: run the command.
+    Run(Record),
+    /// Do not run it; exit with this code.
+    Exit(u8),
+    /// The fenced write was rejected: this instance no longer leads.
     Lost,
 }
 
@@ -86,7 +97,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 "campaigning"
             );
             let clock = self.clock.clone();
-            let deadline = Deadline::default();
+            let deadline = Deadline::new(confirmed, self.settings.timing);
             let mut keeper = self.backend.keeper(&candidacy);
             let renewal = keep_renewing(
                 &mut keeper,
@@ -101,7 +112,11 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 .await?
             {
                 Waited::Leading => {}
-                Waited::Recampaign => continue,
+                Waited::Recampaign => {
+                    // Not at once: whatever took the candidacy away may still be going on.
+                    tokio::time::sleep(self.settings.timing.retry_period).await;
+                    continue;
+                }
                 Waited::Exit(code) => return Ok(code),
             }
             // The renewal loop would report this too, but only once polled again: never start
@@ -112,6 +127,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     "elected, but the lease is past its renew deadline; campaigning again"
                 );
                 self.release(&candidacy).await;
+                tokio::time::sleep(self.settings.timing.retry_period).await;
                 continue;
             }
             match self.lead(&candidacy, renewal.as_mut()).await? {
@@ -261,79 +277,315 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         mut renewal: Pin<&mut impl Future<Output = Lost>>,
     ) -> anyhow::Result<Led> {
         let settings = self.settings;
-        let env = [
+        let clock = self.clock.clone();
+        let acquired = clock.now();
+        let mut env = vec![
             ("LEADER_TOKEN", candidacy.token.to_string()),
             ("LEADER_LEASE", settings.lease.clone()),
             ("LEADER_KEY", candidacy.key.clone()),
             ("LEADER_IDENTITY", settings.identity.clone()),
             ("LEADER_LEASE_ID", candidacy.lease_id_hex()),
         ];
-        tracing::info!(
-            event = "elected",
-            token = candidacy.token,
-            "elected; starting the command"
-        );
+        tracing::info!(event = "elected", token = candidacy.token, "elected");
         notify::status(&format!(
             "leader of lease {} (token {})",
             settings.lease, candidacy.token
         ));
+
+        // With --occurrence, the record is written (fenced) before the command may start.
+        let mut record: Option<Record> = None;
+        if let Some(occurrence) = &settings.occurrence {
+            let begun = tokio::select! {
+                biased;
+                lost = &mut renewal => {
+                    tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %lost, "leadership lost before the command started");
+                    Begun::Lost
+                }
+                begun = self.begin_occurrence(candidacy, occurrence) => begun?,
+            };
+            match begun {
+                Begun::Run(started) => {
+                    env.push(("LEADER_OCCURRENCE", occurrence.id.clone()));
+                    if let Some(previous) = started.previous_token {
+                        env.push(("LEADER_PREVIOUS_TOKEN", previous.to_string()));
+                    }
+                    record = Some(started);
+                }
+                Begun::Exit(code) => {
+                    self.release(candidacy).await;
+                    return Ok(Led::Exit(code));
+                }
+                Begun::Lost => {
+                    self.release(candidacy).await;
+                    return Ok(Led::Lost);
+                }
+            }
+        }
+
+        tracing::info!(
+            event = "starting",
+            token = candidacy.token,
+            "starting the command"
+        );
         if let Err(e) = self.supervisor.spawn(&env).await {
             self.release(candidacy).await;
             return Err(Failure::usage(format!("cannot reach the supervisor: {e}")).into());
         }
         let backend = self.backend;
-        let clock = self.clock.clone();
         let key_gone = backend.key_gone(candidacy);
         tokio::pin!(key_gone);
         let mut status: Option<ChildStatus> = None;
         let mut kill_at: Option<Duration> = None;
         let mut killed = false;
         loop {
-            tokio::select! {
+            let reason = tokio::select! {
                 biased;
-                lost = &mut renewal => {
-                    self.step_down(candidacy, &lost.to_string()).await;
-                    return Ok(Led::Lost);
+                lost = &mut renewal => lost.to_string(),
+                () = &mut key_gone => "our election key was deleted".to_owned(),
+                event = self.supervisor.next_event() => {
+                    match event {
+                        Ok(Event::Started(pid)) => tracing::info!(event = "started", token = candidacy.token, pid, "command started"),
+                        Ok(Event::SpawnFailed { errno, message }) => {
+                            self.release(candidacy).await;
+                            let command = settings.command[0].to_string_lossy();
+                            return Err(Failure::new(
+                                supervisor::spawn_failure_code(errno),
+                                format!("{command}: {message}"),
+                            )
+                            .into());
+                        }
+                        Ok(Event::Exited(child)) => {
+                            tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}");
+                            status = Some(child);
+                        }
+                        Ok(Event::GroupEmpty) => {
+                            let code = status.map_or(exit::FAILURE, ChildStatus::code);
+                            if let Some(started) = &record
+                                && !self.finish_occurrence(candidacy, started, code).await
+                            {
+                                self.release(candidacy).await;
+                                return Ok(Led::Exit(exit::LEADERSHIP_LOST));
+                            }
+                            if let Some(hold) = settings.hold_at_least
+                                && !self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), acquired + hold).await
+                            {
+                                // Asked to stop during the hold: leave the lease to expire.
+                                return Ok(Led::Exit(code));
+                            }
+                            self.release(candidacy).await;
+                            return Ok(Led::Exit(code));
+                        }
+                        Err(e) => {
+                            self.release(candidacy).await;
+                            return Err(Failure::usage(format!("supervisor: {e}")).into());
+                        }
+                    }
+                    continue;
                 }
-                () = &mut key_gone => {
-                    self.step_down(candidacy, "our election key was deleted").await;
-                    return Ok(Led::Lost);
-                }
-                event = self.supervisor.next_event() => match event {
-                    Ok(Event::Started(pid)) => tracing::info!(event = "started", token = candidacy.token, pid, "command started"),
-                    Ok(Event::SpawnFailed { errno, message }) => {
-                        self.release(candidacy).await;
-                        let command = settings.command[0].to_string_lossy();
-                        return Err(Failure::new(
-                            supervisor::spawn_failure_code(errno),
-                            format!("{command}: {message}"),
-                        )
-                        .into());
-                    }
-                    Ok(Event::Exited(child)) => {
-                        tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}");
-                        status = Some(child);
-                    }
-                    Ok(Event::GroupEmpty) => {
-                        self.release(candidacy).await;
-                        return Ok(Led::Exit(status.map_or(exit::FAILURE, ChildStatus::code)));
-                    }
-                    Err(e) => {
-                        self.release(candidacy).await;
-                        return Err(Failure::usage(format!("supervisor: {e}")).into());
-                    }
-                },
                 signal = self.signals.recv() => {
                     tracing::info!(event = "signal-forwarded", token = candidacy.token, signal = signal.as_str(), "forwarding to the command's process group");
                     self.supervisor.signal(signal).await;
                     if signals::stops_the_child(signal) && kill_at.is_none() {
                         kill_at = Some(clock.now() + settings.timing.kill_after);
                     }
+                    continue;
                 }
                 _ = sleep_until_some(&clock, kill_at), if !killed => {
                     killed = true;
                     tracing::warn!(event = "sigkill", token = candidacy.token, "the command's group outlived --kill-after; sending SIGKILL");
                     self.supervisor.signal(Signal::SIGKILL).await;
+                    continue;
+                }
+            };
+            // Leadership is lost. If the command had already exited on its own (its exit was
+            // waiting to be read when the loss was noticed, e.g. after this process was
+            // frozen), its outcome is known and worth recording, fenced: the store decides
+            // whether this instance still may.
+            let mut group_gone = false;
+            while let Ok(Ok(event)) =
+                tokio::time::timeout(Duration::ZERO, self.supervisor.next_event()).await
+            {
+                match event {
+                    Event::Exited(child) => status = Some(child),
+                    Event::GroupEmpty => group_gone = true,
+                    _ => {}
+                }
+            }
+            self.step_down(candidacy, &reason, group_gone).await;
+            if let (Some(started), Some(child)) = (&record, status) {
+                self.finish_occurrence(candidacy, started, child.code())
+                    .await;
+            }
+            // Usually the lease is gone or etcd unreachable; if not, revoking it lets the next
+            // leader start now instead of after the TTL.
+            self.release(candidacy).await;
+            return Ok(Led::Lost);
+        }
+    }
+
+    /// Reads the occurrence record and decides; writes `started` (fenced) when the command
+    /// is to run.
+    async fn begin_occurrence(
+        &self,
+        candidacy: &Candidacy,
+        occurrence: &Occurrence,
+    ) -> anyhow::Result<Begun> {
+        let backend = self.backend;
+        let mut backoff = Backoff::new();
+        // Retried until it works or the renewal deadline ends the attempt (the caller selects).
+        let existing = loop {
+            match backend.read_record(&occurrence.key).await {
+                Ok(value) => break value,
+                Err(e) if e.is_transient() => backoff.sleep().await,
+                Err(e) => {
+                    return Err(Failure::usage(format!("reading {}: {e}", occurrence.key)).into());
+                }
+            }
+        };
+        let existing = match existing {
+            None => None,
+            Some(bytes) => Some(Record::from_json(&bytes).ok_or_else(|| {
+                Failure::usage(format!(
+                    "{} holds something that is not an occurrence record",
+                    occurrence.key
+                ))
+            })?),
+        };
+        let id = occurrence.id.as_str();
+        let previous_token = match occurrence::decide(
+            existing,
+            occurrence.if_unfinished,
+            candidacy.token,
+        ) {
+            Decision::Run { previous_token } => previous_token,
+            Decision::AlreadyDone(done) => {
+                tracing::info!(event = "occurrence-done", occurrence = id, by_token = done.token, by = %done.identity, finished_at = ?done.finished_at, "occurrence {id} was already done; not running it again");
+                return Ok(Begun::Exit(0));
+            }
+            Decision::SkipUnfinished(started) => {
+                tracing::info!(event = "occurrence-skipped", occurrence = id, by_token = started.token, by = %started.identity, "occurrence {id} was started by an earlier leader and never finished; skipping it (--if-unfinished skip)");
+                return Ok(Begun::Exit(0));
+            }
+            Decision::RefuseUnfinished(started) => {
+                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: etcdctl del '{}'", occurrence.key);
+                return Ok(Begun::Exit(exit::FAILURE));
+            }
+        };
+        let started = Record::started(candidacy.token, &self.settings.identity, previous_token);
+        loop {
+            match backend
+                .write_fenced(
+                    candidacy,
+                    &occurrence.key,
+                    started.to_json(),
+                    occurrence.retention,
+                )
+                .await
+            {
+                Ok(true) => {
+                    tracing::info!(
+                        event = "occurrence-started",
+                        occurrence = id,
+                        token = candidacy.token,
+                        previous_token,
+                        "occurrence {id} recorded as started"
+                    );
+                    return Ok(Begun::Run(started));
+                }
+                Ok(false) => {
+                    tracing::error!(
+                        event = "occurrence-rejected",
+                        occurrence = id,
+                        token = candidacy.token,
+                        "fenced write rejected: this instance no longer leads; not starting the command"
+                    );
+                    return Ok(Begun::Lost);
+                }
+                Err(e) if e.is_transient() => backoff.sleep().await,
+                Err(e) => {
+                    return Err(Failure::usage(format!("writing {}: {e}", occurrence.key)).into());
+                }
+            }
+        }
+    }
+
+    /// Records the command's outcome, fenced. Returns whether the store accepted it.
+    async fn finish_occurrence(&self, candidacy: &Candidacy, started: &Record, code: u8) -> bool {
+        let Some(occurrence) = &self.settings.occurrence else {
+            return true;
+        };
+        let id = occurrence.id.as_str();
+        let finished = started.finished(code);
+        let clock = self.clock.clone();
+        let limit = clock.now() + self.settings.timing.renew_deadline;
+        let mut backoff = Backoff::new();
+        loop {
+            let result = tokio::select! {
+                result = self.backend.write_fenced(candidacy, &occurrence.key, finished.to_json(), occurrence.retention) => result,
+                _ = clock.sleep_until(limit) => Err(StoreError::Transient("no answer".into())),
+            };
+            match result {
+                Ok(true) => {
+                    tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = ?finished.state, exit_code = code, "occurrence {id} recorded as {:?}", finished.state);
+                    return true;
+                }
+                Ok(false) => {
+                    tracing::error!(
+                        event = "occurrence-rejected",
+                        occurrence = id,
+                        token = candidacy.token,
+                        "fenced write rejected: this instance no longer leads, so occurrence {id} stays as the current leader recorded it"
+                    );
+                    return false;
+                }
+                Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
+                Err(e) => {
+                    tracing::error!(event = "occurrence-unrecorded", occurrence = id, token = candidacy.token, error = %e, "could not record the outcome of occurrence {id}; it stays 'started'");
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// `--hold-at-least`: keeps the lease (renewing, still able to lose it) until `until`.
+    /// Returns false when asked to stop meanwhile: then the lease is left to expire.
+    async fn hold(
+        &mut self,
+        candidacy: &Candidacy,
+        mut renewal: Pin<&mut impl Future<Output = Lost>>,
+        mut key_gone: Pin<&mut impl Future<Output = ()>>,
+        until: Duration,
+    ) -> bool {
+        let clock = self.clock.clone();
+        if clock.now() >= until {
+            return true;
+        }
+        tracing::info!(
+            event = "holding",
+            token = candidacy.token,
+            "command done; holding the lease (--hold-at-least)"
+        );
+        notify::status(&format!(
+            "holding lease {} (token {})",
+            self.settings.lease, candidacy.token
+        ));
+        loop {
+            tokio::select! {
+                biased;
+                lost = &mut renewal => {
+                    tracing::warn!(event = "hold-ended", token = candidacy.token, reason = %lost, "leadership lost during --hold-at-least");
+                    return true;
+                }
+                () = &mut key_gone => {
+                    tracing::warn!(event = "hold-ended", token = candidacy.token, "our election key was deleted during --hold-at-least");
+                    return true;
+                }
+                _ = clock.sleep_until(until) => return true,
+                signal = self.signals.recv() => {
+                    if signals::stops_the_child(signal) {
+                        tracing::info!(event = "hold-ended", token = candidacy.token, signal = signal.as_str(), "stopping during --hold-at-least; the lease expires on its own");
+                        return false;
+                    }
                 }
             }
         }
@@ -342,7 +594,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
     /// Leadership can no longer be proven: stop the command's whole group within
     /// `--kill-after`. The renewal loop has stopped (its future ended or is dropped with this
     /// call): a lost lease is never kept alive.
-    async fn step_down(&mut self, candidacy: &Candidacy, reason: &str) {
+    async fn step_down(&mut self, candidacy: &Candidacy, reason: &str, group_gone: bool) {
         let settings = self.settings;
         let clock = self.clock.clone();
         tracing::warn!(
@@ -353,6 +605,14 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             "leadership lost; stopping the command"
         );
         notify::status(&format!("stepping down: {reason}"));
+        if group_gone {
+            tracing::warn!(
+                event = "stepped-down",
+                token = candidacy.token,
+                "the command had already ended"
+            );
+            return;
+        }
         self.supervisor.signal(settings.kill_signal).await;
         let kill_at = clock.now() + settings.timing.kill_after;
         let mut killed = false;
@@ -376,9 +636,6 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             token = candidacy.token,
             "the command's process group is gone"
         );
-        // Usually the lease is gone or etcd unreachable; if not, revoking it lets the next
-        // leader start now instead of after the TTL.
-        self.release(candidacy).await;
     }
 
     /// Revokes the lease (deleting the candidate key), retrying briefly; if that fails the lease

@@ -141,6 +141,8 @@ pub struct Settings {
     pub kill_signal: Signal,
     pub wait: Wait,
     pub recampaign: bool,
+    pub hold_at_least: Option<Duration>,
+    pub occurrence: Option<crate::occurrence::Occurrence>,
     pub connection: Connection,
     pub command: Vec<OsString>,
 }
@@ -176,6 +178,28 @@ impl Settings {
                 "missing command: give it after `--`, as in: leader-exec --lease NAME -- COMMAND [ARG]...",
             ));
         }
+        let occurrence = match run.occurrence {
+            None => None,
+            Some(id) => {
+                if id.is_empty() {
+                    return Err(Failure::usage("--occurrence must not be empty"));
+                }
+                let id = validate_text("--occurrence", id)?;
+                if run.occurrence_retention < Duration::from_secs(1) {
+                    return Err(Failure::usage("--occurrence-retention must be at least 1s"));
+                }
+                let scope = Scope {
+                    lease: lease.clone(),
+                    prefix: prefix.clone(),
+                };
+                Some(crate::occurrence::Occurrence {
+                    key: crate::occurrence::record_key(&scope, &id),
+                    id,
+                    if_unfinished: run.if_unfinished,
+                    retention: run.occurrence_retention,
+                })
+            }
+        };
         let connection = Connection::from_args(etcd)?;
         Ok(Settings {
             lease,
@@ -185,6 +209,8 @@ impl Settings {
             kill_signal: run.kill_signal,
             wait,
             recampaign: run.recampaign,
+            hold_at_least: run.hold_at_least.filter(|d| !d.is_zero()),
+            occurrence,
             connection,
             command: run.command,
         })
@@ -206,6 +232,13 @@ pub fn validate_lease_name(name: Option<&str>) -> Result<String, Failure> {
     };
     if name.is_empty() {
         return Err(Failure::usage("--lease must not be empty"));
+    }
+    if name.starts_with('.') {
+        // PREFIX + ".occurrences/" holds the occurrence records of every lease.
+        return Err(Failure::usage(format!(
+            "--lease '{}' must not start with '.': such names are reserved for leader-exec's own records",
+            name.escape_debug()
+        )));
     }
     if name.contains('/') {
         // prefix + "a/b" would nest one election inside the key range of election "a".
@@ -449,6 +482,8 @@ mod tests {
         assert!(validate_lease_name(Some("a/b")).is_err());
         assert!(validate_lease_name(Some("a\nb")).is_err());
         assert!(validate_lease_name(Some("a\u{7f}")).is_err());
+        assert!(validate_lease_name(Some(".occurrences")).is_err());
+        assert!(validate_lease_name(Some("a.b")).is_ok());
     }
 
     #[test]

@@ -223,6 +223,17 @@ fn no_wait_and_wait_timeout_exit_124_and_leave_no_key() {
     let etcd = Etcd::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
+    // Nobody leads: --no-wait runs the command like the default does.
+    let mut args = lease_args(&endpoint, "free");
+    args.push("--no-wait");
+    let status = leader_exec()
+        .args(&args)
+        .args(["--", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(etcd.keys("/leader-exec/free/").is_empty());
+
     let _holder = Instance::start(
         &lease_args(&endpoint, "busy"),
         &scratch.job("holder", "sleep 30"),

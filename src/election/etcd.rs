@@ -346,6 +346,79 @@ impl Backend for Etcd {
             .await
     }
 
+    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut response = self
+            .client
+            .kv_client()
+            .get(key, None)
+            .await
+            .map_err(classify)?;
+        Ok(response
+            .take_kvs()
+            .into_iter()
+            .next()
+            .map(|kv| kv.into_key_value().1))
+    }
+
+    async fn write_fenced(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        value: Vec<u8>,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut leases = self.client.lease_client();
+        let ttl = retention.as_secs_f64().ceil() as i64;
+        let lease = leases.grant(ttl, None).await.map_err(classify)?.id();
+        // The fence: our election key, with the create-revision that is our token.
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                candidacy.key.as_str(),
+                CompareOp::Equal,
+                candidacy.token,
+            )])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(lease)).map(|o| o.with_prev_key()),
+            )]);
+        let outcome = self.client.kv_client().txn(txn).await.map_err(classify);
+        match &outcome {
+            Ok(response) if response.succeeded() => {
+                // The record's previous lease (from an earlier write) has nothing left to keep.
+                if let Some(TxnOpResponse::Put(put)) = response.op_responses().first()
+                    && let Some(previous) = put.prev_key()
+                    && previous.lease() != 0
+                    && previous.lease() != lease
+                {
+                    let _ = leases.revoke(previous.lease()).await;
+                }
+            }
+            _ => {
+                let _ = leases.revoke(lease).await;
+            }
+        }
+        Ok(outcome?.succeeded())
+    }
+
+    async fn list_records(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut response = self
+            .client
+            .kv_client()
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(classify)?;
+        Ok(response
+            .take_kvs()
+            .into_iter()
+            .map(|kv| {
+                let (key, value) = kv.into_key_value();
+                let key = String::from_utf8_lossy(&key);
+                (key.strip_prefix(prefix).unwrap_or(&key).to_owned(), value)
+            })
+            .collect())
+    }
+
     async fn lease_time(&self, lease_id: i64) -> Result<Option<LeaseTime>, StoreError> {
         let response = self
             .client

@@ -149,6 +149,26 @@ pub trait Backend {
     /// Completes when anything in the election changes after `revision`.
     fn changed_after(&self, revision: i64) -> impl Future<Output = Result<(), StoreError>>;
 
+    /// Reads a record (outside the election).
+    fn read_record(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>>;
+
+    /// Writes a record only while `candidacy` still holds its key with its token (a fenced
+    /// write), attached to a new lease of `retention` so the store deletes it afterwards.
+    /// `Ok(false)`: the fence rejected the write — this candidacy no longer leads.
+    fn write_fenced(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        value: Vec<u8>,
+        retention: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+
+    /// Every record under `prefix`: (key without the prefix, value).
+    fn list_records(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, StoreError>>;
+
     /// Time left on a lease; `None` when it no longer exists.
     fn lease_time(
         &self,
