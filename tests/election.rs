@@ -171,14 +171,16 @@ fn an_etcdctl_elect_candidate_is_a_fair_competitor() {
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     // etcd's own election client campaigns first, on the same prefix.
-    let mut etcdctl = Command::new("etcdctl")
-        .arg(format!("--endpoints={endpoint}"))
-        .args(["elect", "/leader-exec/shared", "etcdctl-proposal"])
-        .env_remove("ETCDCTL_ENDPOINTS")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut etcdctl = KillOnDrop(
+        Command::new("etcdctl")
+            .arg(format!("--endpoints={endpoint}"))
+            .args(["elect", "/leader-exec/shared", "etcdctl-proposal"])
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     assert!(
         wait_for(Duration::from_secs(10), || etcd
             .keys("/leader-exec/shared/")
@@ -204,11 +206,11 @@ fn an_etcdctl_elect_candidate_is_a_fair_competitor() {
     assert!(scratch.history().is_empty(), "ran while etcdctl led");
     // etcdctl resigns on SIGINT; our waiter goes next.
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(etcdctl.id() as i32),
+        nix::unistd::Pid::from_raw(etcdctl.0.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let _ = etcdctl.wait();
+    let _ = etcdctl.0.wait();
     assert_eq!(
         waiting.wait(Duration::from_secs(10)),
         Some(0),

@@ -522,6 +522,18 @@ pub fn assert_one_at_a_time(history: &[Record]) {
     }
 }
 
+/// A child process the test started, killed when the test ends however it ends.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// A running leader-exec.
 pub struct Instance {
     child: Option<Child>,

@@ -201,13 +201,15 @@ fn watch_reports_each_change_and_survives_an_etcd_restart() {
     let mut etcd = Etcd::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_leader-exec"))
-        .args(["watch", "--lease", "w", "--json", "--endpoints", &endpoint])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(watch.stdout.take().unwrap());
+    let mut watch = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_leader-exec"))
+            .args(["watch", "--lease", "w", "--json", "--endpoints", &endpoint])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let lines = lines_of(watch.0.stdout.take().unwrap());
     assert_eq!(next_json(&lines)["leader"], Value::Null);
 
     // The leader must ride out the restart: a renew deadline longer than etcd takes to come back.
@@ -235,11 +237,11 @@ fn watch_reports_each_change_and_survives_an_etcd_restart() {
     assert!(second["leader"]["token"].as_i64().unwrap() > first_token);
 
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::unistd::Pid::from_raw(watch.0.id() as i32),
         Signal::SIGINT,
     )
     .unwrap();
-    let status = watch.wait().unwrap();
+    let status = watch.0.wait().unwrap();
     assert_eq!(status.code(), Some(0));
 }
 
