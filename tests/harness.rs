@@ -686,7 +686,17 @@ impl Cluster {
             .open(self.dir.path().join(format!("{}.log", member.name)))
             .unwrap();
         // On a restart the data directory exists and etcd ignores the --initial-* flags.
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        // Should the test process die, its members die with it. (The death signal fires when the
+        // spawning thread ends; a test's thread outlives the cluster it started.)
+        // SAFETY: prctl is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                Ok(())
+            });
+        }
+        let child = command
             .args(["--name", &member.name, "--data-dir"])
             .arg(self.dir.path().join(&member.name))
             .args(["--listen-client-urls", &client])

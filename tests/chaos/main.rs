@@ -171,6 +171,20 @@ fn scenario_2_leaders_proxy_frozen() {
 }
 
 #[test]
+fn scenario_1b_leaders_proxy_cut_briefly() {
+    scenario("1b", Etcd::start, |etcd, ctx| {
+        scenarios::brief_proxy_fault(etcd, ctx, false)
+    });
+}
+
+#[test]
+fn scenario_2b_leaders_proxy_frozen_briefly() {
+    scenario("2b", Etcd::start, |etcd, ctx| {
+        scenarios::brief_proxy_fault(etcd, ctx, true)
+    });
+}
+
+#[test]
 fn scenario_3_etcd_sigstopped_past_the_renew_deadline() {
     scenario("3", Etcd::start, scenarios::etcd_sigstop);
 }

@@ -16,6 +16,10 @@ pub struct Info {
     pub asserts: &'static str,
 }
 
+const LEADERSHIP_KEPT: &str = "when etcd answered again within the short-fault limit: leadership kept, \
+     leader-exec and its command still run a renew deadline + 1 s after the fault began, nothing \
+     was stopped or started";
+
 pub const SCENARIOS: &[Info] = &[
     Info {
         id: "1",
@@ -24,10 +28,22 @@ pub const SCENARIOS: &[Info] = &[
         asserts: "the old leader exits 75",
     },
     Info {
+        id: "1b",
+        fault: "leader's proxy cut briefly (0.1 s up to the short-fault limit), then healed",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
         id: "2",
         fault: "leader's proxy frozen (black hole: accepts, never forwards) until another instance leads",
         timing: FAST,
         asserts: "the old leader exits 75",
+    },
+    Info {
+        id: "2b",
+        fault: "leader's proxy frozen briefly (0.1 s up to the short-fault limit), then healed",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
     },
     Info {
         id: "3",
@@ -39,19 +55,19 @@ pub const SCENARIOS: &[Info] = &[
         id: "4",
         fault: "etcd SIGKILLed and restarted on the same data, faster than the renew deadline",
         timing: STEADY,
-        asserts: "leadership kept: leader-exec and its command still run a renew deadline + 1 s later; nothing stopped or started",
+        asserts: LEADERSHIP_KEPT,
     },
     Info {
         id: "5a",
         fault: "3 members: SIGKILL the member the leader's renewals go to (busiest of its 3 proxies)",
         timing: STEADY,
-        asserts: "leadership kept while the other members answer within the short-fault limit",
+        asserts: LEADERSHIP_KEPT,
     },
     Info {
         id: "5b",
         fault: "3 members: SIGKILL the raft leader",
         timing: STEADY,
-        asserts: "leadership kept while the other members answer within the short-fault limit",
+        asserts: LEADERSHIP_KEPT,
     },
     Info {
         id: "6",
@@ -126,10 +142,10 @@ fn spread(values: &[Duration]) -> String {
 fn notes(row: &Row) -> String {
     let s = &row.stats;
     match row.id {
-        "4" | "5a" | "5b" => {
+        "1b" | "2b" | "4" | "5a" | "5b" => {
             let limit = duration(info(row.id).timing.short_fault());
             let mut note = format!(
-                "leadership kept {}/{}; etcd unanswered {} (short-fault limit {limit})",
+                "leadership kept {}/{}; outage {} (short-fault limit {limit})",
                 s.kept,
                 s.trials,
                 spread(&s.outages)

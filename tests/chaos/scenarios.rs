@@ -54,6 +54,32 @@ pub fn proxy_fault(etcd: &mut Etcd, ctx: &mut Ctx, freeze: bool) {
     ctx.failover(&trial, &verdict);
 }
 
+/// Scenarios 1b and 2b: the leader's proxies cut or frozen briefly (100 ms up to the short-fault
+/// limit), then healed: leadership is kept and the command left alone.
+pub fn brief_proxy_fault(etcd: &mut Etcd, ctx: &mut Ctx, freeze: bool) {
+    let timing = STEADY;
+    let mut trial = single(etcd, ctx, timing, JobKind::Stoppable);
+    let first = trial.elected();
+    ctx.phase(&trial);
+    let hold = ctx.between(Duration::from_millis(100), timing.short_fault());
+    let begin = now_ns();
+    let down = Instant::now();
+    let leader = trial.contender(&first.name);
+    if freeze {
+        leader.freeze();
+    } else {
+        leader.cut();
+    }
+    // The fault's duration.
+    std::thread::sleep(hold);
+    leader.heal();
+    let outage = down.elapsed();
+    let short = outage <= timing.short_fault();
+    let kind = if freeze { "proxy-freeze" } else { "proxy-cut" };
+    trial.fault(kind, begin, now_ns(), short);
+    ctx.kept(&mut trial, &first, down, outage, short);
+}
+
 /// Scenario 3: etcd SIGSTOPped for longer than the renew deadline (up to a second past the TTL),
 /// then resumed. Every instance loses contact; the leader steps down at its deadline.
 pub fn etcd_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {

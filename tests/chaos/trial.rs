@@ -93,7 +93,10 @@ pub enum JobKind {
 /// ran on after this one started, this check one that died silently a moment too late.
 fn job_script(history: &Path, pids: &Path, name: &str, kind: JobKind) -> String {
     const NOW: &str = "${EPOCHREALTIME//[!0-9]/}000";
-    let beat_loop = format!(r#"while :; do echo "beat $n {NOW}" >> "$h"; sleep 0.05; done"#);
+    // Bounded: at least 2 minutes, far longer than any trial, should the runner itself die.
+    let beat_loop = format!(
+        r#"for ((i = 0; i < 2400; i++)); do echo "beat $n {NOW}" >> "$h"; sleep 0.05; done"#
+    );
     let mut script = format!(
         r#"h='{h}'; pids='{p}'; n='{name}'
 echo "start $n $LEADER_TOKEN $$ {NOW}" >> "$h"
@@ -216,6 +219,7 @@ impl Trial {
                 .args(["--identity", name])
                 .args(timing.args())
                 .args(["--", "bash", "-c", &script]);
+            die_with_the_runner(&mut command);
             let instance = Instance::start_command(&mut command);
             trial.contenders.push(Contender {
                 name: name.to_owned(),
@@ -448,6 +452,19 @@ impl Drop for Trial {
             let kept = dir.keep();
             eprintln!("chaos: kept {}", kept.display());
         }
+    }
+}
+
+/// Should the runner die (a CI timeout), its instances die with it, and their commands with them.
+/// The death signal fires when the spawning thread ends: a scenario's thread outlives its trials.
+pub fn die_with_the_runner(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            Ok(())
+        });
     }
 }
 
