@@ -190,6 +190,11 @@ fn scenario_3_etcd_sigstopped_past_the_renew_deadline() {
 }
 
 #[test]
+fn scenario_3b_etcd_sigstopped_briefly() {
+    scenario("3b", Etcd::start, scenarios::etcd_sigstop_brief);
+}
+
+#[test]
 fn scenario_4_etcd_restarted_within_the_renew_deadline() {
     scenario("4", Etcd::start, scenarios::etcd_restart);
 }

@@ -52,6 +52,12 @@ pub const SCENARIOS: &[Info] = &[
         asserts: "the old leader exits 75",
     },
     Info {
+        id: "3b",
+        fault: "etcd SIGSTOPped briefly (0.1 s up to the short-fault limit; an fsync stall), then SIGCONT",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
         id: "4",
         fault: "etcd SIGKILLed and restarted on the same data, faster than the renew deadline",
         timing: STEADY,
@@ -142,7 +148,7 @@ fn spread(values: &[Duration]) -> String {
 fn notes(row: &Row) -> String {
     let s = &row.stats;
     match row.id {
-        "1b" | "2b" | "4" | "5a" | "5b" => {
+        "1b" | "2b" | "3b" | "4" | "5a" | "5b" => {
             let limit = duration(info(row.id).timing.short_fault());
             let mut note = format!(
                 "leadership kept {}/{}; outage {} (short-fault limit {limit})",

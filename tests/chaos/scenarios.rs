@@ -102,6 +102,27 @@ pub fn etcd_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {
     ctx.failover(&trial, &verdict);
 }
 
+/// Scenario 3b: etcd SIGSTOPped briefly (100 ms up to the short-fault limit), as in an fsync
+/// stall, then resumed: leadership is kept and the command left alone.
+pub fn etcd_sigstop_brief(etcd: &mut Etcd, ctx: &mut Ctx) {
+    let timing = STEADY;
+    let mut trial = single(etcd, ctx, timing, JobKind::Stoppable);
+    let first = trial.elected();
+    ctx.phase(&trial);
+    let hold = ctx.between(Duration::from_millis(100), timing.short_fault());
+    let begin = now_ns();
+    let down = Instant::now();
+    {
+        let _frozen = Frozen::new(etcd);
+        // The fault's duration.
+        std::thread::sleep(hold);
+    }
+    let outage = down.elapsed();
+    let short = outage <= timing.short_fault();
+    trial.fault("etcd-sigstop", begin, now_ns(), short);
+    ctx.kept(&mut trial, &first, down, outage, short);
+}
+
 /// Thaws etcd when dropped, also when a trial fails.
 struct Frozen<'a>(&'a Etcd);
 
