@@ -74,10 +74,11 @@ pub struct Stats {
     /// Faults meant to be short that lasted longer than `Timing::short_fault` (then a step-down
     /// is allowed; safety is still checked).
     pub long_faults: usize,
-    /// How long etcd did not answer (scenarios 4 and 5).
+    /// How long the fault lasted, or etcd did not answer (scenarios 1b–5b; 3: etcd frozen).
     pub outages: Vec<Duration>,
-    /// Scenario 6: group dead after SIGKILL; 7: command stopped after SIGCONT; 8: SIGKILL after
-    /// the ignored TERM.
+    /// Scenarios 1–3: the old command's signal after the fault began; 6 and 6b: command and
+    /// grandchild dead after the SIGKILL; 7: command stopped after SIGCONT; 8: SIGKILL after the
+    /// ignored TERM.
     pub reactions: Vec<Duration>,
     /// Scenario 7: how long the stale leader's job ran on after the next one started.
     pub windows: Vec<Duration>,
@@ -220,6 +221,11 @@ fn scenario_5b_cluster_raft_leader_killed() {
 #[test]
 fn scenario_6_leader_exec_sigkilled() {
     scenario("6", Etcd::start, scenarios::leader_exec_sigkill);
+}
+
+#[test]
+fn scenario_6b_supervisor_sigkilled() {
+    scenario("6b", Etcd::start, scenarios::supervisor_sigkill);
 }
 
 #[test]

@@ -82,6 +82,12 @@ pub const SCENARIOS: &[Info] = &[
         asserts: "command and grandchild dead within 2 s, group gone, before the next command starts",
     },
     Info {
+        id: "6b",
+        fault: "leader-exec's supervising process (the command's parent) SIGKILLed; the command has a grandchild",
+        timing: FAST,
+        asserts: "command and grandchild dead within 2 s, before the next command starts; leader-exec exits non-zero",
+    },
+    Info {
         id: "7",
         fault: "leader-exec SIGSTOPped past the TTL (its command runs on), SIGCONT after the next leader started",
         timing: FAST,
@@ -122,8 +128,10 @@ fn info(id: &str) -> &'static Info {
 pub fn duration(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{} ms", d.as_millis())
-    } else {
+    } else if d < Duration::from_secs(100) {
         format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{} min {} s", d.as_secs() / 60, d.as_secs() % 60)
     }
 }
 
@@ -168,7 +176,16 @@ fn notes(row: &Row) -> String {
             }
             note
         }
-        "6" => format!(
+        "1" | "2" => format!(
+            "old command signalled {} after the fault began",
+            spread(&s.reactions)
+        ),
+        "3" => format!(
+            "etcd frozen {}; old command signalled {} after the fault began",
+            spread(&s.outages),
+            spread(&s.reactions)
+        ),
+        "6" | "6b" => format!(
             "command and grandchild dead {} after SIGKILL",
             spread(&s.reactions)
         ),

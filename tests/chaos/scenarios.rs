@@ -52,6 +52,7 @@ pub fn proxy_fault(etcd: &mut Etcd, ctx: &mut Ctx, freeze: bool) {
     trial.expect_exit(&first.name, 75);
     let verdict = trial.finish();
     ctx.failover(&trial, &verdict);
+    ctx.stepped_down(&trial, &verdict, &first, begin);
 }
 
 /// Scenarios 1b and 2b: the leader's proxies cut or frozen briefly (100 ms up to the short-fault
@@ -96,10 +97,12 @@ pub fn etcd_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {
         std::thread::sleep(hold);
     }
     trial.fault("etcd-sigstop", begin, now_ns(), false);
+    ctx.stats.outages.push(hold);
     next_leader(&trial, &first);
     trial.expect_exit(&first.name, 75);
     let verdict = trial.finish();
     ctx.failover(&trial, &verdict);
+    ctx.stepped_down(&trial, &verdict, &first, begin);
 }
 
 /// Scenario 3b: etcd SIGSTOPped briefly (100 ms up to the short-fault limit), as in an fsync
@@ -245,6 +248,56 @@ pub fn leader_exec_sigkill(etcd: &mut Etcd, ctx: &mut Ctx) {
     ctx.failover(&trial, &verdict);
 }
 
+/// The parent of a process, from /proc.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Scenario 6b: leader-exec's supervising process (the command's parent) SIGKILLed. The command
+/// dies of its death signal, leader-exec kills the rest of the group itself, and only then
+/// releases the lease (exiting non-zero), so the next leader starts early but after the group.
+pub fn supervisor_sigkill(etcd: &mut Etcd, ctx: &mut Ctx) {
+    let mut trial = single(etcd, ctx, FAST, JobKind::WithGrandchild);
+    let first = trial.elected();
+    let grandchild = trial.wait_spawn(&first.name, SLACK);
+    let instance = trial.contender(&first.name).instance.pid();
+    let supervisor = parent_of(first.pid)
+        .filter(|&s| s != instance && parent_of(s) == Some(instance))
+        .unwrap_or_else(|| trial.fail("the command's parent is not leader-exec's supervisor"));
+    ctx.phase(&trial);
+    let begin = now_ns();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(supervisor), Signal::SIGKILL).unwrap();
+    if !wait_for(Duration::from_secs(2), || {
+        !alive(first.pid) && !alive(grandchild)
+    }) {
+        trial.fail("the command or its grandchild outlived the supervisor by 2 s");
+    }
+    let dead = now_ns();
+    ctx.stats.reactions.push(elapsed_ns(begin));
+    let next = next_leader(&trial, &first);
+    if next.time <= dead {
+        trial.fail("the next command started before the old group was seen dead");
+    }
+    let code = trial
+        .contender_mut(&first.name)
+        .instance
+        .wait(Duration::from_secs(10));
+    if code.is_none() || code == Some(0) {
+        trial.fail(format!(
+            "leader-exec exited {code:?} after losing its supervisor"
+        ));
+    }
+    trial.fault("supervisor-sigkill", begin, begin, false);
+    let verdict = trial.finish();
+    ctx.failover(&trial, &verdict);
+}
+
 /// Scenario 7: leader-exec SIGSTOPped for longer than the TTL. It cannot stop its command, so the
 /// next leader's command overlaps with it: the fencing token is the defence. The new token is
 /// larger, the store calls the old one stale, and the resumed instance stops its command at once.
@@ -378,6 +431,17 @@ impl Ctx<'_> {
         match verdict.failover() {
             Some(f) => self.stats.failovers.push(f),
             None => trial.fail("no failover in the history"),
+        }
+    }
+
+    /// Records how long after the fault began the first leader's command got its signal.
+    fn stepped_down(&mut self, trial: &Trial, verdict: &Verdict, first: &Start, begin: u128) {
+        match verdict.job(&first.name).and_then(|j| j.signalled) {
+            Some(at) => self
+                .stats
+                .reactions
+                .push(Duration::from_nanos(at.saturating_sub(begin) as u64)),
+            None => trial.fail("the old leader's command recorded no signal"),
         }
     }
 

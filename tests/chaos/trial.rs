@@ -18,6 +18,7 @@ use crate::history::{self, Fault, Record, Verdict};
 /// leader-exec's timing flags for a scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
+    pub name: &'static str,
     pub ttl: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
@@ -26,6 +27,7 @@ pub struct Timing {
 
 /// The integration tests' timing: fast failovers. 1.5 s + 1 s + 0.25 s margin <= 3 s.
 pub const FAST: Timing = Timing {
+    name: "FAST",
     ttl: Duration::from_secs(3),
     renew_deadline: Duration::from_millis(1500),
     retry_period: Duration::from_millis(300),
@@ -35,6 +37,7 @@ pub const FAST: Timing = Timing {
 /// For faults that leadership must survive (an etcd restart, a member killed, a raft
 /// re-election): a renew deadline with room for them on a loaded machine. 4 s + 1 s + 0.3 s <= 6 s.
 pub const STEADY: Timing = Timing {
+    name: "STEADY",
     ttl: Duration::from_secs(6),
     renew_deadline: Duration::from_secs(4),
     retry_period: Duration::from_millis(500),
@@ -43,15 +46,19 @@ pub const STEADY: Timing = Timing {
 
 impl Timing {
     pub fn args(&self) -> Vec<String> {
+        let flag = |d: Duration| match d.as_millis() {
+            ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+            ms => format!("{ms}ms"),
+        };
         vec![
             "--ttl".into(),
-            format!("{}s", self.ttl.as_secs()),
+            flag(self.ttl),
             "--renew-deadline".into(),
-            format!("{}ms", self.renew_deadline.as_millis()),
+            flag(self.renew_deadline),
             "--retry-period".into(),
-            format!("{}ms", self.retry_period.as_millis()),
+            flag(self.retry_period),
             "--kill-after".into(),
-            format!("{}ms", self.kill_after.as_millis()),
+            flag(self.kill_after),
         ]
     }
 
@@ -62,14 +69,9 @@ impl Timing {
         self.renew_deadline - 3 * self.retry_period
     }
 
+    /// Its name and flags: `FAST: --ttl 3s --renew-deadline 1500ms ...`.
     pub fn describe(&self) -> String {
-        format!(
-            "ttl {}, renew-deadline {}, retry-period {}, kill-after {}",
-            humantime::format_duration(self.ttl),
-            humantime::format_duration(self.renew_deadline),
-            humantime::format_duration(self.retry_period),
-            humantime::format_duration(self.kill_after),
-        )
+        format!("{}: `{}`", self.name, self.args().join(" "))
     }
 }
 
