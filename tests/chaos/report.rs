@@ -344,7 +344,9 @@ Each instance runs the same bash job, which appends to a shared history file:
   it runs, so a job that runs on after it should have stopped is seen;
 - `stop NAME T` (or `term NAME T` when it ignores the signal) when SIGTERM arrives.
 
-Times come from bash's `$EPOCHREALTIME`, the same wall clock the runner uses. Once the first
+Times come from bash's `$EPOCHREALTIME`, the same wall clock the runner uses. Faults touch only
+what the runner started (etcd processes, proxies, leader-exec instances and their descendants),
+all on loopback; every wait is bounded. Once the first
 leader's job runs and all three instances stand in line, the runner waits a random part of two
 renewal cycles (so the fault lands anywhere in the lease cycle), injects the fault, observes what
 must happen, and writes `fault KIND BEGIN END short|long`. At the end it writes `teardown`,
