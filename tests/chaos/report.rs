@@ -16,7 +16,7 @@ pub struct Info {
     pub asserts: &'static str,
 }
 
-const LEADERSHIP_KEPT: &str = "when etcd answered again within the short-fault limit: leadership kept, \
+const LEADERSHIP_KEPT: &str = "when the fault ended within the short-fault limit: leadership kept, \
      leader-exec and its command still run a renew deadline + 1 s after the fault began, nothing \
      was stopped or started";
 
@@ -344,14 +344,15 @@ Each instance runs the same bash job, which appends to a shared history file:
   it runs, so a job that runs on after it should have stopped is seen;
 - `stop NAME T` (or `term NAME T` when it ignores the signal) when SIGTERM arrives.
 
-Times come from bash's `$EPOCHREALTIME`, the same wall clock the runner uses. Faults touch only
-what the runner started (etcd processes, proxies, leader-exec instances and their descendants),
-all on loopback; every wait is bounded. Once the first
-leader's job runs and all three instances stand in line, the runner waits a random part of two
-renewal cycles (so the fault lands anywhere in the lease cycle), injects the fault, observes what
-must happen, and writes `fault KIND BEGIN END short|long`. At the end it writes `teardown`,
-heals and resumes everything, stops every instance with SIGTERM, waits until every pid of every
-job (and its process group) is gone and writes `gone NAME T` for each.
+Times come from bash's `$EPOCHREALTIME`, the same wall clock the runner uses.
+
+Once the first leader's job runs and all three instances stand in line, the runner waits a random
+part of two renewal cycles (so the fault lands anywhere in the lease cycle), injects the fault,
+observes what must happen, and writes `fault KIND BEGIN END short|long`. At the end it writes
+`teardown`, heals and resumes everything, stops every instance with SIGTERM, waits until every
+pid of every job (and its process group) is gone and writes `gone NAME T` for each. Faults touch
+only what the runner started (etcd processes, proxies, leader-exec instances and their
+descendants), all on loopback; every wait is bounded.
 
 ## What the checker verifies on every history
 
