@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -256,6 +256,8 @@ struct ProxyState {
     mode: Mutex<Mode>,
     connections: Mutex<Vec<TcpStream>>,
     stopped: AtomicBool,
+    /// Bytes forwarded so far, both directions.
+    forwarded: AtomicU64,
 }
 
 /// A TCP proxy on a free loopback port in front of `target`.
@@ -274,6 +276,7 @@ impl Proxy {
             mode: Mutex::new(Mode::Forward),
             connections: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
+            forwarded: AtomicU64::new(0),
         });
         let accept_state = state.clone();
         thread::spawn(move || {
@@ -331,6 +334,11 @@ impl Proxy {
     pub fn heal(&self) {
         self.set(Mode::Forward);
     }
+
+    /// Bytes forwarded so far in both directions: shows which proxy carries a client's traffic.
+    pub fn forwarded(&self) -> u64 {
+        self.state.forwarded.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Proxy {
@@ -373,6 +381,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>) {
         if to.write_all(&buffer[..n]).is_err() {
             break;
         }
+        state.forwarded.fetch_add(n as u64, Ordering::SeqCst);
     }
     let _ = to.shutdown(Shutdown::Write);
 }
@@ -643,4 +652,211 @@ pub fn lease_args<'a>(etcd_endpoint: &'a str, lease: &'a str) -> Vec<&'a str> {
 
 pub fn path_str(path: &Path) -> String {
     path.display().to_string()
+}
+
+/// An etcd cluster of several members on free loopback ports, with fast raft timing (heartbeat
+/// 50 ms, election timeout 500 ms: a new raft leader within about 0.5–1.5 s). Members can be
+/// killed and restarted one at a time; every member is killed when the cluster is dropped.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    token: String,
+    members: Vec<Member>,
+}
+
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+impl Cluster {
+    pub fn start(size: usize) -> Cluster {
+        // A free port can be taken between the probe and etcd's bind: try a few times.
+        for attempt in 0..5 {
+            let dir = tempfile::Builder::new()
+                .prefix("leader-exec-cluster")
+                .tempdir()
+                .unwrap();
+            let members = (0..size)
+                .map(|i| Member {
+                    name: format!("m{i}"),
+                    client_port: free_port(),
+                    peer_port: free_port(),
+                    child: None,
+                })
+                .collect();
+            let mut cluster = Cluster {
+                dir,
+                token: format!("leader-exec-{}-{attempt}", std::process::id()),
+                members,
+            };
+            for i in 0..size {
+                cluster.spawn(i);
+            }
+            if cluster.wait_healthy(Duration::from_secs(20)) {
+                return cluster;
+            }
+        }
+        panic!("etcd cluster did not start");
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let initial = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let member = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", member.client_port);
+        let peer = format!("http://127.0.0.1:{}", member.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", member.name)))
+            .unwrap();
+        // On a restart the data directory exists and etcd ignores the --initial-* flags.
+        let mut command = Command::new("etcd");
+        // Should the test process die, its members die with it. (The death signal fires when the
+        // spawning thread ends; a test's thread outlives the cluster it started.)
+        // SAFETY: prctl is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                Ok(())
+            });
+        }
+        let child = command
+            .args(["--name", &member.name, "--data-dir"])
+            .arg(self.dir.path().join(&member.name))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &initial])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", &self.token])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args([
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+                "--log-level",
+                "error",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd is installed (apt-get install etcd-server)");
+        self.members[i].child = Some(child);
+    }
+
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.members[i].child.is_some()
+    }
+
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// Every member's endpoint, comma-separated.
+    pub fn endpoints(&self) -> String {
+        (0..self.size())
+            .map(|i| self.endpoint(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The endpoints of the members that run, comma-separated.
+    pub fn live_endpoints(&self) -> String {
+        (0..self.size())
+            .filter(|&i| self.members[i].child.is_some())
+            .map(|i| self.endpoint(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.members[i].client_port))
+    }
+
+    /// SIGKILL to member `i`; returns once it is reaped.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its ports and data; returns once every member answers.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        assert!(
+            self.wait_healthy(Duration::from_secs(20)),
+            "member {i} did not come back"
+        );
+    }
+
+    fn ctl_at(&self, endpoints: &str, args: &[&str]) -> Output {
+        Command::new("etcdctl")
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .arg(format!("--endpoints={endpoints}"))
+            .args(args)
+            .output()
+            .expect("etcdctl is installed (apt-get install etcd-client)")
+    }
+
+    /// etcdctl against the members that run.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        self.ctl_at(&self.live_endpoints(), args)
+    }
+
+    /// Whether member `i` answers a health check (a linearizable read through raft).
+    pub fn member_healthy(&self, i: usize) -> bool {
+        self.ctl_at(
+            &self.endpoint(i),
+            &["endpoint", "health", "--command-timeout=1s"],
+        )
+        .status
+        .success()
+    }
+
+    pub fn wait_healthy(&self, timeout: Duration) -> bool {
+        wait_for(timeout, || {
+            (0..self.size()).all(|i| self.members[i].child.is_some() && self.member_healthy(i))
+        })
+    }
+
+    /// The member that is the raft leader, as the running members report it.
+    pub fn raft_leader(&self) -> Option<usize> {
+        let out = self.ctl(&["endpoint", "status", "-w", "json", "--command-timeout=1s"]);
+        let statuses: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let statuses = statuses.as_array()?;
+        let leader = statuses
+            .iter()
+            .find_map(|s| s["Status"]["leader"].as_u64())?;
+        statuses.iter().find_map(|s| {
+            if s["Status"]["header"]["member_id"].as_u64()? != leader {
+                return None;
+            }
+            let endpoint = s["Endpoint"].as_str()?;
+            (0..self.size()).find(|&i| self.endpoint(i) == endpoint)
+        })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.size() {
+            self.kill(i);
+        }
+    }
 }

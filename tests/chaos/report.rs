@@ -1,0 +1,377 @@
+//! The results table: printed for every scenario, and in a soak written to RELIABILITY.md.
+
+use std::fmt::Write as _;
+use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::trial::{FAST, STEADY, Timing};
+use crate::{Stats, config};
+
+pub struct Info {
+    pub id: &'static str,
+    pub fault: &'static str,
+    pub timing: Timing,
+    /// What each trial asserts besides the history check.
+    pub asserts: &'static str,
+}
+
+const LEADERSHIP_KEPT: &str = "when the fault ended within the short-fault limit: leadership kept, \
+     leader-exec and its command still run a renew deadline + 1 s after the fault began, nothing \
+     was stopped or started";
+
+pub const SCENARIOS: &[Info] = &[
+    Info {
+        id: "1",
+        fault: "leader's proxy cut (connections reset, new ones refused) until another instance leads",
+        timing: FAST,
+        asserts: "the old leader exits 75",
+    },
+    Info {
+        id: "1b",
+        fault: "leader's proxy cut briefly (0.1 s up to the short-fault limit), then healed",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "2",
+        fault: "leader's proxy frozen (black hole: accepts, never forwards) until another instance leads",
+        timing: FAST,
+        asserts: "the old leader exits 75",
+    },
+    Info {
+        id: "2b",
+        fault: "leader's proxy frozen briefly (0.1 s up to the short-fault limit), then healed",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "3",
+        fault: "etcd SIGSTOPped for 1.8–4 s (renew deadline + 0.3 s to TTL + 1 s), then SIGCONT",
+        timing: FAST,
+        asserts: "the old leader exits 75",
+    },
+    Info {
+        id: "3b",
+        fault: "etcd SIGSTOPped briefly (0.1 s up to the short-fault limit; an fsync stall), then SIGCONT",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "4",
+        fault: "etcd SIGKILLed and restarted on the same data, faster than the renew deadline",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "5a",
+        fault: "3 members: SIGKILL the member the leader's renewals go to (busiest of its 3 proxies)",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "5b",
+        fault: "3 members: SIGKILL the raft leader",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "6",
+        fault: "leader-exec SIGKILLed; its command has a grandchild in its group",
+        timing: FAST,
+        asserts: "command and grandchild dead within 2 s, group gone, before the next command starts",
+    },
+    Info {
+        id: "6b",
+        fault: "leader-exec's supervising process (the command's parent) SIGKILLed; the command has a grandchild",
+        timing: FAST,
+        asserts: "command and grandchild dead within 2 s, before the next command starts; leader-exec exits non-zero",
+    },
+    Info {
+        id: "7",
+        fault: "leader-exec SIGSTOPped past the TTL (its command runs on), SIGCONT after the next leader started",
+        timing: FAST,
+        asserts: "the overlap is the expected one; new token larger; etcd calls the old token stale; the resumed instance stops its command within 1 s and exits 75",
+    },
+    Info {
+        id: "8",
+        fault: "command ignores SIGTERM, grandchild too; leader's proxy frozen",
+        timing: FAST,
+        asserts: "TERM recorded, SIGKILL no earlier than --kill-after, group gone before the next command starts; exit 75",
+    },
+];
+
+pub struct Row {
+    pub id: &'static str,
+    pub stats: Stats,
+    pub failures: Vec<String>,
+    pub elapsed: Duration,
+}
+
+static ROWS: Mutex<Vec<Row>> = Mutex::new(Vec::new());
+
+/// Prints the row; in a soak, rewrites RELIABILITY.md with every row so far.
+pub fn publish(row: Row) {
+    println!("{}", table(std::slice::from_ref(&row)));
+    let mut rows = ROWS.lock().unwrap_or_else(PoisonError::into_inner);
+    rows.push(row);
+    if config().soak {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/RELIABILITY.md");
+        std::fs::write(path, document(&rows)).expect("write RELIABILITY.md");
+    }
+}
+
+fn info(id: &str) -> &'static Info {
+    SCENARIOS.iter().find(|s| s.id == id).unwrap()
+}
+
+pub fn duration(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d < Duration::from_secs(100) {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{} min {} s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
+
+fn median(values: &[Duration]) -> Option<Duration> {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[n / 2]),
+        n => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2),
+    }
+}
+
+/// "median / max", or "—".
+fn spread(values: &[Duration]) -> String {
+    match (median(values), values.iter().max()) {
+        (Some(median), Some(max)) => format!("{} / {}", duration(median), duration(*max)),
+        _ => "—".into(),
+    }
+}
+
+fn notes(row: &Row) -> String {
+    let s = &row.stats;
+    match row.id {
+        "1b" | "2b" | "3b" | "4" | "5a" | "5b" => {
+            let limit = duration(info(row.id).timing.short_fault());
+            let mut note = format!(
+                "leadership kept {}/{}; outage {} (short-fault limit {limit})",
+                s.kept,
+                s.trials,
+                spread(&s.outages)
+            );
+            if s.long_faults > 0 {
+                let _ = write!(
+                    note,
+                    "; {} outages over the limit (step-down allowed, safety still checked)",
+                    s.long_faults
+                );
+            }
+            if row.id == "5a" {
+                let _ = write!(note, "; that member was the raft leader in {}", s.tally);
+            }
+            note
+        }
+        "1" | "2" => format!(
+            "old command signalled {} after the fault began",
+            spread(&s.reactions)
+        ),
+        "3" => format!(
+            "etcd frozen {}; old command signalled {} after the fault began",
+            spread(&s.outages),
+            spread(&s.reactions)
+        ),
+        "6" | "6b" => format!(
+            "command and grandchild dead {} after SIGKILL",
+            spread(&s.reactions)
+        ),
+        "7" => format!(
+            "**expected overlap {}**; command stopped {} after SIGCONT; old token stale in {}/{}",
+            spread(&s.windows),
+            spread(&s.reactions),
+            s.tally,
+            s.trials
+        ),
+        "8" => format!("SIGKILL {} after the ignored TERM", spread(&s.reactions)),
+        _ => String::new(),
+    }
+}
+
+/// The table of `rows`, in scenario order.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| # | fault | trials | failed | overlaps | failover median / max | min gap | notes |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for info in SCENARIOS {
+        let Some(row) = rows.iter().find(|r| r.id == info.id) else {
+            continue;
+        };
+        let s = &row.stats;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            info.id,
+            info.fault,
+            s.trials,
+            row.failures.len(),
+            s.overlaps,
+            spread(&s.failovers),
+            s.gaps.iter().min().map_or("—".into(), |g| duration(*g)),
+            notes(row),
+        );
+    }
+    out
+}
+
+fn output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn document(rows: &[Row]) -> String {
+    let config = config();
+    let total: Duration = rows.iter().map(|r| r.elapsed).sum();
+    let etcd = output("etcd", &["--version"]);
+    let etcd = etcd
+        .lines()
+        .next()
+        .unwrap_or("etcd ?")
+        .replace("etcd Version:", "etcd");
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let missing: Vec<&str> = SCENARIOS
+        .iter()
+        .filter(|s| !rows.iter().any(|r| r.id == s.id))
+        .map(|s| s.id)
+        .collect();
+    let failures: Vec<&String> = rows.iter().flat_map(|r| &r.failures).collect();
+
+    let mut out = String::new();
+    out.push_str(HEADER);
+    let _ = writeln!(
+        out,
+        "    LEADER_EXEC_CHAOS_TRIALS={} cargo test --locked --test chaos\n",
+        config.trials
+    );
+    let _ = writeln!(
+        out,
+        "To repeat this run's randomised timings as well, add `LEADER_EXEC_CHAOS_SEED={}`.\n",
+        config.seed
+    );
+    let _ = writeln!(
+        out,
+        "## Results\n\n{} UTC; {} trials per scenario; {} cores (load average {load} at the end), \
+         {etcd}, debug build; the run took {}.\n",
+        output("date", &["-u", "+%Y-%m-%d %H:%M"]),
+        config.trials,
+        cores,
+        duration(total),
+    );
+    out.push_str(&table(rows));
+    if !missing.is_empty() {
+        let _ = writeln!(out, "\nNot run in this run: {}.", missing.join(", "));
+    }
+    if !failures.is_empty() {
+        let _ = writeln!(out, "\n### Failed trials\n");
+        for failure in failures {
+            let first = failure.lines().next().unwrap_or_default();
+            let _ = writeln!(out, "- {first}");
+        }
+    }
+    out.push_str(COLUMNS);
+    out.push_str("\n## Scenarios\n\n| # | fault | timing | also asserted |\n|---|---|---|---|\n");
+    for s in SCENARIOS {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            s.id,
+            s.fault,
+            s.timing.describe(),
+            s.asserts
+        );
+    }
+    out.push_str(METHOD);
+    out
+}
+
+const HEADER: &str = "# Reliability
+
+<!-- Generated by `tests/chaos` (the soak writes this file); edit the generator, not the file. -->
+
+leader-exec promises that, for one lease, the commands of different instances never run at the
+same time and that their tokens strictly increase (README, \"The safety argument\"). This page is
+the evidence: the faults that break leader election in practice, injected over many trials with
+randomised timing against real etcd processes, with the promise checked on a history that the
+commands themselves wrote.
+
+The table below was produced by:
+
+";
+
+const COLUMNS: &str = "
+- **overlaps**: pairs of jobs that ran at the same time, as the history shows them (must be 0;
+  scenario 7's expected overlap is reported in its notes instead).
+- **failover**: from the fault's first instant to the next leader's command starting.
+- **min gap**: the smallest time, over all trials, between a command's last sign of life (its
+  last heartbeat or its record of the signal that stopped it) and the next command's start.
+- **failed**: trials in which anything asserted did not hold; they are listed below the table.
+";
+
+const METHOD: &str = "
+## How a trial works
+
+Each trial starts three `leader-exec` instances on a fresh lease at once. Every instance reaches
+etcd through TCP proxies of its own on loopback (one per etcd member), which the runner can
+*cut* (reset every connection, refuse new ones), *freeze* (accept, forward nothing) and *heal*.
+Each instance runs the same bash job, which appends to a shared history file:
+
+- `start NAME TOKEN PID T` with `$LEADER_TOKEN` when it starts, then checks every pid of the
+  earlier jobs of the trial and records `overlap` if one is still alive;
+- `beat NAME T` every 50 ms, from the job and from its grandchild if it has one, for as long as
+  it runs, so a job that runs on after it should have stopped is seen;
+- `stop NAME T` (or `term NAME T` when it ignores the signal) when SIGTERM arrives.
+
+Times come from bash's `$EPOCHREALTIME`, the same wall clock the runner uses.
+
+Once the first leader's job runs and all three instances stand in line, the runner waits a random
+part of two renewal cycles (so the fault lands anywhere in the lease cycle), injects the fault,
+observes what must happen, and writes `fault KIND BEGIN END short|long`. At the end it writes
+`teardown`, heals and resumes everything, stops every instance with SIGTERM, waits until every
+pid of every job (and its process group) is gone and writes `gone NAME T` for each. Faults touch
+only what the runner started (etcd processes, proxies, leader-exec instances and their
+descendants), all on loopback; every wait is bounded.
+
+## What the checker verifies on every history
+
+1. No two jobs' run intervals overlap: no job starts before an earlier job's last record, and no
+   job finds a process of an earlier job alive at its start. (Scenario 7 expects exactly one
+   overlap, between the frozen leader's job and the next; it is measured, not counted.)
+2. Tokens strictly increase in start order.
+3. Every job that started was seen gone, and showed no sign of life after that.
+4. After a fault marked short (shorter than the renew deadline with room for a renewal: renew
+   deadline − 3 retry periods), until the teardown, no job was signalled and none started.
+
+The checker has its own unit tests on synthetic histories, including ones with an overlap that
+must fail (`cargo test --test chaos history`).
+
+## Timing
+
+FAST is the integration tests' timing (ttl 3 s, renew deadline 1.5 s, retry period 300 ms,
+kill-after 1 s), for quick failovers. STEADY (ttl 6 s, renew deadline 4 s, retry period 500 ms,
+kill-after 1 s) gives faults that leadership must survive room on a loaded machine; its
+short-fault limit is 2.5 s. The 3-member cluster runs with `--heartbeat-interval 50
+--election-timeout 500`. The defaults (ttl 15 s, renew deadline 10 s) scale every number here up.
+";
