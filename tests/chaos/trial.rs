@@ -503,10 +503,17 @@ pub fn current_token(endpoints: &str, lease: &str) -> Option<i64> {
     answer["kvs"][0]["create_revision"].as_i64()
 }
 
-/// Whether `token` is the current leader's: what `leader-exec check --lease L --token T` answers
-/// (exit 0: current, 1: stale). Until `check` exists, the same read made with etcdctl; with it,
-/// this becomes the line in the comment.
+/// Whether `token` is the current leader's, as `leader-exec check` answers it (exit 0: current,
+/// 1: stale; anything else is a failure of the check itself).
 pub fn token_is_current(endpoints: &str, lease: &str, token: i64) -> bool {
-    // leader_exec().args(["check", "--endpoints", endpoints, "--lease", lease, "--token", &token.to_string()]).status().unwrap().code() == Some(0)
-    current_token(endpoints, lease) == Some(token)
+    let status = leader_exec()
+        .args(["check", "--endpoints", endpoints, "--lease", lease])
+        .args(["--token", &token.to_string()])
+        .status()
+        .unwrap();
+    match status.code() {
+        Some(0) => true,
+        Some(1) => false,
+        other => panic!("leader-exec check failed: {other:?}"),
+    }
 }
