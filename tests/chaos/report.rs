@@ -91,7 +91,7 @@ pub const SCENARIOS: &[Info] = &[
         id: "7",
         fault: "leader-exec SIGSTOPped past the TTL (its command runs on), SIGCONT after the next leader started",
         timing: FAST,
-        asserts: "the overlap is the expected one; new token larger; etcd calls the old token stale; the resumed instance stops its command within 1 s and exits 75",
+        asserts: "the overlap is the expected one; new token larger; `leader-exec check` calls the old token stale (exit 1); the resumed instance stops its command within 1 s and exits 75",
     },
     Info {
         id: "8",
