@@ -67,7 +67,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_until(condition, timeout, step=0.002):
+def wait_until(condition, timeout, step=0.01):
     """Polls `condition` until it returns something truthy or `timeout` seconds pass."""
     until = time.monotonic() + timeout
     while True:
@@ -230,11 +230,16 @@ def tool_processes(root_pid, exclude):
     return found
 
 
-def cpu_ticks(pid):
-    """utime + stime of the whole process (every thread, dead ones included), in clock ticks."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+def cpu_ns(pid):
+    """CPU time of every thread of the process so far, in ns (from /proc/PID/task/*/schedstat)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
 
 
 def memory_kb(pid):
@@ -426,6 +431,9 @@ def _reset(sock):
         pass
 
 
+SO_TIMESTAMPNS = 35  # Linux; receive timestamps as a struct timespec on CLOCK_REALTIME
+
+
 class FrameScanner:
     """Follows the HTTP/2 frames a client sends, to tell where a DATA frame (a gRPC message,
     such as a lease renewal) ends."""
@@ -483,7 +491,8 @@ class Proxy:
         # Black hole: after the next DATA frame from the client, drop everything it sends.
         self.armed = False
         self.blackholed = False
-        self.last_request_at = None
+        self.last_request_at = None  # when the proxy read it (CLOCK_MONOTONIC)
+        self.last_request_sent_at = None  # the kernel's receive timestamp, as CLOCK_MONOTONIC
         self.first_answer_at = None
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -517,10 +526,18 @@ class Proxy:
 
     def _upstream(self, src, dst):
         scanner = FrameScanner()
+        # The kernel stamps every segment as it arrives; on loopback that happens inside the
+        # sender's write, so it tells when the client sent it, however late this thread reads it.
+        src.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         try:
             while True:
-                data = src.recv(65536)
+                data, ancillary, _, _ = src.recvmsg(65536, socket.CMSG_SPACE(16))
                 at = mono()
+                sent_at = None
+                for level, kind, value in ancillary:
+                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+                        sec, nsec = struct.unpack("qq", value[:16])
+                        sent_at = sec * 1_000_000_000 + nsec - (time.time_ns() - mono())
                 if not data or self.cut_off:
                     break
                 if self.blackholed:
@@ -531,6 +548,7 @@ class Proxy:
                     if data_frames:
                         dst.sendall(data[:data_frames[0]])
                         self.last_request_at = at
+                        self.last_request_sent_at = sent_at
                         self.blackholed = True
                         self.armed = False
                         continue
@@ -832,12 +850,14 @@ def scenario_stepdown(ctx, tool, i, _shared):
             raise BenchError(f"leader-exec exited {rc}, expected 75 (see {d})")
     finally:
         proxy.stop()
-    if proxy.last_request_at is None or proxy.first_answer_at is None:
+    if proxy.last_request_sent_at is None or proxy.first_answer_at is None:
         raise BenchError("the last renewal or its answer did not pass the proxy")
-    answered_in = proxy.first_answer_at - proxy.last_request_at
+    answered_in = proxy.first_answer_at - proxy.last_request_sent_at
     if answered_in >= RETRY_PERIOD_S * 1e9:
         raise BenchError(f"the last renewal was answered only after {ms(answered_in):.0f} ms")
-    deadline = proxy.last_request_at + int(RENEW_DEADLINE_S * 1e9)
+    # leader-exec's deadline is the renewal's send instant (read just before it writes the
+    # request) + --renew-deadline; the kernel stamped the request as it was written.
+    deadline = proxy.last_request_sent_at + int(RENEW_DEADLINE_S * 1e9)
     # Cross-check: leader-exec's own `stepping-down` log line (millisecond resolution).
     offset = time.time_ns() - mono()
     logged = None
@@ -852,6 +872,7 @@ def scenario_stepdown(ctx, tool, i, _shared):
         "stepdown": ms(sig["t"] - deadline),
         "_log_to_signal_ms": ms(sig["t"] - logged) if logged else None,
         "_renewal_answered_in_ms": ms(answered_in),
+        "_proxy_read_the_renewal_after_ms": ms(proxy.last_request_at - proxy.last_request_sent_at),
     }
 
 
@@ -863,10 +884,11 @@ def scenario_hold(ctx, tool, i, _shared):
     a_start = ctx.started(h, "a")
     time.sleep(1.5)  # past start-up and the first renewal
     procs = tool_processes(a.pid, exclude={a_start["pid"]})
-    clk = os.sysconf("SC_CLK_TCK")
-    c0, t0 = sum(cpu_ticks(p) for p in procs), mono()
+    c0, t0 = sum(cpu_ns(p) for p in procs), mono()
     time.sleep(ctx.args.hold_seconds)
-    c1, t1 = sum(cpu_ticks(p) for p in procs), mono()
+    c1, t1 = sum(cpu_ns(p) for p in procs), mono()
+    if tool_processes(a.pid, exclude={a_start["pid"]}) != procs:
+        raise BenchError(f"{tool.label} started or lost a process while holding (see {d})")
     mem = [memory_kb(p) for p in procs]
     os.kill(a_start["pid"], signal.SIGUSR1)
     rc, _ = wait_exit(a, 10)
@@ -875,7 +897,7 @@ def scenario_hold(ctx, tool, i, _shared):
     return {
         "rss": sum(r for r, _ in mem) / 1024,
         "pss": sum(p for _, p in mem) / 1024,
-        "cpu": (c1 - c0) / clk * 1000 / ((t1 - t0) / 1e9),
+        "cpu": (c1 - c0) / 1e6 / ((t1 - t0) / 1e9),
         "_per_process_rss_pss_mb": [(round(r / 1024, 2), round(p / 1024, 2)) for r, p in mem],
     }
 
@@ -894,7 +916,12 @@ def scenario_waiters(ctx, tool, i, _shared):
             ctx.wait_in_line(tool, lease, j + 1, timeout=60)
     ctx.wait_in_line(tool, lease, n + 1, timeout=120)
     time.sleep(1.0)
-    out = {"waiters_latency": [], "waiters_requests": [], "waiters_events": [], "_traffic": []}
+    # What the line costs etcd while nothing happens: renewals, over several renewal periods.
+    before, t0 = ctx.etcd.metrics(), mono()
+    time.sleep(2.0 if ctx.args.smoke else 10.0)
+    idle = handover_traffic(before, ctx.etcd.metrics(), (mono() - t0) / 1e9)
+    out = {"waiters_latency": [], "waiters_requests": [], "waiters_events": [], "_traffic": [],
+           "waiters_renewals": idle["renewals_per_s"], "_idle_requests_per_s": idle["requests"] / ((mono() - t0) / 1e9)}
     seen = {"w0"}
     for _ in range(ctx.args.handovers):
         before = ctx.etcd.metrics()
@@ -1019,6 +1046,7 @@ FIGURES = [
     Figure("handover_events", "1 waiter: watch events sent per handover", "", "report", digits=0),
     Figure("waiters_events", "{n} waiters: watch events sent per handover", "", "O(1): same as 1 waiter", judge_o1("handover_events"), digits=0),
     Figure("waiters_latency", "{n} waiters: handover latency", "ms", "≤ 1.2 × the one-waiter figure", judge_waiter_latency, digits=2),
+    Figure("waiters_renewals", "{n} waiters, idle: lease renewals per second reaching etcd", "1/s", "report", digits=0),
     Figure("check", "`leader-exec check` round trip (etcdctl: one `etcdctl get`, for reference)", "ms", "report", digits=2),
 ]
 
@@ -1049,15 +1077,17 @@ def summary(values, digits):
 # The run
 
 
+# (name, function, both tools?, quick?) — quick scenarios take under a second a run and get
+# --fast-runs runs, the others --runs.
 SCENARIOS = [
-    ("uncontended", scenario_uncontended, True),
-    ("handover", scenario_handover, True),
-    ("check", scenario_check, True),
-    ("hold", scenario_hold, True),
-    ("stepdown", scenario_stepdown, False),
-    ("crash", scenario_crash, True),
-    ("partition", scenario_partition, True),
-    ("waiters", scenario_waiters, True),
+    ("uncontended", scenario_uncontended, True, True),
+    ("handover", scenario_handover, True, True),
+    ("check", scenario_check, True, True),
+    ("hold", scenario_hold, True, False),
+    ("stepdown", scenario_stepdown, False, False),
+    ("crash", scenario_crash, True, False),
+    ("partition", scenario_partition, True, False),
+    ("waiters", scenario_waiters, True, False),
 ]
 
 
@@ -1115,11 +1145,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="one run per scenario, small numbers, no verdicts")
     ap.add_argument("--runs", type=int, help="runs per scenario and tool (default 7, smoke 1)")
+    ap.add_argument("--fast-runs", type=int,
+                    help="runs of the sub-second scenarios: uncontended, handover, check (default 21, smoke 1)")
     ap.add_argument("--waiters", type=int, help="waiters on one lease (default 200, smoke 20)")
     ap.add_argument("--handovers", type=int, help="handovers measured per waiters run (default 3, smoke 2)")
     ap.add_argument("--hold-seconds", type=float, help="CPU window while holding (default 10, smoke 2)")
     ap.add_argument("--binary", help="use this leader-exec instead of building target/release/leader-exec")
-    ap.add_argument("--only", help="comma-separated scenarios: " + ",".join(s for s, _, _ in SCENARIOS))
+    ap.add_argument("--only", help="comma-separated scenarios: " + ",".join(s[0] for s in SCENARIOS))
     ap.add_argument("--out", help="report file (default BENCHMARKS.md, smoke target/bench/SMOKE.md)")
     ap.add_argument("--etcd-data", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="parent directory of etcd's data dir (default /dev/shm: tmpfs)")
@@ -1127,6 +1159,7 @@ def main():
     args = ap.parse_args()
     smoke = args.smoke
     args.runs = args.runs or (1 if smoke else 7)
+    args.fast_runs = args.fast_runs or (1 if smoke else 21)
     args.waiters = args.waiters or (20 if smoke else 200)
     args.handovers = args.handovers or (2 if smoke else 3)
     args.hold_seconds = args.hold_seconds or (2.0 if smoke else 10.0)
@@ -1153,7 +1186,7 @@ def main():
     print(f"bench: work dir {workdir}", file=sys.stderr, flush=True)
     try:
         etcd.start()
-        for name, fn, both in SCENARIOS:
+        for name, fn, both, quick in SCENARIOS:
             if only and name not in only:
                 continue
             tools = [le, ctl] if both else [le]
@@ -1169,10 +1202,11 @@ def main():
                 a = ctx.started(History(d / "history"), "a")
                 shared["check_holder"] = {"lease": lease, "token": a["token"]}
             busy0, load0, t0 = machine_busy(), os.getloadavg()[0], time.monotonic()
-            for i in range(args.runs):
+            runs = args.fast_runs if quick else args.runs
+            for i in range(runs):
                 shared["phase"] = rng.random()
                 for tool in tools:
-                    print(f"bench: {name} run {i + 1}/{args.runs}: {tool.label}", file=sys.stderr, flush=True)
+                    print(f"bench: {name} run {i + 1}/{runs}: {tool.label}", file=sys.stderr, flush=True)
                     try:
                         figures = fn(ctx, tool, i, shared)
                     except Exception as e:  # noqa: BLE001 - recorded, the run goes on
@@ -1240,7 +1274,8 @@ def report(args, info, results, extras, loads, failures, notes, started_at, fini
     w("")
     w(f"It builds `target/release/leader-exec` (`cargo build --release --locked`) and `bench/stamp.rs`,")
     w(f"starts etcd on free loopback ports with its data on tmpfs (`--etcd-data`, default /dev/shm),")
-    w(f"runs every scenario {args.runs}× per tool, and rewrites this file (raw values in")
+    w(f"runs every scenario for both tools in alternation ({args.fast_runs} runs each of the sub-second")
+    w(f"scenarios, {args.runs} of the others), and rewrites this file (raw values in")
     w(f"`{raw_path.relative_to(ROOT) if raw_path.is_relative_to(ROOT) else raw_path}`).")
     w("")
     w("## Machine and versions")
@@ -1310,7 +1345,7 @@ def report(args, info, results, extras, loads, failures, notes, started_at, fini
                 t = traffic[len(traffic) // 2]
                 w(f"- {name}, {tool}: per handover (a typical one): unary RPCs {json.dumps(t['unary'], sort_keys=True)}, "
                   f"watch requests {t['watch_requests']}, watch events {t['watch_events']}; "
-                  f"watchers {t['watchers']}; renewals {t['renewals_per_s']:.0f}/s in the background")
+                  f"watchers registered afterwards {t['watchers']}")
     w("")
     for name, l in loads.items():
         w(f"- {name}: {l['seconds']:.0f} s, machine {l['machine_busy'] * 100:.0f} % busy, "
