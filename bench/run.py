@@ -702,12 +702,11 @@ class Etcdctl:
 
 
 class Context:
-    def __init__(self, args, workdir, etcd, stamp, le):
+    def __init__(self, args, workdir, etcd, stamp):
         self.args = args
         self.workdir = workdir
         self.etcd = etcd
         self.stamp = str(stamp)
-        self.le = le
         self.procs = Procs(stamp)
         self.seq = 0
 
@@ -1272,7 +1271,7 @@ def main():
     etcd = Etcd(workdir, args.etcd_data)
     le, ctl = LeaderExec(binary), Etcdctl()
     extra = [LeaderExec(Path(args.baseline).resolve(), "baseline", "leader-exec (baseline)")] if args.baseline else []
-    ctx = Context(args, workdir, etcd, stamp, le)
+    ctx = Context(args, workdir, etcd, stamp)
     rng = random.Random(args.seed)
     results = {}  # figure → tool → [values]
     extras = {}  # scenario → tool → [dict of diagnostics]
@@ -1584,6 +1583,18 @@ def report(args, info, results, extras, loads, failures, notes, started_at, fini
         w("")
         w(f"The baseline column is `{args.baseline}`, run as a third tool in the same alternation"
           + (f": {args.baseline_note}" if args.baseline_note else "."))
+        w("")
+        for fig in FIGURES:
+            le = results.get(fig.key, {}).get("leader-exec", [])
+            base = results.get(fig.key, {}).get("baseline", [])
+            ctl = results.get(fig.key, {}).get("etcdctl", [])
+            if not (le and base and ctl) or fig.unit == "" or median(base) == 0:
+                continue
+            lo1, hi1 = ratio_interval(le, base)
+            lo2, hi2 = ratio_interval(base, ctl)
+            w(f"- {fig.title.format(n=args.waiters)}: leader-exec / baseline {median(le) / median(base):.3f}"
+              f" (95 % interval {lo1:.2f} – {hi1:.2f}); baseline / etcdctl {median(base) / median(ctl):.3f}"
+              f" ({lo2:.2f} – {hi2:.2f})")
         w("")
     elif not smoke:
         lines.extend(notes_section(args, results, extras))
