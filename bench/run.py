@@ -569,11 +569,13 @@ class Proxy:
                 if self.armed:
                     data_frames = [end for (kind, length, end) in frames if kind == 0 and length > 0]
                     if data_frames:
-                        dst.sendall(data[:data_frames[0]])
+                        # Before forwarding: the answer may come back (to the other thread) while
+                        # this one still waits in sendall.
                         self.last_request_at = at
                         self.last_request_sent_at = sent_at
                         self.blackholed = True
                         self.armed = False
+                        dst.sendall(data[:data_frames[0]])
                         continue
                 dst.sendall(data)
         except OSError:
