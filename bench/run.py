@@ -144,6 +144,11 @@ class Procs:
                     p.kill()
                 except ProcessLookupError:
                     pass
+        # Children the runner never saw start (a failed run) but whose wrapper left them running:
+        # this run's stamp binary has a path of its own, so they are found by their argv[0].
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and self.is_stamp(int(entry)):
+                self.stamp_pids.add(int(entry))
         for pid in list(self.stamp_pids):
             self.kill_stamp(pid)
         for p in self.popens:
