@@ -1387,7 +1387,9 @@ def main():
     print(f"bench: wrote {out} and {raw_path}", file=sys.stderr)
     if failures:
         print("bench: failures:\n  " + "\n  ".join(failures), file=sys.stderr)
+        print(f"bench: the children's records and the tools' stderr are in {workdir}", file=sys.stderr)
         sys.exit(1)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def notes_section(args, results, extras):
