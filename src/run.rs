@@ -107,8 +107,13 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 &deadline,
             );
             tokio::pin!(renewal);
+            // Our own key is watched from the start: a deleted key is noticed while waiting, and
+            // no request is left to make at the moment leadership passes to us (handover path).
+            let backend = self.backend;
+            let key_gone = backend.key_gone(&candidacy);
+            tokio::pin!(key_gone);
             match self
-                .wait_turn(&candidacy, renewal.as_mut(), give_up_at)
+                .wait_turn(&candidacy, renewal.as_mut(), key_gone.as_mut(), give_up_at)
                 .await?
             {
                 Waited::Leading => {}
@@ -130,7 +135,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 tokio::time::sleep(self.settings.timing.retry_period).await;
                 continue;
             }
-            match self.lead(&candidacy, renewal.as_mut()).await? {
+            match self
+                .lead(&candidacy, renewal.as_mut(), key_gone.as_mut())
+                .await?
+            {
                 Led::Exit(code) => return Ok(code),
                 Led::Lost if self.settings.recampaign => {
                     tracing::info!(event = "recampaigning", "campaigning again (--recampaign)");
@@ -206,6 +214,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         &mut self,
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Lost>>,
+        mut key_gone: Pin<&mut impl Future<Output = ()>>,
         give_up_at: Option<Duration>,
     ) -> anyhow::Result<Waited> {
         let backend = self.backend;
@@ -253,6 +262,11 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     self.release(candidacy).await;
                     return Ok(Waited::Recampaign);
                 }
+                () = &mut key_gone => {
+                    tracing::warn!(event = "candidacy-lost", "our candidate key was deleted; campaigning again");
+                    self.release(candidacy).await;
+                    return Ok(Waited::Recampaign);
+                }
                 signal = self.signals.recv() => {
                     if signals::withdraws_candidacy(signal) {
                         tracing::info!(event = "withdrawn", signal = signal.as_str(), "withdrawing the candidacy");
@@ -275,6 +289,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         &mut self,
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Lost>>,
+        mut key_gone: Pin<&mut impl Future<Output = ()>>,
     ) -> anyhow::Result<Led> {
         let settings = self.settings;
         let clock = self.clock.clone();
@@ -331,9 +346,6 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             self.release(candidacy).await;
             return Err(Failure::usage(format!("cannot reach the supervisor: {e}")).into());
         }
-        let backend = self.backend;
-        let key_gone = backend.key_gone(candidacy);
-        tokio::pin!(key_gone);
         let mut status: Option<ChildStatus> = None;
         let mut kill_at: Option<Duration> = None;
         let mut killed = false;

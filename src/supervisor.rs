@@ -402,10 +402,16 @@ impl<'a> Supervisor<'a> {
     fn ended(&mut self, pid: Pid, status: ChildStatus) -> Result<(), ()> {
         if self.state == State::Running(pid) {
             self.state = State::Draining(pid);
-            let line = match status {
+            let mut line = match status {
                 ChildStatus::Exited(code) => format!("exited\t{code}\n"),
                 ChildStatus::Signaled(signal) => format!("killed\t{signal}\n"),
             };
+            // Usually the command was alone in its group: say both in one message, so that
+            // leader-exec wakes up once and releases the lease at once (the handover path).
+            if killpg(pid, None) == Err(Errno::ESRCH) {
+                self.state = State::Idle;
+                line.push_str("empty\n");
+            }
             self.tell(&line)?;
         }
         Ok(())
