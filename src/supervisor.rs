@@ -166,6 +166,9 @@ pub struct Handle {
 impl Handle {
     /// Registers the socket with the runtime.
     pub fn new(forked: Forked) -> io::Result<Handle> {
+        // Should the supervisor die, the command's processes are reparented to us rather than to
+        // PID 1, so that the fallback below can reap them at once instead of waiting for PID 1.
+        prctl::set_child_subreaper(true)?;
         forked.socket.set_nonblocking(true)?;
         let stream = tokio::net::UnixStream::from_std(forked.socket)?;
         let (read, write) = stream.into_split();
@@ -238,8 +241,14 @@ impl Handle {
         if let Some(group) = self.group {
             let _ = killpg(group, signal);
             if signal == Signal::SIGKILL {
-                // PID 1 reaps the orphans, slowly; wait (bounded) until the group is gone.
+                // Reap what was reparented to us (the supervisor, the command, orphans) until
+                // the group is gone; bounded, should a process hang in the kernel.
                 for _ in 0..300 {
+                    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                        if status == WaitStatus::StillAlive {
+                            break;
+                        }
+                    }
                     if killpg(group, None) == Err(Errno::ESRCH) {
                         break;
                     }
