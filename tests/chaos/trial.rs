@@ -507,7 +507,7 @@ pub fn current_token(endpoints: &str, lease: &str) -> Option<i64> {
 /// 1: stale; anything else is a failure of the check itself).
 pub fn token_is_current(endpoints: &str, lease: &str, token: i64) -> bool {
     let status = leader_exec()
-        .args(["check", "--endpoints", endpoints, "--lease", lease])
+        .args(["check", "-q", "--endpoints", endpoints, "--lease", lease])
         .args(["--token", &token.to_string()])
         .status()
         .unwrap();
