@@ -4,7 +4,8 @@ use clap::error::ErrorKind;
 
 use crate::cli::{self, Cli, Subcommand};
 use crate::clock::BootClock;
-use crate::election::etcd::{self, Backoff, Etcd};
+use crate::election::Backoff;
+use crate::election::etcd::{self, Etcd};
 use crate::exit::{self, Failure};
 use crate::observe;
 use crate::run::Runner;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::election::etcd::Backoff;
+use crate::election::Backoff;
 use crate::election::{Backend, Leader, Observation, StoreError};
 use crate::exit::Failure;
 use crate::occurrence::{self, Record};

@@ -19,7 +19,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::clock::{Clock, sleep_until_some};
-use crate::election::etcd::Backoff;
+use crate::election::Backoff;
 use crate::election::{self, Backend, Candidacy, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
 use crate::notify;

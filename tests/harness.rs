@@ -79,6 +79,29 @@ pub fn group_alive(pgid: i32) -> bool {
     nix::sys::signal::killpg(Pid::from_raw(pgid), None).is_ok()
 }
 
+/// An etcd member's command line: its name, data, client and peer URLs, the initial cluster, and
+/// errors only on stderr.
+fn etcd_member(name: &str, data_dir: &Path, client: &str, peer: &str, cluster: &str) -> Command {
+    let mut command = Command::new("etcd");
+    command
+        .args(["--name", name, "--data-dir"])
+        .arg(data_dir)
+        .args(["--listen-client-urls", client])
+        .args(["--advertise-client-urls", client])
+        .args(["--listen-peer-urls", peer])
+        .args(["--initial-advertise-peer-urls", peer])
+        .args(["--initial-cluster", cluster])
+        .args([
+            "--logger",
+            "zap",
+            "--log-outputs",
+            "stderr",
+            "--log-level",
+            "error",
+        ]);
+    command
+}
+
 /// A single-member etcd on free loopback ports, killed when dropped.
 pub struct Etcd {
     pub client_port: u16,
@@ -140,22 +163,7 @@ impl Etcd {
         let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
-        let child = Command::new("etcd")
-            .args(["--name", "n", "--data-dir"])
-            .arg(self.data_dir())
-            .args(["--listen-client-urls", &client])
-            .args(["--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("n={peer}")])
-            .args([
-                "--logger",
-                "zap",
-                "--log-outputs",
-                "stderr",
-                "--log-level",
-                "error",
-            ])
+        let child = etcd_member("n", &self.data_dir(), &client, &peer, &format!("n={peer}"))
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
@@ -717,7 +725,13 @@ impl Cluster {
             .open(self.dir.path().join(format!("{}.log", member.name)))
             .unwrap();
         // On a restart the data directory exists and etcd ignores the --initial-* flags.
-        let mut command = Command::new("etcd");
+        let mut command = etcd_member(
+            &member.name,
+            &self.dir.path().join(&member.name),
+            &client,
+            &peer,
+            &initial,
+        );
         // Should the test process die, its members die with it. (The death signal fires when the
         // spawning thread ends; a test's thread outlives the cluster it started.)
         // SAFETY: prctl is async-signal-safe.
@@ -728,24 +742,9 @@ impl Cluster {
             });
         }
         let child = command
-            .args(["--name", &member.name, "--data-dir"])
-            .arg(self.dir.path().join(&member.name))
-            .args(["--listen-client-urls", &client])
-            .args(["--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &initial])
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", &self.token])
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .args([
-                "--logger",
-                "zap",
-                "--log-outputs",
-                "stderr",
-                "--log-level",
-                "error",
-            ])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -23,7 +23,7 @@ use etcd_client::{
 };
 
 use super::{
-    Backend, Candidacy, Keeper, Leader, LeaseTime, Observation, Renewal, StoreError, Turn,
+    Backend, Backoff, Candidacy, Keeper, Leader, LeaseTime, Observation, Renewal, StoreError, Turn,
 };
 use crate::settings::Connection;
 
@@ -483,23 +483,5 @@ impl Keeper for EtcdKeeper {
 
     fn reset(&mut self) {
         self.stream = None;
-    }
-}
-
-/// Exponential backoff for retrying store requests: 50 ms doubling to 1 s.
-pub struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    pub fn new() -> Self {
-        Backoff {
-            next: Duration::from_millis(50),
-        }
-    }
-
-    pub async fn sleep(&mut self) {
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(Duration::from_secs(1));
     }
 }

@@ -204,3 +204,21 @@ pub async fn wait_for_turn<B: Backend>(
         }
     }
 }
+
+/// Exponential backoff for retrying store requests: 50 ms doubling to 1 s.
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    pub fn new() -> Self {
+        Backoff {
+            next: Duration::from_millis(50),
+        }
+    }
+
+    pub async fn sleep(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Duration::from_secs(1));
+    }
+}
