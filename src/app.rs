@@ -1,5 +1,7 @@
 //! From argv to an exit code.
 
+use std::io::Write;
+
 use clap::error::ErrorKind;
 
 use crate::cli::{self, Cli, Subcommand};
@@ -15,6 +17,8 @@ use crate::supervisor;
 
 /// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
 pub fn main() -> u8 {
+    // Before anything else, on the only thread: Ctrl-Z must never stop a leader.
+    crate::signals::block_stop_signals();
     let cli = match cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -25,9 +29,13 @@ pub fn main() -> u8 {
         Some(_) => subcommand(cli),
     };
     match result {
-        Ok(code) => code,
+        Ok(code) => {
+            // Bounded: a stderr that does not drain cannot keep leader-exec from exiting.
+            crate::logging::flush(std::time::Duration::from_millis(500));
+            code
+        }
         Err(e) => {
-            eprintln!("leader-exec: {e:#}");
+            crate::logging::fatal(&format!("{e:#}"));
             exit::code_of(&e)
         }
     }
@@ -44,7 +52,11 @@ fn usage_error(error: clap::Error) -> u8 {
             let rendered = error.render().to_string();
             let first = rendered.lines().next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("leader-exec: {first} (see leader-exec --help)");
+            // Not eprintln!: it panics when stderr's reader has gone.
+            let _ = writeln!(
+                std::io::stderr(),
+                "leader-exec: {first} (see leader-exec --help)"
+            );
             exit::FAILURE
         }
     }
@@ -58,6 +70,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     // SAFETY: no thread has been started yet; the runtime is built below.
     let forked = unsafe { supervisor::fork_supervisor(&settings.command) }
         .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
+    // Threads may start now.
+    crate::logging::start();
+    crate::notify::init();
     // One thread: the runtime runs on the main thread, which lives as long as the process.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -103,6 +118,7 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         crate::assets::write_all(dir)?;
         return Ok(0);
     }
+    crate::logging::start();
     let scope = Scope::from_args(cli.election)?;
     crate::logging::set_context(&scope.lease, "");
     let connection = Connection::from_args(cli.etcd)?;

@@ -7,9 +7,26 @@
 //!
 //! By default only warnings and errors are printed, as befits a wrapper that runs from cron (which
 //! mails any output): `-v` adds the lifecycle (campaigning, elected, exited), `-vv` debug.
+//!
+//! # Logging never blocks, never fails
+//! stderr is shared with the command and may be a pipe that nobody drains (a stalled journald or
+//! `| logger`, an ssh session lost in the same partition that cut etcd). A blocking `write(2)` on
+//! the thread that runs the state machine would then stop the step-down itself: no TERM, no
+//! KILL, while another host takes over. So a log line is only *queued* here, with `try_send` on
+//! a bounded channel; a thread of its own does the writing and may block for as long as stderr
+//! does. When the queue is full the line is dropped and counted; once stderr drains again, the
+//! writer says how many were lost. Write errors (a reader that went away: EPIPE) are ignored, so
+//! a broken stderr can neither panic nor abort leader-exec.
+//!
+//! The writer thread is started by [`start`], after the supervisor has been forked (the fork needs
+//! a process with one thread); lines logged before that wait in the queue.
 
 use std::fmt;
-use std::sync::OnceLock;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
@@ -23,6 +40,147 @@ use crate::cli::{LogArgs, LogFormat};
 
 /// The lease and identity every line carries, known once the settings are validated.
 static CONTEXT: OnceLock<(String, String)> = OnceLock::new();
+
+/// Whether lines are JSON objects (`--log-format json`).
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// Lines queued at most: 1024 lines are about 200 KiB, plenty to ride out a slow reader.
+const QUEUE_LINES: usize = 1024;
+
+/// Lines dropped because the queue was full (stderr not draining).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+enum Message {
+    Line(Vec<u8>),
+    /// Answered once every line queued before it has been written.
+    Flush(SyncSender<()>),
+}
+
+struct Queue {
+    sender: SyncSender<Message>,
+    /// Taken by the writer thread when it starts.
+    receiver: Mutex<Option<Receiver<Message>>>,
+}
+
+fn queue() -> &'static Queue {
+    static QUEUE: OnceLock<Queue> = OnceLock::new();
+    QUEUE.get_or_init(|| {
+        let (sender, receiver) = sync_channel(QUEUE_LINES);
+        Queue {
+            sender,
+            receiver: Mutex::new(Some(receiver)),
+        }
+    })
+}
+
+/// Queues one line; never blocks.
+fn enqueue(line: Vec<u8>) {
+    match queue().sender.try_send(Message::Line(line)) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Starts the thread that writes queued lines to stderr. Idempotent. Call it only once the
+/// process may have threads (after the supervisor's fork).
+pub fn start() {
+    let Some(receiver) = queue().receiver.lock().ok().and_then(|mut r| r.take()) else {
+        return;
+    };
+    // Should the thread not start, lines are dropped and counted: logging is never worth
+    // stopping for.
+    let _ = std::thread::Builder::new()
+        .name("log-writer".into())
+        .stack_size(64 * 1024)
+        .spawn(move || write_lines(receiver));
+}
+
+/// The writer thread: the only place that writes to stderr, and the only one that may block.
+fn write_lines(receiver: Receiver<Message>) {
+    let mut stderr = std::io::stderr();
+    let mut reported = 0;
+    for message in receiver {
+        match message {
+            Message::Line(line) => {
+                let dropped = DROPPED.load(Ordering::Relaxed);
+                if dropped > reported {
+                    let note = format_line(
+                        "WARN",
+                        "log-lines-dropped",
+                        &format!(
+                            "{} log line(s) dropped: stderr was not draining",
+                            dropped - reported
+                        ),
+                        &[("dropped", Value::from(dropped - reported))],
+                    );
+                    let _ = stderr.write_all(note.as_bytes());
+                    reported = dropped;
+                }
+                // A reader that went away (EPIPE) or a closed fd: nothing to do about it.
+                let _ = stderr.write_all(&line);
+            }
+            Message::Flush(done) => {
+                let _ = done.try_send(());
+            }
+        }
+    }
+}
+
+/// Waits up to `limit` for the queued lines to reach stderr. Used just before exiting, when
+/// nothing is left to protect; a stderr that does not drain costs at most `limit`.
+pub fn flush(limit: Duration) {
+    start();
+    let until = Instant::now() + limit;
+    let (done, finished) = sync_channel(1);
+    let mut message = Message::Flush(done);
+    loop {
+        match queue().sender.try_send(message) {
+            Ok(()) => break,
+            Err(TrySendError::Full(back)) if Instant::now() < until => {
+                message = back;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return,
+        }
+    }
+    let _ = finished.recv_timeout(until.saturating_duration_since(Instant::now()));
+}
+
+/// The last line of a run that failed: `leader-exec: MESSAGE`, or a JSON object with
+/// `event: "fatal"` under `--log-format json`. Printed whatever the log level, then flushed.
+pub fn fatal(message: &str) {
+    let line = if JSON.load(Ordering::Relaxed) {
+        format_line("ERROR", "fatal", message, &[])
+    } else {
+        format!("leader-exec: {}\n", escape(message))
+    };
+    enqueue(line.into_bytes());
+    flush(Duration::from_secs(1));
+}
+
+/// One line in the current format, for lines that do not come from a tracing event.
+fn format_line(level: &str, event: &str, message: &str, fields: &[(&str, Value)]) -> String {
+    let time = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+    if JSON.load(Ordering::Relaxed) {
+        let mut object = Map::new();
+        object.insert("time".into(), time.to_string().into());
+        object.insert("level".into(), level.into());
+        if let Some((lease, identity)) = CONTEXT.get() {
+            object.insert("lease".into(), lease.as_str().into());
+            object.insert("identity".into(), identity.as_str().into());
+        }
+        object.insert("event".into(), event.into());
+        object.insert("message".into(), message.into());
+        for (name, value) in fields {
+            object.insert((*name).into(), value.clone());
+        }
+        format!("{}\n", Value::Object(object))
+    } else {
+        format!("{time} leader-exec {level:>5} {}\n", escape(message))
+    }
+}
 
 pub fn set_context(lease: &str, identity: &str) {
     let _ = CONTEXT.set((lease.to_owned(), identity.to_owned()));
@@ -42,13 +200,44 @@ pub fn init(args: &LogArgs) {
         .ok()
         .and_then(|spec| EnvFilter::try_new(spec).ok())
         .unwrap_or_else(|| EnvFilter::new(format!("leader_exec={level}")));
+    let json = args.log_format == LogFormat::Json;
+    JSON.store(json, Ordering::Relaxed);
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .event_format(Format {
-            json: args.log_format == LogFormat::Json,
-        })
+        .with_writer(|| QueuedLine(Vec::new()))
+        // Its own error reports go to stderr with eprintln!, which panics on EPIPE.
+        .log_internal_errors(false)
+        .event_format(Format { json })
         .init();
+}
+
+/// One formatted event, queued as a whole when the formatter is done with it.
+struct QueuedLine(Vec<u8>);
+
+impl Write for QueuedLine {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for QueuedLine {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            enqueue(std::mem::take(&mut self.0));
+        }
+    }
+}
+
+/// Text logs carry identities and keys that any client of the store can write: control
+/// characters are shown escaped so that they cannot move the cursor, retitle the terminal or
+/// forge a line.
+fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::escape::for_terminal(text)
 }
 
 struct Format {
@@ -88,11 +277,15 @@ where
             }
             writeln!(writer, "{}", Value::Object(object))
         } else {
-            write!(writer, "{time} leader-exec {level:>5} {}", fields.message)?;
+            write!(
+                writer,
+                "{time} leader-exec {level:>5} {}",
+                escape(&fields.message)
+            )?;
             // The message already says what happened; `event` is for machines.
             for (name, value) in fields.others.into_iter().filter(|(n, _)| *n != "event") {
                 match value {
-                    Value::String(s) => write!(writer, " {name}={s}")?,
+                    Value::String(s) => write!(writer, " {name}={}", escape(&s))?,
                     other => write!(writer, " {name}={other}")?,
                 }
             }
@@ -100,7 +293,6 @@ where
         }
     }
 }
-
 #[derive(Default)]
 struct Fields {
     message: String,

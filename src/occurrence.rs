@@ -109,6 +109,10 @@ pub enum Decision {
     SkipUnfinished(Record),
     /// Unfinished, and `--if-unfinished fail`: exit 125.
     RefuseUnfinished(Record),
+    /// The record carries a token not lower than ours although tokens only grow: the store's
+    /// revisions went backwards (data loss, or a snapshot restore without a revision bump).
+    /// Nothing is run: exit 125 with that explanation.
+    TokenWentBackwards(Record),
 }
 
 /// Decides from the stored record (if any). `token` is this leader's.
@@ -118,16 +122,19 @@ pub fn decide(existing: Option<Record>, policy: IfUnfinished, token: i64) -> Dec
             previous_token: None,
         };
     };
+    // Tokens only grow, so every record was written by an earlier leader with a lower token. A
+    // record with our own or a larger token means the store reissued revisions; fencing by
+    // token is broken until it is repaired, and running would be a guess.
+    if record.token >= token {
+        return Decision::TokenWentBackwards(record);
+    }
     match record.state {
         State::Done => Decision::AlreadyDone(record),
         // A failed run is retried: that is what a new occurrence of a failed job means.
         State::Failed => Decision::Run {
             previous_token: None,
         },
-        // Tokens only grow, so a "started" record is an older leader's that never finished
-        // (it died, or lost its lease mid-run). A record with our own or a larger token cannot
-        // exist; refusing is the safe answer if it ever does.
-        State::Started if record.token >= token => Decision::RefuseUnfinished(record),
+        // An older leader's "started" record: it died, or lost its lease mid-run.
         State::Started => match policy {
             IfUnfinished::Rerun => Decision::Run {
                 previous_token: Some(record.token),
@@ -226,7 +233,7 @@ mod tests {
         let newer = record(State::Started, 12);
         assert_eq!(
             decide(Some(newer.clone()), IfUnfinished::Rerun, 10),
-            Decision::RefuseUnfinished(newer)
+            Decision::TokenWentBackwards(newer)
         );
     }
 

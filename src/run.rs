@@ -27,10 +27,81 @@ use crate::occurrence::{self, Decision, Occurrence, Record};
 use crate::renewal::{Deadline, Lost, keep_renewing};
 use crate::settings::{Settings, Wait};
 use crate::signals::{self, Signals};
-use crate::supervisor::{self, Event};
+use crate::supervisor::{self, Event, Group};
 
 /// How long releasing the lease may take before we leave it to expire on its own.
 const RELEASE_BUDGET: Duration = Duration::from_secs(2);
+
+/// How long the command's group may outlive SIGKILL before leader-exec stops waiting for it
+/// (a process in uninterruptible sleep cannot die until the kernel lets it), logs the pids left,
+/// leaves the lease to expire and exits 75. Documented in the README.
+pub const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a stepping-down leader looks in /proc for what is left of the command's group.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// Why leadership ended while the command ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loss {
+    /// No proof either way: the lease may still be ours until its TTL runs out.
+    Unproven(Lost),
+    /// The store reports the lease expired.
+    Expired,
+    /// Our election key was deleted.
+    KeyDeleted,
+}
+
+impl Loss {
+    /// Whether the store itself says the claim is gone, so that another instance may already
+    /// lead.
+    fn certain(self) -> bool {
+        !matches!(self, Loss::Unproven(_))
+    }
+}
+
+impl From<Lost> for Loss {
+    fn from(lost: Lost) -> Loss {
+        match lost {
+            Lost::Expired => Loss::Expired,
+            unproven @ Lost::DeadlineMissed { .. } => Loss::Unproven(unproven),
+        }
+    }
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loss::Unproven(lost) => lost.fmt(f),
+            Loss::Expired => Lost::Expired.fmt(f),
+            Loss::KeyDeleted => f.write_str("our election key was deleted"),
+        }
+    }
+}
+
+/// How recording an occurrence's outcome went.
+enum Finished {
+    Recorded,
+    /// The fence rejected it: this instance no longer leads.
+    Rejected,
+    /// The store could not be reached in time; the record stays `started`.
+    Unrecorded,
+}
+
+/// `text` quoted for a POSIX shell, so that a suggested command can be pasted as it is whatever
+/// the occurrence ID holds.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The next signal that withdraws a candidacy (TERM, INT, HUP, QUIT); others are ignored.
+async fn wait_for_withdrawal(signals: &mut Signals) -> Signal {
+    loop {
+        let signal = signals.recv().await;
+        if signals::withdraws_candidacy(signal) {
+            return signal;
+        }
+    }
+}
 
 pub struct Runner<'a, B: Backend, C: Clock> {
     pub settings: &'a Settings,
@@ -309,30 +380,46 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
 
         // With --occurrence, the record is written (fenced) before the command may start.
         let mut record: Option<Record> = None;
+        let backend = self.backend;
         if let Some(occurrence) = &settings.occurrence {
             let begun = tokio::select! {
                 biased;
                 lost = &mut renewal => {
                     tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %lost, "leadership lost before the command started");
-                    Begun::Lost
+                    Ok(Begun::Lost)
                 }
-                begun = self.begin_occurrence(candidacy, occurrence) => begun?,
+                () = &mut key_gone => {
+                    tracing::warn!(event = "stepping-down", token = candidacy.token, "our election key was deleted before the command started");
+                    Ok(Begun::Lost)
+                }
+                // A stop asked for while the record is read or written withdraws at once: the
+                // command never starts.
+                signal = wait_for_withdrawal(&mut *self.signals) => {
+                    tracing::info!(event = "withdrawn", signal = signal.as_str(), "withdrawing before the command started");
+                    Ok(Begun::Exit(128 + signal as u8))
+                }
+                begun = Self::begin_occurrence(backend, settings, candidacy, occurrence) => begun,
             };
             match begun {
-                Begun::Run(started) => {
+                Ok(Begun::Run(started)) => {
                     env.push(("LEADER_OCCURRENCE", occurrence.id.clone()));
                     if let Some(previous) = started.previous_token {
                         env.push(("LEADER_PREVIOUS_TOKEN", previous.to_string()));
                     }
                     record = Some(started);
                 }
-                Begun::Exit(code) => {
+                Ok(Begun::Exit(code)) => {
                     self.release(candidacy).await;
                     return Ok(Led::Exit(code));
                 }
-                Begun::Lost => {
+                Ok(Begun::Lost) => {
                     self.release(candidacy).await;
                     return Ok(Led::Lost);
+                }
+                Err(e) => {
+                    // Nothing runs yet: let the next candidate go at once.
+                    self.release(candidacy).await;
+                    return Err(e);
                 }
             }
         }
@@ -342,18 +429,19 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             token = candidacy.token,
             "starting the command"
         );
-        if let Err(e) = self.supervisor.spawn(&env).await {
+        if let Err(e) = self.supervisor.spawn(&env) {
             self.release(candidacy).await;
             return Err(Failure::usage(format!("cannot reach the supervisor: {e}")).into());
         }
         let mut status: Option<ChildStatus> = None;
         let mut kill_at: Option<Duration> = None;
         let mut killed = false;
+        let mut look_at: Option<Duration> = None;
         loop {
             let reason = tokio::select! {
                 biased;
-                lost = &mut renewal => lost.to_string(),
-                () = &mut key_gone => "our election key was deleted".to_owned(),
+                lost = &mut renewal => Loss::from(lost),
+                () = &mut key_gone => Loss::KeyDeleted,
                 event = self.supervisor.next_event() => {
                     match event {
                         Ok(Event::Started(pid)) => tracing::info!(event = "started", token = candidacy.token, pid, "command started"),
@@ -372,11 +460,18 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         }
                         Ok(Event::GroupEmpty) => {
                             let code = status.map_or(exit::FAILURE, ChildStatus::code);
-                            if let Some(started) = &record
-                                && !self.finish_occurrence(candidacy, started, code).await
-                            {
-                                self.release(candidacy).await;
-                                return Ok(Led::Exit(exit::LEADERSHIP_LOST));
+                            if let Some(started) = &record {
+                                match self.finish_occurrence(candidacy, started, code).await {
+                                    Finished::Recorded => {}
+                                    Finished::Rejected => {
+                                        self.release(candidacy).await;
+                                        return Ok(Led::Exit(exit::LEADERSHIP_LOST));
+                                    }
+                                    // The command's own status still says how it went; the
+                                    // record stays `started`, and the next run of the
+                                    // occurrence applies --if-unfinished.
+                                    Finished::Unrecorded => {}
+                                }
                             }
                             if let Some(hold) = settings.hold_at_least
                                 && !self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), acquired + hold).await
@@ -388,15 +483,20 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                             return Ok(Led::Exit(code));
                         }
                         Err(e) => {
-                            self.release(candidacy).await;
+                            // The supervisor died: the command's group has been SIGKILLed
+                            // directly. Release only once it is seen gone.
+                            tracing::error!(event = "supervisor-died", token = candidacy.token, error = %e, "the supervisor process died; killing the command's group");
+                            if self.wait_group_gone(candidacy, KILL_WAIT).await {
+                                self.release(candidacy).await;
+                            }
                             return Err(Failure::usage(format!("supervisor: {e}")).into());
                         }
                     }
                     continue;
                 }
                 signal = self.signals.recv() => {
-                    tracing::info!(event = "signal-forwarded", token = candidacy.token, signal = signal.as_str(), "forwarding to the command's process group");
-                    self.supervisor.signal(signal).await;
+                    self.supervisor.signal(signal);
+                    tracing::info!(event = "signal-forwarded", token = candidacy.token, signal = signal.as_str(), "forwarded to the command's process group");
                     if signals::stops_the_child(signal) && kill_at.is_none() {
                         kill_at = Some(clock.now() + settings.timing.kill_after);
                     }
@@ -404,15 +504,32 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
                 _ = sleep_until_some(&clock, kill_at), if !killed => {
                     killed = true;
-                    tracing::warn!(event = "sigkill", token = candidacy.token, "the command's group outlived --kill-after; sending SIGKILL");
-                    self.supervisor.signal(Signal::SIGKILL).await;
+                    self.supervisor.signal(Signal::SIGKILL);
+                    tracing::warn!(event = "sigkill", token = candidacy.token, "the command's group outlived --kill-after; sent SIGKILL");
+                    look_at = Some(clock.now() + GROUP_POLL);
+                    continue;
+                }
+                // After SIGKILL, should the supervisor not report the group empty (stopped, or
+                // a process stuck in the kernel), leader-exec looks for itself, bounded.
+                _ = sleep_until_some(&clock, look_at) => {
+                    let since_kill = kill_at.map_or(Duration::ZERO, |at| clock.now().saturating_sub(at));
+                    if self.supervisor.group() == Group::Gone {
+                        self.release(candidacy).await;
+                        let killed = ChildStatus::Signaled(Signal::SIGKILL as i32);
+                        return Ok(Led::Exit(status.unwrap_or(killed).code()));
+                    }
+                    if since_kill >= KILL_WAIT {
+                        self.supervisor.cancel_pending_spawn();
+                        self.report_stuck(candidacy);
+                        return Ok(Led::Exit(128 + Signal::SIGKILL as u8));
+                    }
+                    look_at = Some(clock.now() + GROUP_POLL);
                     continue;
                 }
             };
-            // Leadership is lost. If the command had already exited on its own (its exit was
-            // waiting to be read when the loss was noticed, e.g. after this process was
-            // frozen), its outcome is known and worth recording, fenced: the store decides
-            // whether this instance still may.
+            // Leadership is lost. What the supervisor already said is read first (reading a
+            // ready socket never blocks): if the whole group ended on its own before the loss
+            // was seen, there is nothing to signal.
             let mut group_gone = false;
             while let Ok(Ok(event)) =
                 tokio::time::timeout(Duration::ZERO, self.supervisor.next_event()).await
@@ -420,29 +537,37 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 match event {
                     Event::Exited(child) => status = Some(child),
                     Event::GroupEmpty => group_gone = true,
-                    _ => {}
+                    // Nothing runs: the spawn failed.
+                    Event::SpawnFailed { .. } => group_gone = true,
+                    Event::Started(_) => {}
                 }
             }
-            self.step_down(candidacy, &reason, group_gone).await;
-            if let (Some(started), Some(child)) = (&record, status) {
+            let gone = self.step_down(candidacy, reason, group_gone).await;
+            // `done` only for a command whose whole group finished on its own, and only if the
+            // store still accepts our fenced write: a group killed mid-work is not done, and its
+            // record stays `started` for the next leader's --if-unfinished.
+            if group_gone && let (Some(started), Some(child)) = (&record, status) {
                 self.finish_occurrence(candidacy, started, child.code())
                     .await;
             }
-            // Usually the lease is gone or etcd unreachable; if not, revoking it lets the next
-            // leader start now instead of after the TTL.
-            self.release(candidacy).await;
+            if gone {
+                // Usually the lease is gone or etcd unreachable; if not, revoking it lets the
+                // next leader start now instead of after the TTL.
+                self.release(candidacy).await;
+            }
             return Ok(Led::Lost);
         }
     }
 
     /// Reads the occurrence record and decides; writes `started` (fenced) when the command
     /// is to run.
+    /// Takes no `self`, so that the caller can listen for signals meanwhile.
     async fn begin_occurrence(
-        &self,
+        backend: &B,
+        settings: &Settings,
         candidacy: &Candidacy,
         occurrence: &Occurrence,
     ) -> anyhow::Result<Begun> {
-        let backend = self.backend;
         let mut backoff = Backoff::new();
         // Retried until it works or the renewal deadline ends the attempt (the caller selects).
         let existing = loop {
@@ -471,7 +596,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         ) {
             Decision::Run { previous_token } => previous_token,
             Decision::AlreadyDone(done) => {
-                tracing::info!(event = "occurrence-done", occurrence = id, by_token = done.token, by = %done.identity, finished_at = ?done.finished_at, "occurrence {id} was already done; not running it again");
+                tracing::info!(event = "occurrence-done", occurrence = id, by_token = done.token, by = %done.identity, finished_at = done.finished_at.as_deref().unwrap_or("unknown"), "occurrence {id} was already done; not running it again");
                 return Ok(Begun::Exit(0));
             }
             Decision::SkipUnfinished(started) => {
@@ -479,11 +604,21 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 return Ok(Begun::Exit(0));
             }
             Decision::RefuseUnfinished(started) => {
-                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: etcdctl del '{}'", occurrence.key);
+                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: etcdctl del {}", shell_quote(&occurrence.key));
                 return Ok(Begun::Exit(exit::FAILURE));
             }
+            Decision::TokenWentBackwards(newer) => {
+                return Err(Failure::usage(format!(
+                    "occurrence {id} was recorded by token {} but this leader's token is {}: \
+                     the store's revisions went backwards (data loss, or a snapshot restore without \
+                     --bump-revision), so fencing tokens no longer increase; nothing was run \
+                     (see the README, 'Tokens after data loss')",
+                    newer.token, candidacy.token
+                ))
+                .into());
+            }
         };
-        let started = Record::started(candidacy.token, &self.settings.identity, previous_token);
+        let started = Record::started(candidacy.token, &settings.identity, previous_token);
         loop {
             match backend
                 .write_fenced(
@@ -521,10 +656,15 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         }
     }
 
-    /// Records the command's outcome, fenced. Returns whether the store accepted it.
-    async fn finish_occurrence(&self, candidacy: &Candidacy, started: &Record, code: u8) -> bool {
+    /// Records the command's outcome, fenced.
+    async fn finish_occurrence(
+        &self,
+        candidacy: &Candidacy,
+        started: &Record,
+        code: u8,
+    ) -> Finished {
         let Some(occurrence) = &self.settings.occurrence else {
-            return true;
+            return Finished::Recorded;
         };
         let id = occurrence.id.as_str();
         let finished = started.finished(code);
@@ -539,7 +679,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             match result {
                 Ok(true) => {
                     tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = ?finished.state, exit_code = code, "occurrence {id} recorded as {:?}", finished.state);
-                    return true;
+                    return Finished::Recorded;
                 }
                 Ok(false) => {
                     tracing::error!(
@@ -548,12 +688,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         token = candidacy.token,
                         "fenced write rejected: this instance no longer leads, so occurrence {id} stays as the current leader recorded it"
                     );
-                    return false;
+                    return Finished::Rejected;
                 }
                 Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
                 Err(e) => {
                     tracing::error!(event = "occurrence-unrecorded", occurrence = id, token = candidacy.token, error = %e, "could not record the outcome of occurrence {id}; it stays 'started'");
-                    return false;
+                    return Finished::Unrecorded;
                 }
             }
         }
@@ -603,50 +743,137 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         }
     }
 
-    /// Leadership can no longer be proven: stop the command's whole group within
-    /// `--kill-after`. The renewal loop has stopped (its future ended or is dropped with this
-    /// call): a lost lease is never kept alive.
-    async fn step_down(&mut self, candidacy: &Candidacy, reason: &str, group_gone: bool) {
+    /// Leadership can no longer be proven: stop the command's whole group. Returns whether the
+    /// group is known to be gone; if it is not (a process stuck in the kernel, a supervisor
+    /// that neither reports nor can be seen through), the caller leaves the lease to expire
+    /// instead of releasing it, so that the next leader gets the most time it can.
+    ///
+    /// Nothing here waits before the first signal: it goes straight to the group (`killpg`),
+    /// then comes the log line and the sd_notify status, neither of which can block.
+    ///
+    /// While the lease may still be ours (the deadline passed without proof either way) the
+    /// command gets `--kill-signal` and `--kill-after` to finish cleanly; the lease cannot
+    /// expire before that is over. When the store says the lease or the key is gone, another
+    /// instance may already lead and start its command: no grace then, SIGKILL at once.
+    async fn step_down(&mut self, candidacy: &Candidacy, reason: Loss, group_gone: bool) -> bool {
         let settings = self.settings;
         let clock = self.clock.clone();
+        if group_gone {
+            tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %reason, "leadership lost; the command had already ended");
+            notify::status(&format!("stepped down: {reason}"));
+            return true;
+        }
+        let first = if reason.certain() {
+            Signal::SIGKILL
+        } else {
+            settings.kill_signal
+        };
+        self.supervisor.signal(first);
+        let signalled = clock.now();
         tracing::warn!(
             event = "stepping-down",
             token = candidacy.token,
-            reason,
-            signal = settings.kill_signal.as_str(),
+            reason = %reason,
+            signal = first.as_str(),
             "leadership lost; stopping the command"
         );
         notify::status(&format!("stepping down: {reason}"));
-        if group_gone {
-            tracing::warn!(
-                event = "stepped-down",
-                token = candidacy.token,
-                "the command had already ended"
-            );
-            return;
-        }
-        self.supervisor.signal(settings.kill_signal).await;
-        let kill_at = clock.now() + settings.timing.kill_after;
-        let mut killed = false;
+        let mut killed = first == Signal::SIGKILL;
+        let kill_at = signalled + settings.timing.kill_after;
+        let mut give_up_at = if killed {
+            signalled + KILL_WAIT
+        } else {
+            kill_at + KILL_WAIT
+        };
+        let mut next_look = clock.now();
         loop {
             tokio::select! {
                 event = self.supervisor.next_event() => match event {
-                    Ok(Event::GroupEmpty) | Ok(Event::SpawnFailed { .. }) | Err(_) => break,
+                    Ok(Event::GroupEmpty) | Ok(Event::SpawnFailed { .. }) => break,
                     Ok(Event::Exited(child)) => tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}"),
                     Ok(Event::Started(_)) => {}
+                    // The group has been SIGKILLed directly; the look below sees it go.
+                    Err(e) => tracing::error!(event = "supervisor-died", error = %e, "the supervisor process died"),
                 },
+                // Independent of the supervisor, which may be stopped: look in /proc.
+                _ = clock.sleep_until(next_look) => {
+                    if self.supervisor.group() == Group::Gone {
+                        break;
+                    }
+                    next_look = clock.now() + GROUP_POLL;
+                }
                 _ = clock.sleep_until(kill_at), if !killed => {
                     killed = true;
-                    tracing::warn!(event = "sigkill", token = candidacy.token, "the command's group outlived --kill-after; sending SIGKILL");
-                    self.supervisor.signal(Signal::SIGKILL).await;
+                    self.supervisor.signal(Signal::SIGKILL);
+                    tracing::warn!(event = "sigkill", token = candidacy.token, "the command's group outlived --kill-after; sent SIGKILL");
                 }
-                signal = self.signals.recv() => self.supervisor.signal(signal).await,
+                _ = clock.sleep_until(give_up_at) => {
+                    // A supervisor that never said whether it started the command may be
+                    // stopped with the request in its buffer: it must not start it later.
+                    self.supervisor.cancel_pending_spawn();
+                    if self.supervisor.group() == Group::Gone {
+                        break;
+                    }
+                    self.report_stuck(candidacy);
+                    return false;
+                }
+                signal = self.signals.recv() => {
+                    self.supervisor.signal(signal);
+                    // A second TERM or INT while stepping down: stop waiting for the grace.
+                    if signals::stops_the_child(signal) && !killed {
+                        killed = true;
+                        self.supervisor.signal(Signal::SIGKILL);
+                        give_up_at = clock.now() + KILL_WAIT;
+                    }
+                }
             }
         }
         tracing::warn!(
             event = "stepped-down",
             token = candidacy.token,
             "the command's process group is gone"
+        );
+        true
+    }
+
+    /// After SIGKILL: waits up to `limit` for the command's group to be gone, looking in /proc.
+    async fn wait_group_gone(&mut self, candidacy: &Candidacy, limit: Duration) -> bool {
+        let clock = self.clock.clone();
+        let until = clock.now() + limit;
+        loop {
+            if self.supervisor.group() == Group::Gone {
+                return true;
+            }
+            if clock.now() >= until {
+                self.supervisor.cancel_pending_spawn();
+                if self.supervisor.group() == Group::Gone {
+                    return true;
+                }
+                self.report_stuck(candidacy);
+                return false;
+            }
+            tokio::select! {
+                event = self.supervisor.next_event() => {
+                    if let Ok(Event::GroupEmpty) = event {
+                        return true;
+                    }
+                }
+                _ = clock.sleep_until(clock.now() + GROUP_POLL) => {}
+            }
+        }
+    }
+
+    fn report_stuck(&mut self, candidacy: &Candidacy) {
+        let pids = match self.supervisor.group() {
+            Group::Alive(pids) => pids,
+            Group::Gone => Vec::new(),
+        };
+        tracing::error!(
+            event = "group-stuck",
+            token = candidacy.token,
+            pids = ?pids,
+            "the command's group survived SIGKILL for {}; giving up on it and leaving the lease to expire on its own",
+            humantime::format_duration(KILL_WAIT)
         );
     }
 
@@ -681,5 +908,26 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggested_commands_are_shell_quoted() {
+        assert_eq!(shell_quote("/a/b"), "'/a/b'");
+        assert_eq!(shell_quote("x'; rm -rf /; '"), r"'x'\''; rm -rf /; '\'''");
+    }
+
+    #[test]
+    fn only_a_store_that_says_so_makes_a_loss_certain() {
+        let unproven = Loss::from(Lost::DeadlineMissed {
+            renew_deadline: Duration::from_secs(10),
+        });
+        assert!(!unproven.certain());
+        assert!(Loss::from(Lost::Expired).certain());
+        assert!(Loss::KeyDeleted.certain());
     }
 }

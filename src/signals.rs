@@ -3,7 +3,7 @@
 //! Handlers are installed before leader-exec contacts etcd, so a TERM while campaigning withdraws
 //! the candidacy instead of killing the process with its candidate key still standing in line.
 
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigSet, Signal};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The signals forwarded to the child while it runs.
@@ -28,6 +28,29 @@ pub fn withdraws_candidacy(signal: Signal) -> bool {
         signal,
         Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT
     )
+}
+
+/// Job-control stop signals: Ctrl-Z (TSTP), and TTIN/TTOU for a background job that touches the
+/// terminal.
+pub const STOPS: [Signal; 3] = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU];
+
+/// Keeps job-control stop signals from stopping leader-exec. A stopped leader stops renewing, its
+/// lease expires and another host's command starts while ours, in its own process group, runs
+/// on; a stopped waiter loses its place in line. So these signals are blocked, first thing, on
+/// the only thread (every later thread and the forked supervisor inherit the mask): they stay
+/// pending and never take effect. They are not forwarded to the command either — pausing the
+/// command while the lease is held helps nobody; `kill -STOP -- -PGID` can still pause the
+/// command's group on purpose. The command starts with an empty mask (the supervisor clears it
+/// between fork and exec), so its own job control works as usual.
+///
+/// SIGSTOP cannot be blocked: a frozen leader-exec (SIGSTOP, a debugger, a paused VM) is the case
+/// where the fencing token is the defence.
+pub fn block_stop_signals() {
+    let mut mask = SigSet::empty();
+    for signal in STOPS {
+        mask.add(signal);
+    }
+    let _ = mask.thread_block();
 }
 
 pub struct Signals {

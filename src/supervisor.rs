@@ -36,8 +36,8 @@ use nix::sys::prctl;
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid, fork, getpid, getppid};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use nix::unistd::{ForkResult, Pid, fork, getpid, getppid, setpgid};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::exit::{self, ChildStatus, Failure};
@@ -136,10 +136,16 @@ pub unsafe fn fork_supervisor(command: &[OsString]) -> io::Result<Forked> {
         ForkResult::Child => {
             // Only leader-exec may hold the other end, so that its death reads as EOF here.
             drop(ours);
+            // Out of leader-exec's process group and out of its name: `kill -9 -- -PGID` or
+            // `kill -9 %1` of the job, `pkill -9 leader-exec`, `pkill -9 -f leader-exec` and
+            // `killall -9 leader-exec` kill leader-exec but not the supervisor, which then
+            // kills the command's group on leader-exec's death.
+            let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+            rename_process(parent);
             let code = Supervisor::new(theirs, command, parent)
                 .map(|mut s| s.run())
                 .unwrap_or_else(|e| {
-                    eprintln!("leader-exec: supervisor: {e}");
+                    let _ = writeln!(io::stderr(), "leader-exec: supervisor: {e}");
                     1
                 });
             std::process::exit(code);
@@ -154,20 +160,86 @@ pub unsafe fn fork_supervisor(command: &[OsString]) -> io::Result<Forked> {
     }
 }
 
+/// The supervisor's name in `ps`, `top` and /proc/PID/comm: it must not match `leader-exec`.
+pub const PROCESS_NAME: &str = "lx-supervisor";
+
+/// Renames the forked supervisor: `comm` (what `pkill` and `killall` match) by PR_SET_NAME, and
+/// the command line (what `pkill -f` and `ps` show) by overwriting the argv area in place, which
+/// also removes a `--user NAME:PASS` from the supervisor's command line. The new command line is
+/// `lx-supervisor PARENT_PID`.
+fn rename_process(parent: Pid) {
+    let _ = prctl::set_name(c"lx-supervisor");
+    let Some((start, end)) = argv_area() else {
+        return;
+    };
+    let title = format!("{PROCESS_NAME} {parent}");
+    let length = end - start;
+    if length == 0 {
+        return;
+    }
+    let mut bytes = vec![0u8; length];
+    let shown = title.len().min(length - 1);
+    bytes[..shown].copy_from_slice(&title.as_bytes()[..shown]);
+    // SAFETY: [start, end) is this process's own argv area as the kernel reports it (the
+    // strings the initial stack holds, writable); nothing in the supervisor reads argv again
+    // (the command was copied before the fork), and the last byte written is a NUL, so the
+    // kernel does not read on into the environment.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, length) };
+}
+
+/// `arg_start` and `arg_end` from /proc/self/stat (fields 48 and 49, counted after the
+/// parenthesised `comm`, which may itself hold spaces and parentheses).
+fn argv_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    // The first field after `comm` is field 3 (state).
+    let start: usize = fields.get(48 - 3)?.parse().ok()?;
+    let end: usize = fields.get(49 - 3)?.parse().ok()?;
+    (start != 0 && end > start).then_some((start, end))
+}
+
 /// leader-exec's side of the supervisor.
+///
+/// Signals for the command go **straight to its process group** (`killpg`) whenever leader-exec
+/// knows the group, not through the supervisor: a supervisor that is stopped (SIGSTOP, a
+/// debugger) or busy still takes messages into its socket buffer, and a signal sitting in a
+/// buffer kills nothing. Only while the group is not yet known (the `started` message not yet
+/// read) does the supervisor, which knows it, deliver the signal. Either way each signal is
+/// delivered once. Nothing here waits on the supervisor: messages to it are written without
+/// blocking, and what its socket cannot take at once is kept and sent with the next message.
+///
+/// Signalling a group id is safe while a member of the group lives (Linux does not reuse a pid
+/// that is still some process's group id); leader-exec forgets the group when the supervisor
+/// reports it empty, or when it finds no member left itself.
 pub struct Handle {
     pid: Pid,
     lines: Lines<BufReader<OwnedReadHalf>>,
     writer: Option<OwnedWriteHalf>,
-    /// The command's process group, once started; for the fallback if the supervisor dies.
+    /// Bytes for the supervisor that its socket could not take yet.
+    outbox: Vec<u8>,
+    /// The command's process group, once known.
     group: Option<Pid>,
+    /// A spawn was requested and neither `started` nor `failed` has been read yet.
+    spawn_pending: bool,
+    /// The supervisor has died (EOF on its socket) or was killed by us.
+    gone: bool,
+}
+
+/// What is known of the command's process group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Group {
+    /// No command was started, or its whole group has ended.
+    Gone,
+    /// These processes of the group are alive (zombies not counted).
+    Alive(Vec<i32>),
 }
 
 impl Handle {
     /// Registers the socket with the runtime.
     pub fn new(forked: Forked) -> io::Result<Handle> {
         // Should the supervisor die, the command's processes are reparented to us rather than to
-        // PID 1, so that the fallback below can reap them at once instead of waiting for PID 1.
+        // PID 1, so that we can reap them at once instead of waiting for PID 1.
         prctl::set_child_subreaper(true)?;
         forked.socket.set_nonblocking(true)?;
         let stream = tokio::net::UnixStream::from_std(forked.socket)?;
@@ -176,21 +248,36 @@ impl Handle {
             pid: forked.pid,
             lines: BufReader::new(read).lines(),
             writer: Some(write),
+            outbox: Vec::new(),
             group: None,
+            spawn_pending: false,
+            gone: false,
         })
     }
 
-    async fn send(&mut self, line: String) -> io::Result<()> {
+    /// Queues `line` for the supervisor and writes what its socket takes now; never waits.
+    fn send(&mut self, line: &str) -> io::Result<()> {
         let writer = self
             .writer
             .as_mut()
             .ok_or_else(|| io::Error::other("supervisor already shut down"))?;
-        writer.write_all(line.as_bytes()).await
+        self.outbox.extend_from_slice(line.as_bytes());
+        while !self.outbox.is_empty() {
+            match writer.try_write(&self.outbox) {
+                Ok(0) => return Err(io::Error::other("the supervisor closed its socket")),
+                Ok(n) => {
+                    self.outbox.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Starts the command with these variables added to leader-exec's environment.
     /// Names and values must not contain tabs or newlines (settings reject control characters).
-    pub async fn spawn(&mut self, env: &[(&str, String)]) -> io::Result<()> {
+    pub fn spawn(&mut self, env: &[(&str, String)]) -> io::Result<()> {
         let mut line = String::from("spawn");
         for (name, value) in env {
             debug_assert!(!value.contains(['\t', '\n']), "{name}={value:?}");
@@ -200,72 +287,178 @@ impl Handle {
             line.push_str(value);
         }
         line.push('\n');
-        self.send(line).await
+        self.spawn_pending = true;
+        self.send(&line)
     }
 
-    /// Sends a signal to the command's process group (ignored when no command runs).
-    pub async fn signal(&mut self, signal: Signal) {
-        if let Err(e) = self.send(format!("signal\t{}\n", signal as i32)).await {
-            tracing::error!(error = %e, "cannot reach the supervisor; signalling the group directly");
-            self.kill_group_directly(signal);
+    /// Sends a signal to the command's process group (nothing when no command runs): directly
+    /// when the group is known, else through the supervisor. Never waits.
+    pub fn signal(&mut self, signal: Signal) {
+        if self.group.is_none() && self.spawn_pending {
+            self.discover_group();
+        }
+        if let Some(group) = self.group {
+            let _ = killpg(group, signal);
+        } else if self.spawn_pending
+            && !self.gone
+            && self.send(&format!("signal\t{}\n", signal as i32)).is_err()
+        {
+            tracing::debug!("cannot reach the supervisor");
+        }
+    }
+
+    /// The group of a command the supervisor started but has not told us about yet (it may be
+    /// stopped): the child of the supervisor that leads its own process group.
+    fn discover_group(&mut self) {
+        for pid in children_of(self.pid.as_raw()) {
+            if process_group_of(pid) == Some(pid) {
+                self.group = Some(Pid::from_raw(pid));
+                return;
+            }
+        }
+    }
+
+    /// What is left of the command's group, looked up in /proc (independent of the supervisor).
+    /// Reaps what was reparented to us first: a zombie still counts as a member of its group.
+    pub fn group(&mut self) -> Group {
+        self.reap_orphans();
+        if self.group.is_none() && self.spawn_pending {
+            self.discover_group();
+        }
+        let Some(group) = self.group else {
+            return Group::Gone;
+        };
+        let alive = members_of(group.as_raw());
+        if alive.is_empty() {
+            Group::Gone
+        } else {
+            Group::Alive(alive)
+        }
+    }
+
+    /// Called when leader-exec stops waiting for the command: a supervisor that was asked to
+    /// spawn and never said it did cannot be trusted not to spawn later (it may be stopped with
+    /// the request in its buffer). It is killed; should it have started the command meanwhile,
+    /// the command's death signal and the group kill below take care of it.
+    pub fn cancel_pending_spawn(&mut self) {
+        if !self.spawn_pending || self.gone {
+            return;
+        }
+        self.discover_group();
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+        self.gone = true;
+        if let Some(group) = self.group {
+            let _ = killpg(group, Signal::SIGKILL);
         }
     }
 
     /// The next event. Cancel-safe. An error means the supervisor is gone: leader-exec has
-    /// already SIGKILLed the command's group itself by then.
+    /// already SIGKILLed the command's group itself by then (its processes are reparented to us
+    /// and reaped by [`Handle::group`]). Never completes once the supervisor is gone.
     pub async fn next_event(&mut self) -> io::Result<Event> {
+        if self.gone {
+            return std::future::pending().await;
+        }
         let line = match self.lines.next_line().await {
             Ok(Some(line)) => line,
             Ok(None) => {
-                self.kill_group_directly(Signal::SIGKILL);
+                self.supervisor_died();
                 return Err(io::Error::other("the supervisor process died"));
             }
             Err(e) => {
-                self.kill_group_directly(Signal::SIGKILL);
+                self.supervisor_died();
                 return Err(e);
             }
         };
         let event = parse_event(&line)
             .ok_or_else(|| io::Error::other(format!("bad message from supervisor: {line:?}")))?;
         match &event {
-            Event::Started(pid) => self.group = Some(Pid::from_raw(*pid)),
+            Event::Started(pid) => {
+                self.group = Some(Pid::from_raw(*pid));
+                self.spawn_pending = false;
+            }
+            Event::SpawnFailed { .. } => self.spawn_pending = false,
             Event::GroupEmpty => self.group = None,
-            _ => {}
+            Event::Exited(_) => {}
         }
         Ok(event)
     }
 
-    /// Last resort when the supervisor died while the command runs: its death signal has
-    /// killed the command, but not the command's children.
-    fn kill_group_directly(&mut self, signal: Signal) {
+    /// The supervisor died while the command may run: its death signal has killed the command,
+    /// but not the command's children. Signal first; the caller waits (bounded) for the group.
+    fn supervisor_died(&mut self) {
+        self.gone = true;
+        if self.group.is_none() && self.spawn_pending {
+            self.discover_group();
+        }
         if let Some(group) = self.group {
-            let _ = killpg(group, signal);
-            if signal == Signal::SIGKILL {
-                // Reap what was reparented to us (the supervisor, the command, orphans) until
-                // the group is gone; bounded, should a process hang in the kernel.
-                for _ in 0..300 {
-                    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                        if status == WaitStatus::StillAlive {
-                            break;
-                        }
-                    }
-                    if killpg(group, None) == Err(Errno::ESRCH) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                self.group = None;
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
+
+    /// Reaps processes reparented to leader-exec (it is a subreaper) once the supervisor is gone.
+    fn reap_orphans(&mut self) {
+        while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
             }
         }
     }
 
-    /// Closes the socket and waits for the supervisor to exit. Should a command still run, the
-    /// supervisor SIGKILLs its group first.
+    /// Closes the socket and waits (at most a second) for the supervisor to exit; should a
+    /// command still run, the supervisor SIGKILLs its group first. A supervisor that does not
+    /// exit in time (stopped) is SIGKILLed.
     pub fn shutdown(mut self) {
         self.writer = None;
         drop(self.lines);
+        for _ in 0..100 {
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
+                _ => return,
+            }
+        }
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
         let _ = waitpid(self.pid, None);
     }
+}
+
+/// The children of `pid`, from /proc/PID/task/PID/children.
+fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// (state, process group) of a process, from /proc/PID/stat.
+fn stat_of(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+fn process_group_of(pid: i32) -> Option<i32> {
+    stat_of(pid).map(|(_, group)| group)
+}
+
+/// The live (not zombie) processes whose process group is `group`. Cheap enough for a few polls
+/// a second: one small read per process on the machine.
+pub fn members_of(group: i32) -> Vec<i32> {
+    // The quick answer first: no process at all in the group.
+    if killpg(Pid::from_raw(group), None) == Err(Errno::ESRCH) {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return vec![group];
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| matches!(stat_of(pid), Some((state, g)) if g == group && state != 'Z' && state != 'X'))
+        .collect()
 }
 
 fn parse_event(line: &str) -> Option<Event> {
@@ -315,9 +508,14 @@ impl<'a> Supervisor<'a> {
         // leader-exec decides what the command gets. The child starts with an empty mask again
         // (std resets it before exec, and pre_exec below does too).
         let mut mask = SigSet::empty();
-        for signal in [Signal::SIGCHLD, Signal::SIGTSTP]
-            .into_iter()
-            .chain(crate::signals::FORWARDED)
+        for signal in [
+            Signal::SIGCHLD,
+            Signal::SIGTSTP,
+            Signal::SIGTTIN,
+            Signal::SIGTTOU,
+        ]
+        .into_iter()
+        .chain(crate::signals::FORWARDED)
         {
             mask.add(signal);
         }
@@ -357,8 +555,8 @@ impl<'a> Supervisor<'a> {
                     Ok(_) => {}
                     Err(Errno::EINTR) => continue,
                     Err(e) => {
-                        eprintln!("leader-exec: supervisor: poll: {e}");
                         self.parent_gone();
+                        let _ = writeln!(io::stderr(), "leader-exec: supervisor: poll: {e}");
                         return 1;
                     }
                 }
@@ -483,6 +681,10 @@ impl<'a> Supervisor<'a> {
     fn spawn(&mut self, env: &[(&str, &str)]) -> Result<(), ()> {
         let mut command = std::process::Command::new(&self.command[0]);
         command.args(&self.command[1..]);
+        // What leader-exec consumed is not the command's: the etcd password, and systemd's
+        // notification socket (systemd's own convention; the notifications are leader-exec's).
+        command.env_remove("LEADER_EXEC_PASSWORD");
+        command.env_remove(crate::notify::NOTIFY_SOCKET);
         command.envs(env.iter().copied());
         // Its own process group, so that stopping it reaches everything it started.
         command.process_group(0);

@@ -75,6 +75,44 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
+/// The children of `pid` (from /proc/PID/task/PID/children).
+pub fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// A process's name as `pkill` and `killall` see it (/proc/PID/comm).
+pub fn comm_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim_end()
+        .to_owned()
+}
+
+/// A process's command line as `pkill -f` sees it (NULs shown as spaces).
+pub fn cmdline_of(pid: i32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+        .replace('\0', " ")
+        .trim_end()
+        .to_owned()
+}
+
+/// A process's state letter (R, S, T for stopped, Z…), from /proc/PID/stat.
+pub fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// leader-exec's supervisor process: its child named `lx-supervisor`.
+pub fn supervisor_of(leader_exec: i32) -> Option<i32> {
+    children_of(leader_exec)
+        .into_iter()
+        .find(|&pid| comm_of(pid) == "lx-supervisor")
+}
+
 pub fn group_alive(pgid: i32) -> bool {
     nix::sys::signal::killpg(Pid::from_raw(pgid), None).is_ok()
 }
@@ -573,6 +611,24 @@ pub fn leader_exec() -> Command {
 }
 
 impl Instance {
+    /// Starts `command` with stderr going to `stderr` (a pipe the test holds, say) instead of a
+    /// file; `Instance::stderr` is then empty.
+    pub fn start_with_stderr(command: &mut Command, stderr: Stdio) -> Instance {
+        let dir = tempfile::tempdir().unwrap();
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        Instance {
+            child: Some(child),
+            stderr: dir.path().join("stderr"),
+            _stderr_dir: dir,
+            status: None,
+        }
+    }
+
     /// Starts `leader-exec ARGS`, stdout to null, stderr kept for the test to read.
     pub fn start(args: &[&str], command: &[String]) -> Instance {
         Instance::start_command(leader_exec().args(args).arg("--").args(command))

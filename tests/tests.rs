@@ -9,5 +9,6 @@ mod election;
 mod exit_codes;
 mod faults;
 mod input;
+mod local_faults;
 mod operator;
 mod signals;

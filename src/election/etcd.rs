@@ -394,9 +394,16 @@ impl Backend for Etcd {
                     let _ = leases.revoke(previous.lease()).await;
                 }
             }
-            _ => {
+            // The fence said no: nothing was written, the lease holds nothing.
+            Ok(_) => {
                 let _ = leases.revoke(lease).await;
             }
+            // No answer, or an error after the request left: the write may have committed, and
+            // revoking the lease would delete the record just written (a finished job would
+            // then look never run, and run again). The lease is left alone: if the write did
+            // commit, a retry replaces the record and revokes this lease as the previous one;
+            // if not, the lease holds no key and expires after the retention.
+            Err(_) => {}
         }
         Ok(outcome?.succeeded())
     }

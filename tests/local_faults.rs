@@ -1,0 +1,292 @@
+//! Local faults: what happens on the leader's own host — a stderr nobody drains or nobody reads,
+//! Ctrl-Z, a stopped supervisor, `pkill -9 leader-exec` — must not let two commands run at once,
+//! exactly as a partition must not.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+use crate::harness::*;
+
+/// A job that records the signal that stops it (and its end), then exits.
+const STOPPABLE: &str = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
+while :; do sleep 0.05; done"#;
+
+/// A job whose shell and whose grandchild both ignore TERM: only SIGKILL ends them. The
+/// grandchild's pid is recorded (`child a PID TIME`) and joins `$pids`, so that the next job's
+/// overlap check looks at it too.
+const STUBBORN: &str = r#"trap '' TERM
+sleep 1000 &
+echo $! >> "$pids"
+echo "child a $! $(date +%s%N)" >> "$h"
+wait"#;
+
+/// Slack for a loaded 2-core machine.
+const SLACK: Duration = Duration::from_secs(1);
+
+/// Bytes waiting in a pipe.
+fn pipe_fill(fd: &impl AsRawFd) -> i32 {
+    let mut n: nix::libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int into `n`.
+    unsafe { nix::libc::ioctl(fd.as_raw_fd(), nix::libc::FIONREAD, &mut n) };
+    n
+}
+
+/// Waits until B stands in line behind the leader.
+fn wait_in_line(etcd: &Etcd, lease: &str) {
+    let prefix = format!("/leader-exec/{lease}/");
+    assert!(
+        wait_for(Duration::from_secs(10), || etcd.keys(&prefix).len() == 2),
+        "b did not join the line"
+    );
+}
+
+#[test]
+fn a_stderr_nobody_reads_cannot_delay_the_step_down() {
+    let etcd = Etcd::start();
+    let proxy = Proxy::start(etcd.addr());
+    let scratch = Scratch::new();
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    // The command itself fills the pipe (64 KiB; full once less than a write fits) the moment
+    // it starts; leader-exec logs at
+    // debug level into the same pipe from then on.
+    // (The job's own shell then writes elsewhere: it would block too, on a "Terminated" line.)
+    let job = format!("head -c 300000 /dev/zero | tr '\\0' x >&2 &\nexec 2>/dev/null\n{STOPPABLE}");
+    let proxied = proxy.endpoint();
+    let mut args = lease_args(&proxied, "stalled");
+    args.push("-vv");
+    let mut a = Instance::start_with_stderr(
+        leader_exec()
+            .args(&args)
+            .arg("--")
+            .args(scratch.job("a", &job)),
+        Stdio::from(write_end),
+    );
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    assert!(
+        wait_for(Duration::from_secs(5), || pipe_fill(&read_end) >= 60_000),
+        "the pipe never filled: {} bytes",
+        pipe_fill(&read_end)
+    );
+    let b = etcd.endpoint();
+    let mut b = Instance::start(&lease_args(&b, "stalled"), &scratch.job("b", "true"));
+    wait_in_line(&etcd, "stalled");
+
+    let cut = Instant::now();
+    proxy.cut();
+    let term = scratch.wait_record("term", "a", RENEW_DEADLINE + KILL_AFTER + SLACK * 2);
+    assert!(
+        term.is_some(),
+        "no TERM {:?} after the cut: the step-down is stuck behind a log write\n{:#?}",
+        cut.elapsed(),
+        scratch.history()
+    );
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75));
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    assert_one_at_a_time(&scratch.history());
+    drop(read_end);
+}
+
+#[test]
+fn a_broken_stderr_neither_aborts_nor_keeps_the_lease() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    // Nobody will ever read: every write to stderr fails with EPIPE.
+    drop(read_end);
+    let endpoint = etcd.endpoint();
+    let mut args = lease_args(&endpoint, "broken");
+    args.push("-vv");
+    let mut a = Instance::start_with_stderr(
+        leader_exec()
+            .args(&args)
+            .arg("--")
+            .args(scratch.job("a", STOPPABLE)),
+        Stdio::from(write_end),
+    );
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started although stderr is broken");
+    let out = etcd.ctl(&["del", "--prefix", "/leader-exec/broken/"]);
+    assert!(out.status.success());
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(75));
+    // Released on the way out, not left to expire.
+    assert!(etcd.leases().is_empty(), "{:?}", etcd.leases());
+}
+
+/// Starts leader-exec the way a shell starts a job: in a process group of its own, with its
+/// parent (this test) alive in another group of the same session. (The kernel discards stop
+/// signals sent to an orphaned process group, so `setsid` would prove nothing.)
+fn start_as_job(args: &[&str], command: &[String]) -> Instance {
+    let mut leader = leader_exec();
+    leader.args(args).arg("--").args(command).process_group(0);
+    Instance::start_command(&mut leader)
+}
+
+#[test]
+fn job_control_stop_signals_do_not_stop_a_leader() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    // Runs longer than the TTL: a stopped leader would lose its lease meanwhile.
+    let mut a = start_as_job(
+        &lease_args(&endpoint, "tstp"),
+        &scratch.job("a", "sleep 4.5"),
+    );
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let mut b = Instance::start(&lease_args(&endpoint, "tstp"), &scratch.job("b", "true"));
+    wait_in_line(&etcd, "tstp");
+
+    for signal in [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
+        // To the process, and to its job's process group, as a terminal's Ctrl-Z does.
+        kill(Pid::from_raw(a.pid()), signal).unwrap();
+        killpg(Pid::from_raw(a.pid()), signal).unwrap();
+    }
+    let stopped = wait_for(Duration::from_millis(500), || {
+        state_of(a.pid()) == Some('T')
+    });
+    assert!(!stopped, "leader-exec was stopped by a job-control signal");
+
+    // It kept renewing: B waited for A's command to finish, however long past the TTL.
+    assert_eq!(a.wait(Duration::from_secs(15)), Some(0), "{}", a.stderr());
+    assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());
+    let history = scratch.history();
+    assert_one_at_a_time(&history);
+    assert!(history.iter().any(|r| r.kind == "end" && r.name == "a"));
+}
+
+#[test]
+fn a_stopped_supervisor_cannot_keep_the_command_alive() {
+    let etcd = Etcd::start();
+    let proxy = Proxy::start(etcd.addr());
+    let scratch = Scratch::new();
+    let proxied = proxy.endpoint();
+    let mut a = Instance::start(
+        &lease_args(&proxied, "stopsup"),
+        &scratch.job("a", STUBBORN),
+    );
+    let start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let grandchild = scratch
+        .wait_record("child", "a", Duration::from_secs(5))
+        .expect("a's grandchild started")
+        .fields[0]
+        .parse::<i32>()
+        .unwrap();
+    let endpoint = etcd.endpoint();
+    let mut b = Instance::start(&lease_args(&endpoint, "stopsup"), &scratch.job("b", "true"));
+    wait_in_line(&etcd, "stopsup");
+
+    let supervisor = supervisor_of(a.pid()).expect("a's supervisor");
+    kill(Pid::from_raw(supervisor), Signal::SIGSTOP).unwrap();
+    let cut = Instant::now();
+    proxy.cut();
+    // TERM is ignored; SIGKILL must reach the group without the supervisor's help.
+    let limit = RENEW_DEADLINE + KILL_AFTER + SLACK * 2;
+    assert!(
+        wait_for(limit, || !alive(start.pid()) && !alive(grandchild)),
+        "the command's group outlived the step-down by {:?} with its supervisor stopped",
+        cut.elapsed()
+    );
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    assert_one_at_a_time(&scratch.history());
+    // leader-exec does not leave its stopped supervisor behind.
+    assert!(
+        wait_for(Duration::from_secs(2), || !alive(supervisor)),
+        "the supervisor outlived leader-exec"
+    );
+}
+
+#[test]
+fn killing_everything_named_leader_exec_still_kills_the_grandchild() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let mut a = start_as_job(&lease_args(&endpoint, "pkill"), &scratch.job("a", STUBBORN));
+    let start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let grandchild = scratch
+        .wait_record("child", "a", Duration::from_secs(5))
+        .expect("a's grandchild started")
+        .fields[0]
+        .parse::<i32>()
+        .unwrap();
+    let mut b = Instance::start(&lease_args(&endpoint, "pkill"), &scratch.job("b", "true"));
+    wait_in_line(&etcd, "pkill");
+
+    // No name or command line of the supervisor matches `leader-exec`.
+    let supervisor = supervisor_of(a.pid()).expect("a's supervisor, named lx-supervisor");
+    assert!(!cmdline_of(supervisor).contains("leader-exec"));
+    assert!(!comm_of(supervisor).contains("leader-exec"));
+    assert_ne!(
+        nix::unistd::getpgid(Some(Pid::from_raw(supervisor))).unwrap(),
+        Pid::from_raw(a.pid()),
+        "the supervisor is in leader-exec's job"
+    );
+
+    // What `pkill -9 leader-exec`, `pkill -9 -f leader-exec`, `killall -9 leader-exec` and
+    // `kill -9 %1` would kill among this instance's processes, all at once.
+    let mut victims = Vec::new();
+    let mut todo = vec![a.pid()];
+    while let Some(pid) = todo.pop() {
+        todo.extend(children_of(pid));
+        if comm_of(pid) == "leader-exec" || cmdline_of(pid).contains("leader-exec") {
+            victims.push(pid);
+        }
+    }
+    assert!(victims.contains(&a.pid()));
+    for &pid in &victims {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let _ = killpg(Pid::from_raw(a.pid()), Signal::SIGKILL);
+    let killed = Instant::now();
+
+    assert!(
+        wait_for(SLACK * 2, || !alive(start.pid()) && !alive(grandchild)),
+        "the command's group survived the kill of every leader-exec process"
+    );
+    assert!(killed.elapsed() < TTL, "took {:?}", killed.elapsed());
+    a.wait(Duration::from_secs(5));
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    assert_one_at_a_time(&scratch.history());
+}
+
+#[test]
+fn a_garbage_occurrence_record_releases_the_candidacy_at_once() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let out = etcd.ctl(&[
+        "put",
+        "/leader-exec/.occurrences/garbage/nightly",
+        "not json",
+    ]);
+    assert!(out.status.success());
+    let endpoint = etcd.endpoint();
+    let mut args = lease_args(&endpoint, "garbage");
+    args.extend(["--occurrence", "nightly"]);
+    let mut a = Instance::start(&args, &scratch.job("a", "true"));
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(125), "{}", a.stderr());
+    assert!(
+        a.stderr().contains("not an occurrence record"),
+        "{}",
+        a.stderr()
+    );
+    // Released before exiting, not left for the TTL: the next waiter is not held up.
+    assert!(
+        etcd.keys("/leader-exec/garbage/").is_empty(),
+        "{:?}",
+        etcd.keys("/leader-exec/garbage/")
+    );
+    assert!(scratch.wait_record("start", "a", Duration::ZERO).is_none());
+}
