@@ -235,5 +235,19 @@ fn scenario_7_leader_exec_sigstopped_past_the_ttl() {
 
 #[test]
 fn scenario_8_term_ignoring_command_with_a_grandchild() {
-    scenario("8", Etcd::start, scenarios::term_ignoring_group);
+    scenario("8", Etcd::start, |etcd, ctx| {
+        scenarios::term_ignoring_group(etcd, ctx, false)
+    });
+}
+
+#[test]
+fn scenario_9_supervisor_sigstopped_then_proxy_frozen() {
+    scenario("9", Etcd::start, |etcd, ctx| {
+        scenarios::term_ignoring_group(etcd, ctx, true)
+    });
+}
+
+#[test]
+fn scenario_10_every_process_named_leader_exec_sigkilled() {
+    scenario("10", Etcd::start, scenarios::pkill_by_name);
 }

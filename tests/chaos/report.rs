@@ -99,6 +99,18 @@ pub const SCENARIOS: &[Info] = &[
         timing: FAST,
         asserts: "TERM recorded, SIGKILL no earlier than --kill-after, group gone before the next command starts; exit 75",
     },
+    Info {
+        id: "9",
+        fault: "leader-exec's supervising process SIGSTOPped, then the leader's proxy frozen; command ignores SIGTERM, grandchild too",
+        timing: FAST,
+        asserts: "TERM recorded, SIGKILL no earlier than --kill-after, reaching the group without the supervisor; group gone before the next command starts; exit 75",
+    },
+    Info {
+        id: "10",
+        fault: "every process of the leader's instance that `pkill -9 [-f] leader-exec` matches SIGKILLed at once; the command has a grandchild",
+        timing: FAST,
+        asserts: "the supervisor is not among them; command and grandchild dead within 2 s, group gone, before the next command starts",
+    },
 ];
 
 pub struct Row {
@@ -185,7 +197,7 @@ fn notes(row: &Row) -> String {
             spread(&s.outages),
             spread(&s.reactions)
         ),
-        "6" | "6b" => format!(
+        "6" | "6b" | "10" => format!(
             "command and grandchild dead {} after SIGKILL",
             spread(&s.reactions)
         ),
@@ -196,7 +208,7 @@ fn notes(row: &Row) -> String {
             s.tally,
             s.trials
         ),
-        "8" => format!("SIGKILL {} after the ignored TERM", spread(&s.reactions)),
+        "8" | "9" => format!("SIGKILL {} after the ignored TERM", spread(&s.reactions)),
         _ => String::new(),
     }
 }

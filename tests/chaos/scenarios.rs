@@ -380,13 +380,21 @@ pub fn leader_exec_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {
 /// Scenario 8: a command that ignores SIGTERM and has a grandchild that ignores it too; the
 /// leader's proxy is frozen. The group gets TERM at the deadline, SIGKILL after --kill-after, and
 /// is gone before the next leader starts.
-pub fn term_ignoring_group(etcd: &mut Etcd, ctx: &mut Ctx) {
+///
+/// Scenario 9 (`stop_supervisor`): the same with leader-exec's supervising process SIGSTOPped
+/// first: the signals must reach the group without its help.
+pub fn term_ignoring_group(etcd: &mut Etcd, ctx: &mut Ctx, stop_supervisor: bool) {
     let timing = FAST;
     let mut trial = single(etcd, ctx, timing, JobKind::IgnoresTerm);
     let first = trial.elected();
     let grandchild = trial.wait_spawn(&first.name, SLACK);
+    let supervisor =
+        parent_of(first.pid).unwrap_or_else(|| trial.fail("the command has no parent"));
     ctx.phase(&trial);
     let begin = now_ns();
+    if stop_supervisor {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(supervisor), Signal::SIGSTOP).unwrap();
+    }
     trial.contender(&first.name).freeze();
     let name = first.name.clone();
     let term = trial.wait_record(
@@ -423,6 +431,55 @@ pub fn term_ignoring_group(etcd: &mut Etcd, ctx: &mut Ctx) {
     trial.contender(&first.name).heal();
     trial.fault("proxy-freeze", begin, now_ns(), false);
     trial.expect_exit(&first.name, 75);
+    if stop_supervisor {
+        // leader-exec does not leave its stopped supervisor behind.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(supervisor), Signal::SIGCONT);
+    }
+    let verdict = trial.finish();
+    ctx.failover(&trial, &verdict);
+}
+
+/// Scenario 10: what `pkill -9 leader-exec`, `pkill -9 -f leader-exec` and `killall -9
+/// leader-exec` kill among the leader's processes, SIGKILLed at once. The supervisor is not among
+/// them (its name and command line are `lx-supervisor`), so it kills the command's group.
+pub fn pkill_by_name(etcd: &mut Etcd, ctx: &mut Ctx) {
+    let mut trial = single(etcd, ctx, FAST, JobKind::WithGrandchild);
+    let first = trial.elected();
+    let grandchild = trial.wait_spawn(&first.name, SLACK);
+    let instance = trial.contender(&first.name).instance.pid();
+    ctx.phase(&trial);
+    let mut victims = Vec::new();
+    let mut todo = vec![instance];
+    while let Some(pid) = todo.pop() {
+        todo.extend(crate::harness::children_of(pid));
+        if crate::harness::comm_of(pid) == "leader-exec"
+            || crate::harness::cmdline_of(pid).contains("leader-exec")
+        {
+            victims.push(pid);
+        }
+    }
+    if let Some(supervisor) = parent_of(first.pid)
+        && victims.contains(&supervisor)
+    {
+        trial.fail("the supervisor matches leader-exec's name");
+    }
+    let begin = now_ns();
+    for &pid in &victims {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let Some((seen_alive, _)) = wait_all_dead(&[first.pid, grandchild], Duration::from_secs(2))
+    else {
+        trial.fail("the command or its grandchild outlived `pkill -9 leader-exec` by 2 s");
+    };
+    ctx.stats.reactions.push(elapsed_ns(begin));
+    if !wait_for(Duration::from_secs(3), || !group_alive(first.pid)) {
+        trial.fail("the command's process group outlived `pkill -9 leader-exec` by 3 s");
+    }
+    let next = next_leader(&trial, &first);
+    if next.time <= seen_alive {
+        trial.fail("the next command started while the old group was still seen alive");
+    }
+    trial.fault("pkill-by-name", begin, begin, false);
     let verdict = trial.finish();
     ctx.failover(&trial, &verdict);
 }
