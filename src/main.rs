@@ -5,6 +5,7 @@ mod assets;
 mod cli;
 mod clock;
 mod election;
+mod escape;
 mod exit;
 mod logging;
 mod notify;
