@@ -212,7 +212,7 @@ fn openssl(dir: &Scratch, args: &[&str]) {
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, in `scratch`.
-fn make_certificates(scratch: &Scratch) {
+pub(crate) fn make_certificates(scratch: &Scratch) {
     let ec = [
         "-newkey",
         "ec",
