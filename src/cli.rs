@@ -62,6 +62,7 @@ LEADER_EXEC_KEY              --key (then ETCDCTL_KEY)
 ETCDCTL_USER                 --user
 LEADER_EXEC_PASSWORD         the etcd password, when --user has none and no --password-file
 LEADER_EXEC_LOG              log filter in RUST_LOG syntax; overrides -v and -q
+SSL_CERT_FILE, SSL_CERT_DIR  the trust store for https:// endpoints without --cacert
 NOTIFY_SOCKET                set by systemd: receives READY=1 and STATUS= lines (Type=notify)";
 
 pub const EXIT_STATUS: &str = "\
@@ -243,6 +244,9 @@ pub struct ElectionArgs {
     pub lease: Option<String>,
 
     /// Key prefix; the election's keys live under PREFIX + NAME + "/".
+    ///
+    /// One path segment between slashes (like /leader-exec/ or /team-a.jobs/), so that no
+    /// election's keys can lie inside another's.
     #[arg(
         long,
         value_name = "PREFIX",
@@ -261,6 +265,8 @@ pub struct RunArgs {
     pub identity: Option<String>,
 
     /// Lease duration on the etcd server, in whole seconds (etcd leases have 1s granularity).
+    ///
+    /// At most 9000000000s (etcd's longest lease); every duration flag has that limit.
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
 
@@ -269,10 +275,15 @@ pub struct RunArgs {
     pub renew_deadline: Duration,
 
     /// Interval between renewals (and the time one renewal may take before it is retried).
+    ///
+    /// At least 10ms, at most a third of --renew-deadline.
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub retry_period: Duration,
 
     /// First signal sent to the command's process group on step-down (name or number).
+    ///
+    /// One whose default action ends a process: STOP, TSTP, TTIN, TTOU, CONT, CHLD, URG and
+    /// WINCH are refused.
     #[arg(short = 's', long, value_name = "SIG", env = "LEADER_EXEC_KILL_SIGNAL", default_value = "TERM", value_parser = parse_signal)]
     pub kill_signal: nix::sys::signal::Signal,
 
@@ -281,6 +292,8 @@ pub struct RunArgs {
     pub kill_after: Duration,
 
     /// Give up campaigning after this long (exit 124) [default: wait forever]
+    ///
+    /// The line is always looked at once: 0 means try once, like --no-wait.
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_WAIT_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
     pub wait_timeout: Option<Duration>,
 
@@ -348,6 +361,9 @@ pub struct EtcdArgs {
     pub connect_timeout: Duration,
 
     /// CA certificate to verify etcd's certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]
+    ///
+    /// Without it, https:// endpoints are verified against the system's trust store
+    /// (SSL_CERT_FILE and SSL_CERT_DIR, if set, say where it is).
     #[arg(long, value_name = "FILE", global = true)]
     pub cacert: Option<PathBuf>,
 

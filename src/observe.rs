@@ -73,7 +73,8 @@ const OCCURRENCES_SHOWN: usize = 10;
 /// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
 /// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`), `candidates`, `occurrences`
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
-/// `finished_at`, `exit_code`, `previous_token`).
+/// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
+/// `{"id": …, "state": "unreadable"}`).
 pub async fn status<B: Backend>(
     backend: &B,
     scope: &Scope,
