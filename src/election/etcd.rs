@@ -63,19 +63,18 @@ pub async fn connect(connection: &Connection) -> Result<Client, StoreError> {
         .map_err(classify)
 }
 
-/// The root cause of an error, when it is a TLS failure: a certificate that does not verify, a
-/// handshake the server refused, a client certificate it rejected. Trying again cannot help, and
-/// the cause is what the operator needs to read.
+/// The root cause of an error, when it is a TLS failure that trying again cannot cure: a
+/// certificate that does not verify, a trust store without certificates, an alert by which the
+/// server refused the handshake (a client certificate it rejects). A handshake cut short (EOF)
+/// is not among them: a server that is starting or stopping does that too.
 fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
-    const MARKERS: [&str; 8] = [
+    const MARKERS: [&str; 6] = [
         "certificate",
-        "handshake",
-        "tls",
-        "alert",
-        "NativeCertsNotFound",
+        "unknownissuer",
+        "nativecertsnotfound",
         "native certs",
+        "received fatal alert",
         "peer is incompatible",
-        "private key",
     ];
     let mut chain = Vec::new();
     let mut current = Some(error);
@@ -87,7 +86,7 @@ fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     let lower = chain.join(" ").to_lowercase();
     MARKERS
         .iter()
-        .any(|m| lower.contains(&m.to_lowercase()))
+        .any(|m| lower.contains(m))
         .then(|| format!("TLS: {deepest}"))
 }
 
@@ -528,5 +527,26 @@ impl Keeper for EtcdKeeper {
 
     fn reset(&mut self) {
         self.stream = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn certificate_failures_are_fatal_and_keep_their_cause() {
+        let unknown = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        assert_eq!(
+            tls_failure(&unknown).as_deref(),
+            Some("TLS: invalid peer certificate: UnknownIssuer")
+        );
+        let fatal = classify(etcd_client::Error::IoError(unknown));
+        assert!(!fatal.is_transient(), "{fatal}");
+        assert!(fatal.to_string().contains("UnknownIssuer"), "{fatal}");
+        // A handshake cut short may be a server restarting: try again.
+        let eof = std::io::Error::other("tls handshake eof");
+        assert_eq!(tls_failure(&eof), None);
+        assert!(classify(etcd_client::Error::IoError(eof)).is_transient());
     }
 }
