@@ -1,10 +1,8 @@
 //! From argv to an exit code.
 
-use std::io::Write;
-
 use clap::error::ErrorKind;
 
-use crate::cli::{self, Cli, Subcommand};
+use crate::cli::{self, Cli, LogFormat, Subcommand};
 use crate::clock::BootClock;
 use crate::election::Backoff;
 use crate::election::etcd::{self, Etcd};
@@ -24,6 +22,7 @@ pub fn main() -> u8 {
         Err(e) => return usage_error(e),
     };
     crate::logging::init(&cli.log);
+    let json = cli.log.log_format == LogFormat::Json;
     let result = match cli.subcommand {
         None => run(cli),
         Some(_) => subcommand(cli),
@@ -35,13 +34,61 @@ pub fn main() -> u8 {
             code
         }
         Err(e) => {
-            crate::logging::fatal(&format!("{e:#}"));
-            exit::code_of(&e)
+            let code = exit::code_of(&e);
+            fatal(json, &format!("{e:#}"), code);
+            code
         }
     }
 }
 
+/// The last line leader-exec prints when it gives up: text, or one JSON object with
+/// `--log-format json` (fields `time`, `level`, `event`, `message`, `exit_code`).
+fn fatal(json: bool, message: &str, code: u8) {
+    // One line, whatever the message holds.
+    let message = message.replace(['\n', '\r'], " ");
+    if json {
+        let object = serde_json::json!({
+            "time": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            "level": "ERROR",
+            "event": "failed",
+            "message": message,
+            "exit_code": code,
+        });
+        crate::logging::final_line(&format!("{object}\n"));
+    } else {
+        crate::logging::final_line(&format!(
+            "leader-exec: {}\n",
+            crate::escape::escape_str(&message)
+        ));
+    }
+}
+
+/// Whether the command line asks for JSON logs, read from the raw arguments: used when the
+/// command line itself could not be parsed.
+fn json_requested() -> bool {
+    let mut args = std::env::args_os().skip(1);
+    let mut from_args = None;
+    while let Some(arg) = args.next() {
+        let Some(arg) = arg.to_str() else { continue };
+        match arg {
+            "--" => break,
+            "--log-format" => from_args = args.next().map(|v| v == "json"),
+            _ => {
+                if let Some(value) = arg.strip_prefix("--log-format=") {
+                    from_args = Some(value == "json");
+                }
+            }
+        }
+    }
+    from_args.unwrap_or_else(|| {
+        std::env::var("LEADER_EXEC_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"))
+    })
+}
+
 /// `--help` and `--version` go to stdout with status 0; anything else is one line and 125.
+///
+/// clap's own message spans several lines (what is wrong, then the argument it is about, then
+/// a tip); they are joined into one, without the usage and `--help` lines that follow.
 fn usage_error(error: clap::Error) -> u8 {
     match error.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
@@ -50,16 +97,36 @@ fn usage_error(error: clap::Error) -> u8 {
         }
         _ => {
             let rendered = error.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            // Not eprintln!: it panics when stderr's reader has gone.
-            let _ = writeln!(
-                std::io::stderr(),
-                "leader-exec: {first} (see leader-exec --help)"
+            let message = one_line(&rendered);
+            let message = if message.is_empty() {
+                "invalid arguments".to_owned()
+            } else {
+                message
+            };
+            fatal(
+                json_requested(),
+                &format!("{message} (see leader-exec --help)"),
+                exit::FAILURE,
             );
             exit::FAILURE
         }
     }
+}
+
+/// clap's rendered error as one line: every line before the usage, trimmed and joined.
+fn one_line(rendered: &str) -> String {
+    let mut parts = Vec::new();
+    for line in rendered.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if !line.is_empty() {
+            parts.push(line);
+        }
+    }
+    let joined = parts.join(" ");
+    joined.strip_prefix("error: ").unwrap_or(&joined).to_owned()
 }
 
 /// The run form.
@@ -169,5 +236,24 @@ pub async fn connect(connection: &Connection) -> anyhow::Result<etcd_client::Cli
                 .into());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_errors_keep_the_argument_they_are_about() {
+        let rendered = "error: the following required arguments were not provided:\n  <COMMAND>...\n\nUsage: leader-exec [OPTIONS]\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            one_line(rendered),
+            "the following required arguments were not provided: <COMMAND>..."
+        );
+        let rendered = "error: unexpected argument '-x' found\n\n  tip: to pass '-x' as a value, use '-- -x'\n\nUsage: leader-exec\n";
+        assert_eq!(
+            one_line(rendered),
+            "unexpected argument '-x' found tip: to pass '-x' as a value, use '-- -x'"
+        );
     }
 }

@@ -62,6 +62,7 @@ LEADER_EXEC_KEY              --key (then ETCDCTL_KEY)
 ETCDCTL_USER                 --user
 LEADER_EXEC_PASSWORD         the etcd password, when --user has none and no --password-file
 LEADER_EXEC_LOG              log filter in RUST_LOG syntax; overrides -v and -q
+SSL_CERT_FILE, SSL_CERT_DIR  the trust store for https:// endpoints without --cacert
 NOTIFY_SOCKET                set by systemd: receives READY=1 and STATUS= lines (Type=notify)";
 
 pub const EXIT_STATUS: &str = "\
@@ -243,6 +244,9 @@ pub struct ElectionArgs {
     pub lease: Option<String>,
 
     /// Key prefix; the election's keys live under PREFIX + NAME + "/".
+    ///
+    /// One path segment between slashes (like /leader-exec/ or /team-a.jobs/), so that no
+    /// election's keys can lie inside another's.
     #[arg(
         long,
         value_name = "PREFIX",
@@ -261,27 +265,36 @@ pub struct RunArgs {
     pub identity: Option<String>,
 
     /// Lease duration on the etcd server, in whole seconds (etcd leases have 1s granularity).
-    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_TTL", default_value = "15s", value_parser = parse_duration)]
+    ///
+    /// At most 9000000000s (etcd's longest lease); every duration flag has that limit.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
 
     /// Step down when no renewal succeeded for this long, counted from the renewal's send time.
-    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub renew_deadline: Duration,
 
     /// Interval between renewals (and the time one renewal may take before it is retried).
-    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    ///
+    /// At least 10ms, at most a third of --renew-deadline.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub retry_period: Duration,
 
     /// First signal sent to the command's process group on step-down (name or number).
+    ///
+    /// One whose default action ends a process: STOP, TSTP, TTIN, TTOU, CONT, CHLD, URG and
+    /// WINCH are refused.
     #[arg(short = 's', long, value_name = "SIG", env = "LEADER_EXEC_KILL_SIGNAL", default_value = "TERM", value_parser = parse_signal)]
     pub kill_signal: nix::sys::signal::Signal,
 
     /// Grace period after the first signal before SIGKILL goes to the whole process group.
-    #[arg(short = 'k', long, value_name = "DUR", env = "LEADER_EXEC_KILL_AFTER", default_value = "4s", value_parser = parse_duration)]
+    #[arg(short = 'k', long, value_name = "DUR", env = "LEADER_EXEC_KILL_AFTER", default_value = "4s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub kill_after: Duration,
 
     /// Give up campaigning after this long (exit 124) [default: wait forever]
-    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_WAIT_TIMEOUT", value_parser = parse_duration, conflicts_with = "no_wait")]
+    ///
+    /// The line is always looked at once: 0 means try once, like --no-wait.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_WAIT_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
     pub wait_timeout: Option<Duration>,
 
     /// Try once: exit 124 at once if another instance leads or is ahead in line.
@@ -301,7 +314,7 @@ pub struct RunArgs {
     /// Renewed meanwhile, and given up as usual when it can no longer be proven; instances that
     /// arrive during the hold see a leader (and exit 124 with --no-wait). TERM or INT during the
     /// hold make leader-exec exit at once and leave the lease to expire on its own.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hold_at_least: Option<Duration>,
 
     /// Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)".
@@ -328,7 +341,7 @@ pub struct RunArgs {
     pub if_unfinished: crate::occurrence::IfUnfinished,
 
     /// How long occurrence records are kept in etcd (etcd deletes them afterwards).
-    #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, requires = "occurrence")]
+    #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, allow_hyphen_values = true, requires = "occurrence")]
     pub occurrence_retention: Duration,
 
     /// The command to run while this instance leads, and its arguments (after `--`).
@@ -344,10 +357,13 @@ pub struct EtcdArgs {
     pub endpoints: Vec<String>,
 
     /// How long the first contact with etcd may take before leader-exec gives up (exit 125).
-    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true, global = true)]
     pub connect_timeout: Duration,
 
     /// CA certificate to verify etcd's certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]
+    ///
+    /// Without it, https:// endpoints are verified against the system's trust store
+    /// (SSL_CERT_FILE and SSL_CERT_DIR, if set, say where it is).
     #[arg(long, value_name = "FILE", global = true)]
     pub cacert: Option<PathBuf>,
 
@@ -403,27 +419,76 @@ pub enum LogFormat {
     Json,
 }
 
-/// humantime durations: `500ms`, `15s`, `2m`, `1h 30m`.
+/// humantime durations: `500ms`, `15s`, `2m`, `1h 30m`; at most [`MAX_DURATION`], never negative.
+///
+/// [`MAX_DURATION`]: crate::settings::MAX_DURATION
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|e| format!("'{text}' is not a duration like 500ms, 15s or 2m ({e})"))
+    use crate::settings::MAX_DURATION;
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("empty: give a duration like 500ms, 15s or 2m".to_owned());
+    }
+    if trimmed.starts_with('-') {
+        return Err(format!(
+            "'{}' is negative: durations are 0 or more, like 500ms, 15s or 2m",
+            text.escape_debug()
+        ));
+    }
+    let duration = humantime::parse_duration(trimmed).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => format!(
+            "'{}' is out of range: at most {}s (about 285 years, the longest lease etcd grants), in steps of 1ns",
+            text.escape_debug(),
+            MAX_DURATION.as_secs()
+        ),
+        e => format!(
+            "'{}' is not a duration like 500ms, 15s or 2m ({e})",
+            text.escape_debug()
+        ),
+    })?;
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "'{}' is too long: at most {}s (about 285 years, the longest lease etcd grants)",
+            text.escape_debug(),
+            MAX_DURATION.as_secs()
+        ));
+    }
+    Ok(duration)
 }
 
 /// Signal names with or without the SIG prefix, in any case, or numbers: `TERM`, `sigint`, `9`.
+///
+/// Only signals whose default action ends a process are accepted: STOP, TSTP, TTIN and TTOU
+/// pause it, CONT resumes it, CHLD, URG and WINCH are ignored by default, and a command that
+/// does not handle them would go on running after a step-down until SIGKILL.
 pub fn parse_signal(text: &str) -> Result<nix::sys::signal::Signal, String> {
     use nix::sys::signal::Signal;
     let trimmed = text.trim();
-    if let Ok(number) = trimmed.parse::<i32>() {
-        return Signal::try_from(number).map_err(|_| format!("'{text}' is not a signal number"));
-    }
-    let upper = trimmed.to_ascii_uppercase();
-    let name = if upper.starts_with("SIG") {
-        upper
+    let signal = if let Ok(number) = trimmed.parse::<i32>() {
+        Signal::try_from(number).map_err(|_| format!("'{text}' is not a signal number"))?
     } else {
-        format!("SIG{upper}")
+        let upper = trimmed.to_ascii_uppercase();
+        let name = if upper.starts_with("SIG") {
+            upper
+        } else {
+            format!("SIG{upper}")
+        };
+        name.parse::<Signal>()
+            .map_err(|_| format!("'{text}' is not a signal name like TERM, INT or KILL"))?
     };
-    name.parse::<Signal>()
-        .map_err(|_| format!("'{text}' is not a signal name like TERM, INT or KILL"))
+    match signal {
+        Signal::SIGSTOP
+        | Signal::SIGTSTP
+        | Signal::SIGTTIN
+        | Signal::SIGTTOU
+        | Signal::SIGCONT
+        | Signal::SIGCHLD
+        | Signal::SIGURG
+        | Signal::SIGWINCH => Err(format!(
+            "{} cannot end a process (by default it is ignored, pauses or resumes it); use one that does, like TERM, INT, HUP, QUIT, USR1 or KILL",
+            signal.as_str()
+        )),
+        signal => Ok(signal),
+    }
 }
 
 #[cfg(test)]
@@ -449,10 +514,45 @@ mod tests {
     }
 
     #[test]
+    fn signals_that_cannot_end_a_process_are_refused() {
+        for name in [
+            "STOP", "TSTP", "TTIN", "TTOU", "CONT", "CHLD", "URG", "WINCH", "19", "17",
+        ] {
+            let err = parse_signal(name).unwrap_err();
+            assert!(err.contains("cannot end a process"), "{name}: {err}");
+        }
+        for name in ["HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "ALRM", "PIPE"] {
+            assert!(parse_signal(name).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
     fn durations_are_humantime() {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn durations_are_bounded_and_never_negative() {
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1ns"), Ok(Duration::from_nanos(1)));
+        assert_eq!(
+            parse_duration("9000000000s"),
+            Ok(crate::settings::MAX_DURATION)
+        );
+        for text in [
+            "9000000001s",
+            "300years",
+            "584000000000years",
+            "18446744073709551615s",
+        ] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(err.contains("at most 9000000000s"), "{text}: {err}");
+        }
+        assert!(parse_duration("-5s").unwrap_err().contains("negative"));
+        assert!(parse_duration("").unwrap_err().contains("empty"));
+        assert!(parse_duration(" ").unwrap_err().contains("empty"));
     }
 }

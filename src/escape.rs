@@ -1,33 +1,52 @@
-//! Text from the store (identities, keys, record fields) is written by any client with access to
-//! the prefix. Before it reaches a terminal or a text log, characters that could move the cursor,
-//! retitle or clear the terminal, start a new (forged) line or reorder text are shown escaped.
+//! Making bytes read from etcd safe to print on a terminal.
+//!
+//! Any client allowed to write under the prefix chooses the keys and values leader-exec reads
+//! back (identities, occurrence records). Printed raw, an identity holding `ESC ] 0 ; … BEL`
+//! retitles the operator's terminal, `ESC [ 2 J` clears it, `\r` or `\n` forges lines, and a
+//! right-to-left override reorders what follows. Text output therefore shows such data through
+//! [`escape`]; JSON output is escaped by the JSON encoder.
 
-use std::borrow::Cow;
-use std::fmt::Write;
+use std::fmt::Write as _;
 
-/// Whether `c` must not reach a terminal as it is: C0 controls (newline and tab included), DEL,
-/// C1 controls, and the bidirectional overrides, embeddings, isolates and marks.
-fn is_unsafe(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
-}
-
-/// `text` with every unsafe character written as `\xNN` (below U+0100) or `\u{NNNN}`.
-pub fn for_terminal(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_unsafe) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if !is_unsafe(c) {
-            out.push(c);
-        } else if (c as u32) < 0x100 {
-            let _ = write!(out, "\\x{:02x}", c as u32);
-        } else {
-            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+/// Bytes as printable text: valid UTF-8 stays as it is, except
+///
+/// - control characters (C0 `U+0000`–`U+001F`, DEL `U+007F`, C1 `U+0080`–`U+009F`): `\n`, `\r`,
+///   `\t` by name, the others as `\x1b` or `\u{85}`;
+/// - bidirectional overrides and isolates (`U+202A`–`U+202E`, `U+2066`–`U+2069`): `\u{202e}`;
+/// - the backslash itself: `\\`, so the output cannot be mistaken for an escape it isn't;
+/// - bytes that are not valid UTF-8: `\xff`.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            push_char(&mut out, c);
+        }
+        for byte in chunk.invalid() {
+            let _ = write!(out, "\\x{byte:02x}");
         }
     }
-    Cow::Owned(out)
+    out
+}
+
+/// [`escape`] for text that is already a `str`.
+pub fn escape_str(text: &str) -> String {
+    escape(text.as_bytes())
+}
+
+fn push_char(out: &mut String, c: char) {
+    match c {
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\u{0}'..='\u{1f}' | '\u{7f}' => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        '\u{80}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
 }
 
 #[cfg(test)]
@@ -35,20 +54,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_text_is_untouched() {
-        assert!(matches!(for_terminal("host-1:42 ok é"), Cow::Borrowed(_)));
+    fn plain_text_is_unchanged() {
+        assert_eq!(escape(b"host-a:4711"), "host-a:4711");
+        assert_eq!(escape_str("Zürich 東京"), "Zürich 東京");
     }
 
     #[test]
-    fn terminal_controls_are_escaped() {
-        assert_eq!(for_terminal("a\x1b]0;x\x07b"), "a\\x1b]0;x\\x07b");
+    fn control_characters_are_escaped() {
+        assert_eq!(escape(b"a\nb\rc\td"), "a\\nb\\rc\\td");
+        assert_eq!(escape(b"\x1b]0;owned\x07"), "\\x1b]0;owned\\x07");
+        assert_eq!(escape(b"\x1b[2J\x00\x7f"), "\\x1b[2J\\x00\\x7f");
+        assert_eq!(escape_str("a\u{85}b\u{9b}c"), "a\\u{85}b\\u{9b}c");
+    }
+
+    #[test]
+    fn bidi_overrides_and_isolates_are_escaped() {
+        assert_eq!(escape_str("a\u{202e}b"), "a\\u{202e}b");
+        for c in ('\u{202a}'..='\u{202e}').chain('\u{2066}'..='\u{2069}') {
+            let escaped = escape_str(&c.to_string());
+            assert!(escaped.starts_with("\\u{"), "{c:?} -> {escaped}");
+        }
+        // Marks that do not override anything stay.
+        assert_eq!(escape_str("\u{200e}"), "\u{200e}");
+    }
+
+    #[test]
+    fn invalid_utf8_is_shown_as_bytes() {
         assert_eq!(
-            for_terminal("\nleader: forged\r"),
-            "\\x0aleader: forged\\x0d"
+            escape(b"/leader-exec/x/\xff\xfe"),
+            "/leader-exec/x/\\xff\\xfe"
         );
-        assert_eq!(for_terminal("\x1b[2J"), "\\x1b[2J");
-        assert_eq!(for_terminal("\u{9b}\u{7f}"), "\\x9b\\x7f");
-        assert_eq!(for_terminal("abc\u{202e}fed"), "abc\\u{202e}fed");
-        assert_eq!(for_terminal("\u{2066}x\u{2069}"), "\\u{2066}x\\u{2069}");
+        // A truncated sequence, then valid text.
+        assert_eq!(escape(b"\xe2\x82ok"), "\\xe2\\x82ok");
+    }
+
+    #[test]
+    fn backslashes_are_doubled() {
+        assert_eq!(escape(b"a\\x1b"), "a\\\\x1b");
+    }
+
+    #[test]
+    fn nothing_printable_is_left_unescaped() {
+        let all: Vec<u8> = (0..=255u8).collect();
+        let escaped = escape(&all);
+        assert!(
+            !escaped
+                .chars()
+                .any(|c| c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c)),
+            "{escaped}"
+        );
     }
 }

@@ -148,15 +148,10 @@ pub fn flush(limit: Duration) {
     let _ = finished.recv_timeout(until.saturating_duration_since(Instant::now()));
 }
 
-/// The last line of a run that failed: `leader-exec: MESSAGE`, or a JSON object with
-/// `event: "fatal"` under `--log-format json`. Printed whatever the log level, then flushed.
-pub fn fatal(message: &str) {
-    let line = if JSON.load(Ordering::Relaxed) {
-        format_line("ERROR", "fatal", message, &[])
-    } else {
-        format!("leader-exec: {}\n", escape(message))
-    };
-    enqueue(line.into_bytes());
+/// The last line of a run that failed (formatted by the caller): queued like any other line and
+/// flushed, waiting at most a second for a stderr that does not drain.
+pub fn final_line(line: &str) {
+    enqueue(line.as_bytes().to_vec());
     flush(Duration::from_secs(1));
 }
 
@@ -236,8 +231,8 @@ impl Drop for QueuedLine {
 /// Text logs carry identities and keys that any client of the store can write: control
 /// characters are shown escaped so that they cannot move the cursor, retitle the terminal or
 /// forge a line.
-fn escape(text: &str) -> std::borrow::Cow<'_, str> {
-    crate::escape::for_terminal(text)
+fn escape(text: &str) -> String {
+    crate::escape::escape_str(text)
 }
 
 struct Format {

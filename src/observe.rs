@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::election::Backoff;
 use crate::election::{Backend, Leader, Observation, StoreError};
+use crate::escape::{escape, escape_str};
 use crate::exit::Failure;
 use crate::occurrence::{self, Record};
 use crate::settings::Scope;
@@ -55,10 +56,11 @@ async fn observe_once<B: Backend>(backend: &B, limit: Duration) -> anyhow::Resul
 }
 
 fn leader_json(leader: &Leader) -> Value {
+    // JSON strings escape every control character; bytes that are not UTF-8 become U+FFFD.
     json!({
-        "identity": leader.identity,
+        "identity": String::from_utf8_lossy(&leader.identity),
         "token": leader.token,
-        "key": leader.key,
+        "key": String::from_utf8_lossy(&leader.key),
         "lease_id": format!("{:x}", leader.lease_id),
     })
 }
@@ -71,7 +73,8 @@ const OCCURRENCES_SHOWN: usize = 10;
 /// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
 /// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`), `candidates`, `occurrences`
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
-/// `finished_at`, `exit_code`, `previous_token`).
+/// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
+/// `{"id": …, "state": "unreadable"}`).
 pub async fn status<B: Backend>(
     backend: &B,
     scope: &Scope,
@@ -90,15 +93,22 @@ pub async fn status<B: Backend>(
         }
         None => None,
     };
-    let mut occurrences: Vec<(String, Record)> = bounded(
+    let records = bounded(
         limit,
         "reading occurrences",
         backend.list_records(&occurrence::records_prefix(scope)),
     )
-    .await?
-    .into_iter()
-    .filter_map(|(id, value)| Some((id, Record::from_json(&value)?)))
-    .collect();
+    .await?;
+    // A value that is not a record (written by something else, or damaged) is shown as
+    // unreadable rather than hidden: a run with that occurrence ID refuses to start (125).
+    let mut occurrences: Vec<(Vec<u8>, Record)> = Vec::new();
+    let mut unreadable: Vec<Vec<u8>> = Vec::new();
+    for (id, value) in records {
+        match Record::from_json(&value) {
+            Some(record) => occurrences.push((id, record)),
+            None => unreadable.push(id),
+        }
+    }
     // RFC 3339 in UTC sorts as text.
     occurrences.sort_by(|a, b| b.1.started_at.cmp(&a.1.started_at));
     let mut out = String::new();
@@ -109,13 +119,14 @@ pub async fn status<B: Backend>(
             object["ttl_granted_seconds"] = json!(lease_time.map(|t| t.granted.as_secs()));
             object
         });
-        let occurrences: Vec<Value> = occurrences
+        let occurrences: Vec<Value> = unreadable
             .iter()
-            .map(|(id, record)| {
+            .map(|id| json!({"id": String::from_utf8_lossy(id), "state": "unreadable"}))
+            .chain(occurrences.iter().map(|(id, record)| {
                 let mut object = serde_json::to_value(record).expect("records serialize");
-                object["id"] = json!(id);
+                object["id"] = json!(String::from_utf8_lossy(id));
                 object
-            })
+            }))
             .collect();
         let object = json!({
             "lease": scope.lease,
@@ -125,12 +136,13 @@ pub async fn status<B: Backend>(
         });
         writeln!(out, "{object}")?;
     } else {
-        writeln!(out, "lease:       {}", scope.lease)?;
+        // Everything read from etcd is escaped: it may hold terminal control sequences.
+        writeln!(out, "lease:       {}", escape_str(&scope.lease))?;
         match &observation.leader {
             Some(leader) => {
-                writeln!(out, "leader:      {}", leader.identity)?;
+                writeln!(out, "leader:      {}", escape(&leader.identity))?;
                 writeln!(out, "token:       {}", leader.token)?;
-                writeln!(out, "key:         {}", leader.key)?;
+                writeln!(out, "key:         {}", escape(&leader.key))?;
                 writeln!(out, "lease id:    {:x}", leader.lease_id)?;
                 if let Some(time) = lease_time {
                     writeln!(
@@ -144,19 +156,30 @@ pub async fn status<B: Backend>(
             None => writeln!(out, "leader:      none")?,
         }
         writeln!(out, "candidates:  {}", observation.candidates)?;
-        if !occurrences.is_empty() {
+        if !occurrences.is_empty() || !unreadable.is_empty() {
             writeln!(out, "occurrences:")?;
+            // Unreadable records first: they are what needs a human.
+            for id in &unreadable {
+                writeln!(
+                    out,
+                    "  {}  unreadable  (the value under this key is not an occurrence record)",
+                    escape(id)
+                )?;
+            }
             for (id, record) in occurrences.iter().take(OCCURRENCES_SHOWN) {
                 let state = serde_json::to_value(record.state).expect("states serialize");
                 let state = state.as_str().unwrap_or("?");
                 let outcome = match (record.finished_at.as_deref(), record.exit_code) {
-                    (Some(at), Some(code)) => format!(" finished {at} exit {code}"),
+                    (Some(at), Some(code)) => format!(" finished {} exit {code}", escape_str(at)),
                     _ => String::new(),
                 };
                 writeln!(
                     out,
-                    "  {id}  {state:<7}  token {}  {}  started {}{outcome}",
-                    record.token, record.identity, record.started_at
+                    "  {}  {state:<7}  token {}  {}  started {}{outcome}",
+                    escape(id),
+                    record.token,
+                    escape_str(&record.identity),
+                    escape_str(&record.started_at)
                 )?;
             }
             if occurrences.len() > OCCURRENCES_SHOWN {
@@ -282,7 +305,9 @@ fn print_change(scope: &Scope, leader: Option<&Leader>, json: bool) -> std::io::
             Some(leader) => writeln!(
                 out,
                 "{time} leader {} token {} key {}",
-                leader.identity, leader.token, leader.key
+                escape(&leader.identity),
+                leader.token,
+                escape(&leader.key)
             )?,
             None => writeln!(out, "{time} no leader")?,
         }

@@ -291,7 +291,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         let backend = self.backend;
         let clock = self.clock.clone();
         let backoff = (self.settings.timing.retry_period / 4).max(Duration::from_millis(20));
-        if self.settings.wait == Wait::No {
+        // A --wait-timeout that passed before the first look still gets that look.
+        if self.settings.wait == Wait::No || give_up_at.is_some_and(|at| clock.now() >= at) {
             let limit = clock.now() + self.settings.connection.connect_timeout;
             let mut retry = Backoff::new();
             loop {
@@ -302,6 +303,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 match turn {
                     Ok(Turn::Leading) => return Ok(Waited::Leading),
                     Ok(Turn::Behind { predecessor, .. }) => {
+                        let predecessor = crate::escape::escape(&predecessor);
                         tracing::info!(event = "not-acquired", %predecessor, "another instance leads (--no-wait)");
                         self.release(candidacy).await;
                         return Ok(Waited::Exit(exit::NOT_ACQUIRED));

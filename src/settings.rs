@@ -14,6 +14,22 @@ use crate::exit::Failure;
 
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
 
+/// The longest duration any flag accepts: 9,000,000,000 s (about 285 years), the longest lease
+/// etcd grants (`MaxLeaseTTL`). Longer values are refused before anything else happens, so no
+/// arithmetic on durations can overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(9_000_000_000);
+
+/// The shortest `--retry-period`: one renewal round trip must fit in it.
+pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(10);
+
+/// Length limits, in bytes. They keep keys, log lines and the command's environment small: a
+/// single environment string may not exceed 128 KiB, and an identity that large would let the
+/// election be won and the command then fail to start.
+pub const MAX_LEASE_NAME: usize = 255;
+pub const MAX_PREFIX: usize = 255;
+pub const MAX_IDENTITY: usize = 1024;
+pub const MAX_OCCURRENCE_ID: usize = 1024;
+
 /// The four durations the safety argument is made of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
@@ -46,20 +62,36 @@ impl Timing {
                 ms(self.ttl)
             )));
         }
-        if self.retry_period.is_zero() {
-            return Err(Failure::usage("--retry-period must be greater than 0"));
+        if self.ttl > MAX_DURATION {
+            return Err(Failure::usage(format!(
+                "--ttl ({}) must be at most {}s, the longest lease etcd grants",
+                ms(self.ttl),
+                MAX_DURATION.as_secs()
+            )));
         }
         if self.renew_deadline.is_zero() {
             return Err(Failure::usage("--renew-deadline must be greater than 0"));
         }
-        if self.retry_period * 3 > self.renew_deadline {
+        if self.retry_period < MIN_RETRY_PERIOD {
+            return Err(Failure::usage(format!(
+                "--retry-period ({}) must be at least {}: one renewal must fit in it",
+                ms(self.retry_period),
+                ms(MIN_RETRY_PERIOD)
+            )));
+        }
+        // Saturating: the flags are bounded, but this check must hold for any value.
+        if self.retry_period.saturating_mul(3) > self.renew_deadline {
             return Err(Failure::usage(format!(
                 "--retry-period ({}) must be at most a third of --renew-deadline ({}), so that several renewals fit in the deadline",
                 ms(self.retry_period),
                 ms(self.renew_deadline)
             )));
         }
-        if self.renew_deadline + self.kill_after + self.margin() > self.ttl {
+        let needed = self
+            .renew_deadline
+            .saturating_add(self.kill_after)
+            .saturating_add(self.margin());
+        if needed > self.ttl {
             return Err(Failure::usage(format!(
                 "--renew-deadline ({}) + --kill-after ({}) must be at most --ttl ({}) minus a margin of {}: the command must be dead before the lease can expire",
                 ms(self.renew_deadline),
@@ -121,7 +153,7 @@ impl Scope {
     pub fn from_args(args: ElectionArgs) -> Result<Scope, Failure> {
         Ok(Scope {
             lease: validate_lease_name(args.lease.as_deref())?,
-            prefix: validate_text("--prefix", args.prefix)?,
+            prefix: validate_prefix(args.prefix)?,
         })
     }
 
@@ -158,7 +190,9 @@ impl Settings {
             Some(id) if id.is_empty() => {
                 return Err(Failure::usage("--identity must not be empty"));
             }
-            Some(id) => validate_text("--identity", id)?,
+            Some(id) => {
+                validate_length("--identity", validate_text("--identity", id)?, MAX_IDENTITY)?
+            }
             None => default_identity(),
         };
         let timing = Timing {
@@ -170,6 +204,8 @@ impl Settings {
         timing.validate()?;
         let wait = match (run.no_wait, run.wait_timeout) {
             (true, _) => Wait::No,
+            // No time to wait at all: look once, like --no-wait.
+            (false, Some(d)) if d.is_zero() => Wait::No,
             (false, Some(d)) => Wait::Until(d),
             (false, None) => Wait::Forever,
         };
@@ -184,7 +220,13 @@ impl Settings {
                 if id.is_empty() {
                     return Err(Failure::usage("--occurrence must not be empty"));
                 }
-                let id = validate_text("--occurrence", id)?;
+                let id = validate_length(
+                    "--occurrence",
+                    validate_text("--occurrence", id)?,
+                    MAX_OCCURRENCE_ID,
+                )?;
+                // Records are kept on etcd leases: the same bounds as --ttl (the upper one is
+                // checked when the duration is parsed).
                 if run.occurrence_retention < Duration::from_secs(1) {
                     return Err(Failure::usage("--occurrence-retention must be at least 1s"));
                 }
@@ -247,7 +289,49 @@ pub fn validate_lease_name(name: Option<&str>) -> Result<String, Failure> {
             name.escape_debug()
         )));
     }
-    validate_text("--lease", name.to_owned())
+    validate_length(
+        "--lease",
+        validate_text("--lease", name.to_owned())?,
+        MAX_LEASE_NAME,
+    )
+}
+
+/// The prefix is exactly one path segment between slashes: `/leader-exec/`, `/team-a.jobs/`.
+///
+/// Election keys are PREFIX NAME "/" ID and lease names hold no '/', so every election's key
+/// range is two segments deep. A deeper prefix could sit inside another election's range
+/// (`--prefix /leader-exec/x/` lies in `--lease x`'s), and that election would then see the other's
+/// keys as its own candidates. With one segment no election's range can contain another's.
+pub fn validate_prefix(prefix: String) -> Result<String, Failure> {
+    let prefix = validate_text("--prefix", prefix)?;
+    let prefix = validate_length("--prefix", prefix, MAX_PREFIX)?;
+    let segment = prefix
+        .strip_prefix('/')
+        .and_then(|rest| rest.strip_suffix('/'));
+    match segment {
+        Some(segment)
+            if !segment.is_empty()
+                && !segment.contains('/')
+                && segment != "."
+                && segment != ".." =>
+        {
+            Ok(prefix)
+        }
+        _ => Err(Failure::usage(format!(
+            "--prefix '{}' must be one path segment between slashes, like /leader-exec/: a prefix that is empty, relative or deeper could overlap another election's keys",
+            prefix.escape_debug()
+        ))),
+    }
+}
+
+fn validate_length(flag: &str, value: String, max: usize) -> Result<String, Failure> {
+    if value.len() > max {
+        return Err(Failure::usage(format!(
+            "{flag} is {} bytes long; at most {max} are allowed",
+            value.len()
+        )));
+    }
+    Ok(value)
 }
 
 /// Names and values end up in etcd keys, environment variables and log lines: no control characters.
@@ -322,24 +406,51 @@ fn connection(args: EtcdArgs) -> Result<Connection, Failure> {
         .key
         .or_else(|| env_path(&["LEADER_EXEC_KEY", "ETCDCTL_KEY"]));
     let identity = match (cert, key) {
-        (Some(cert), Some(key)) => Some((read_file("--cert", &cert)?, read_file("--key", &key)?)),
+        (Some(cert), Some(key)) => Some(read_identity(&cert, &key)?),
         (None, None) => None,
         (Some(_), None) => return Err(Failure::usage("--cert needs --key")),
         (None, Some(_)) => return Err(Failure::usage("--key needs --cert")),
     };
-    let ca = cacert.map(|p| read_file("--cacert", &p)).transpose()?;
-    let tls = if ca.is_some() || identity.is_some() {
-        if let Some(plain) = endpoints.iter().find(|e| e.starts_with("http://")) {
+    let ca = cacert.map(|p| read_ca(&p)).transpose()?;
+    let tls_files = ca.is_some() || identity.is_some();
+    // An endpoint without a scheme means https when TLS files are given (as etcdctl does).
+    let secure = |e: &String| e.starts_with("https://") || (tls_files && !e.starts_with("http://"));
+    let tls = match endpoints.iter().filter(|e| secure(e)).count() {
+        0 if tls_files => {
             return Err(Failure::usage(format!(
-                "TLS files given but endpoint {plain} is plain http://; use https://"
+                "TLS files given but endpoint {} is plain http://; use https://",
+                endpoints[0]
             )));
         }
-        Some(Tls { ca, identity })
-    } else {
-        None
+        0 => None,
+        n if n < endpoints.len() => {
+            let plain = endpoints.iter().find(|e| !secure(e)).expect("one is plain");
+            return Err(Failure::usage(format!(
+                "--endpoints mixes https:// and plain http:// ({plain}): a request sent to the plain one would go out unencrypted; use https:// for all"
+            )));
+        }
+        // Without --cacert the platform's trust store verifies etcd's certificate.
+        _ => Some(Tls { ca, identity }),
     };
 
-    let credentials = credentials(args.user, args.password_file)?;
+    let (user_on_command_line, user) = match args.user {
+        Some(user) => (true, Some(user)),
+        None => (false, env_nonempty("ETCDCTL_USER")),
+    };
+    if user_on_command_line && user.as_deref().is_some_and(|u| u.contains(':')) {
+        tracing::warn!(
+            event = "password-on-command-line",
+            "--user NAME:PASS shows the password to every local user (ps, /proc); use --password-file FILE or LEADER_EXEC_PASSWORD"
+        );
+    }
+    let credentials = credentials(user, args.password_file)?;
+    if credentials.is_some() && tls.is_none() {
+        tracing::warn!(
+            event = "cleartext-password",
+            "the etcd password is sent unencrypted over plain http:// to {}; use https://",
+            endpoints.join(",")
+        );
+    }
     Ok(Connection {
         endpoints,
         connect_timeout: args.connect_timeout,
@@ -355,6 +466,12 @@ fn validate_endpoint(endpoint: &str) -> Result<(), Failure> {
         .or_else(|| endpoint.strip_prefix("https://"))
         .unwrap_or(endpoint);
     let authority = rest.split('/').next().unwrap_or("");
+    if authority.contains('@') {
+        // user:password@host: etcd-client would ignore it, and echoing it would print a password.
+        return Err(Failure::usage(
+            "--endpoints: an endpoint holds a user name or password (USER:PASS@HOST), which is not used and not shown here; give --user NAME with --password-file FILE instead",
+        ));
+    }
     let port = match authority.strip_prefix('[') {
         Some(v6) => v6.split_once(']').map(|(_, after)| after.strip_prefix(':')),
         None => Some(authority.rsplit_once(':').map(|(_, port)| port)),
@@ -382,11 +499,72 @@ fn read_file(flag: &str, path: &Path) -> Result<Vec<u8>, Failure> {
         .map_err(|e| Failure::usage(format!("{flag} {}: cannot read: {e}", path.display())))
 }
 
+/// What a PEM file holds, as far as TLS setup cares.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct PemContents {
+    certificates: usize,
+    private_keys: usize,
+}
+
+fn pem_contents(bytes: &[u8]) -> PemContents {
+    use rustls_pki_types::pem::{PemObject, SectionKind};
+    let mut contents = PemContents::default();
+    for (kind, _) in <(SectionKind, Vec<u8>)>::pem_slice_iter(bytes).map_while(Result::ok) {
+        match kind {
+            SectionKind::Certificate => contents.certificates += 1,
+            SectionKind::PrivateKey | SectionKind::RsaPrivateKey | SectionKind::EcPrivateKey => {
+                contents.private_keys += 1
+            }
+            _ => {}
+        }
+    }
+    contents
+}
+
+/// A CA bundle: at least one PEM certificate.
+fn read_ca(path: &Path) -> Result<Vec<u8>, Failure> {
+    let bytes = read_file("--cacert", path)?;
+    if pem_contents(&bytes).certificates == 0 {
+        return Err(Failure::usage(format!(
+            "--cacert {}: no PEM certificate in it (expected -----BEGIN CERTIFICATE-----)",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// A client certificate and its key, each checked to be what its flag says.
+fn read_identity(cert_path: &Path, key_path: &Path) -> Result<(Vec<u8>, Vec<u8>), Failure> {
+    let cert = read_file("--cert", cert_path)?;
+    let key = read_file("--key", key_path)?;
+    let (in_cert, in_key) = (pem_contents(&cert), pem_contents(&key));
+    if in_cert.certificates == 0 && in_key.certificates > 0 && in_cert.private_keys > 0 {
+        return Err(Failure::usage(format!(
+            "--cert {} holds a private key and --key {} a certificate: --cert and --key are swapped",
+            cert_path.display(),
+            key_path.display()
+        )));
+    }
+    if in_cert.certificates == 0 {
+        return Err(Failure::usage(format!(
+            "--cert {}: no PEM certificate in it (expected -----BEGIN CERTIFICATE-----)",
+            cert_path.display()
+        )));
+    }
+    if in_key.private_keys == 0 {
+        return Err(Failure::usage(format!(
+            "--key {}: no PEM private key in it (expected -----BEGIN PRIVATE KEY-----)",
+            key_path.display()
+        )));
+    }
+    Ok((cert, key))
+}
+
 fn credentials(
     user: Option<String>,
     password_file: Option<PathBuf>,
 ) -> Result<Option<Credentials>, Failure> {
-    let Some(user) = user.or_else(|| env_nonempty("ETCDCTL_USER")) else {
+    let Some(user) = user else {
         if password_file.is_some() {
             return Err(Failure::usage("--password-file needs --user"));
         }
@@ -484,6 +662,77 @@ mod tests {
         assert!(validate_lease_name(Some("a\u{7f}")).is_err());
         assert!(validate_lease_name(Some(".occurrences")).is_err());
         assert!(validate_lease_name(Some("a.b")).is_ok());
+    }
+
+    #[test]
+    fn prefixes_are_one_segment_between_slashes() {
+        for ok in ["/leader-exec/", "/team-a.jobs/", "/x/"] {
+            assert_eq!(validate_prefix(ok.into()).unwrap(), ok);
+        }
+        for bad in [
+            "",
+            "/",
+            "//",
+            "leader-exec/",
+            "/leader-exec",
+            "/leader-exec/x/",
+            "/a//",
+            "/./",
+            "/../",
+            "/a\nb/",
+        ] {
+            let err = validate_prefix(bad.into()).unwrap_err();
+            assert!(err.message.contains("--prefix"), "{bad:?}: {err}");
+        }
+        let long = format!("/{}/", "a".repeat(MAX_PREFIX));
+        assert!(
+            validate_prefix(long)
+                .unwrap_err()
+                .message
+                .contains("at most")
+        );
+    }
+
+    #[test]
+    fn lengths_are_bounded() {
+        let name = "a".repeat(MAX_LEASE_NAME);
+        assert!(validate_lease_name(Some(&name)).is_ok());
+        let err = validate_lease_name(Some(&format!("{name}a"))).unwrap_err();
+        assert!(err.message.contains("at most 255"), "{err}");
+    }
+
+    #[test]
+    fn timing_arithmetic_saturates() {
+        let huge = Duration::MAX;
+        let mut t = timing(15, 10_000, 2_000, 4_000);
+        t.retry_period = huge;
+        assert!(t.validate().unwrap_err().message.contains("--retry-period"));
+        let mut t = timing(15, 10_000, 2_000, 4_000);
+        t.kill_after = huge;
+        assert!(t.validate().unwrap_err().message.contains("--kill-after"));
+        let mut t = timing(15, 10_000, 2_000, 4_000);
+        t.ttl = Duration::from_secs(9_000_000_001);
+        assert!(t.validate().unwrap_err().message.contains("9000000000s"));
+        let mut t = timing(15, 10_000, 2_000, 4_000);
+        t.retry_period = Duration::from_nanos(1);
+        assert!(t.validate().unwrap_err().message.contains("at least 10ms"));
+    }
+
+    #[test]
+    fn pem_files_are_recognised() {
+        assert_eq!(pem_contents(b"not pem at all"), PemContents::default());
+        let cert =
+            b"-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n";
+        assert_eq!(pem_contents(cert).certificates, 1);
+        let key = b"-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----\n";
+        assert_eq!(pem_contents(key).private_keys, 1);
+    }
+
+    #[test]
+    fn endpoints_with_credentials_are_refused_without_echo() {
+        let err = validate_endpoint("https://root:hunter2@etcd:2379").unwrap_err();
+        assert!(!err.message.contains("hunter2"), "{err}");
+        assert!(err.message.contains("--endpoints"), "{err}");
     }
 
     #[test]

@@ -212,7 +212,7 @@ fn openssl(dir: &Scratch, args: &[&str]) {
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, in `scratch`.
-fn make_certificates(scratch: &Scratch) {
+pub(crate) fn make_certificates(scratch: &Scratch) {
     let ec = [
         "-newkey",
         "ec",
@@ -409,7 +409,10 @@ fn authentication() {
     );
 
     let started = Instant::now();
+    // -q: without it, the warnings about a password on the command line and over plain http
+    // come first (tested in credential_warnings).
     let bad = run(&[
+        "-q",
         "--endpoints",
         &endpoint,
         "--user",
@@ -424,6 +427,7 @@ fn authentication() {
     assert!(!String::from_utf8_lossy(&bad.stderr).contains("wrong-password-xyz"));
 
     let unknown = run(&[
+        "-q",
         "--endpoints",
         &endpoint,
         "--user",

@@ -8,6 +8,7 @@ mod cron;
 mod election;
 mod exit_codes;
 mod faults;
+mod hostile;
 mod input;
 mod local_faults;
 mod operator;

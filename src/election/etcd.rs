@@ -23,7 +23,8 @@ use etcd_client::{
 };
 
 use super::{
-    Backend, Backoff, Candidacy, Keeper, Leader, LeaseTime, Observation, Renewal, StoreError, Turn,
+    Backend, Backoff, Candidacy, Keeper, Leader, LeaseTime, Observation, RawRecord, Renewal,
+    StoreError, Turn,
 };
 use crate::settings::Connection;
 
@@ -43,9 +44,12 @@ pub async fn connect(connection: &Connection) -> Result<Client, StoreError> {
         .with_auto_token_refresh(true);
     if let Some(tls) = &connection.tls {
         let mut config = etcd_client::TlsOptions::new();
-        if let Some(ca) = &tls.ca {
-            config = config.ca_certificate(etcd_client::Certificate::from_pem(ca));
-        }
+        config = match &tls.ca {
+            Some(ca) => config.ca_certificate(etcd_client::Certificate::from_pem(ca)),
+            // As etcdctl does: the platform's trust store (SSL_CERT_FILE and SSL_CERT_DIR
+            // override where it is read from).
+            None => config.with_native_roots(),
+        };
         if let Some((cert, key)) = &tls.identity {
             config = config.identity(etcd_client::Identity::from_pem(cert, key));
         }
@@ -59,10 +63,47 @@ pub async fn connect(connection: &Connection) -> Result<Client, StoreError> {
         .map_err(classify)
 }
 
+/// The root cause of an error, when it is a TLS failure that trying again cannot cure: a
+/// certificate that does not verify, a trust store without certificates, an alert by which the
+/// server refused the handshake (a client certificate it rejects). A handshake cut short (EOF)
+/// is not among them: a server that is starting or stopping does that too.
+fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    const MARKERS: [&str; 6] = [
+        "certificate",
+        "unknownissuer",
+        "nativecertsnotfound",
+        "native certs",
+        "received fatal alert",
+        "peer is incompatible",
+    ];
+    let mut chain = Vec::new();
+    let mut current = Some(error);
+    while let Some(e) = current {
+        chain.push(e.to_string());
+        current = e.source();
+    }
+    let deepest = chain.iter().rev().find(|m| !m.is_empty())?;
+    let lower = chain.join(" ").to_lowercase();
+    MARKERS
+        .iter()
+        .any(|m| lower.contains(m))
+        .then(|| format!("TLS: {deepest}"))
+}
+
 /// Sorts etcd-client errors into "try again" and "give up".
 pub fn classify(error: etcd_client::Error) -> StoreError {
     use etcd_client::Error;
     use tonic::Code;
+    // etcd-client's error has no source(); its transport and status errors do.
+    let tls = match &error {
+        Error::TransportError(e) => tls_failure(e),
+        Error::GRpcStatus(s) => tls_failure(s),
+        Error::IoError(e) => tls_failure(e),
+        _ => None,
+    };
+    if let Some(cause) = tls {
+        return StoreError::Fatal(format!("etcd: {cause}"));
+    }
     match error {
         Error::GRpcStatus(status) => {
             let message = if status.message().is_empty() {
@@ -106,7 +147,8 @@ impl Etcd {
             client,
             election_prefix,
             identity,
-            ttl_seconds: ttl.as_secs() as i64,
+            // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
+            ttl_seconds: i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX),
         }
     }
 
@@ -146,7 +188,7 @@ impl Etcd {
     }
 
     /// Completes when `key` is deleted after `revision`; errors when the watch breaks.
-    async fn deleted_after(&self, key: &str, revision: i64) -> Result<(), StoreError> {
+    async fn deleted_after(&self, key: &[u8], revision: i64) -> Result<(), StoreError> {
         let options = WatchOptions::new()
             .with_start_revision(revision + 1)
             .with_filters([WatchFilterType::NoPut]);
@@ -157,7 +199,7 @@ impl Etcd {
     /// Watches with `options` until an event matches `wanted`; errors when the watch breaks.
     async fn first_event(
         &self,
-        key: &str,
+        key: &[u8],
         options: WatchOptions,
         wanted: impl Fn(&etcd_client::Event) -> bool,
     ) -> Result<(), StoreError> {
@@ -266,13 +308,13 @@ impl Backend for Etcd {
         Ok(match ahead.kvs().first() {
             None => Turn::Leading,
             Some(kv) => Turn::Behind {
-                predecessor: String::from_utf8_lossy(kv.key()).into_owned(),
+                predecessor: kv.key().to_vec(),
                 revision,
             },
         })
     }
 
-    async fn predecessor_gone(&self, key: &str, revision: i64) -> Result<(), StoreError> {
+    async fn predecessor_gone(&self, key: &[u8], revision: i64) -> Result<(), StoreError> {
         self.deleted_after(key, revision).await
     }
 
@@ -294,7 +336,7 @@ impl Backend for Etcd {
                     _ => return Ok(()),
                 }
                 let revision = header_revision(response.header())?;
-                self.deleted_after(&candidacy.key, revision).await
+                self.deleted_after(candidacy.key.as_bytes(), revision).await
             };
             match attempt.await {
                 Ok(()) => return,
@@ -326,8 +368,8 @@ impl Backend for Etcd {
             return Err(StoreError::Transient("unexpected txn response".into()));
         };
         let leader = first.kvs().first().map(|kv| Leader {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            identity: String::from_utf8_lossy(kv.value()).into_owned(),
+            key: kv.key().to_vec(),
+            identity: kv.value().to_vec(),
             token: kv.create_revision(),
             lease_id: kv.lease(),
         });
@@ -342,7 +384,7 @@ impl Backend for Etcd {
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision + 1);
-        self.first_event(&self.election_prefix, options, |_| true)
+        self.first_event(self.election_prefix.as_bytes(), options, |_| true)
             .await
     }
 
@@ -408,7 +450,7 @@ impl Backend for Etcd {
         Ok(outcome?.succeeded())
     }
 
-    async fn list_records(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
         let mut response = self
             .client
             .kv_client()
@@ -420,8 +462,10 @@ impl Backend for Etcd {
             .into_iter()
             .map(|kv| {
                 let (key, value) = kv.into_key_value();
-                let key = String::from_utf8_lossy(&key);
-                (key.strip_prefix(prefix).unwrap_or(&key).to_owned(), value)
+                let id = key
+                    .strip_prefix(prefix.as_bytes())
+                    .map_or_else(|| key.clone(), <[u8]>::to_vec);
+                (id, value)
             })
             .collect())
     }
@@ -490,5 +534,26 @@ impl Keeper for EtcdKeeper {
 
     fn reset(&mut self) {
         self.stream = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn certificate_failures_are_fatal_and_keep_their_cause() {
+        let unknown = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        assert_eq!(
+            tls_failure(&unknown).as_deref(),
+            Some("TLS: invalid peer certificate: UnknownIssuer")
+        );
+        let fatal = classify(etcd_client::Error::IoError(unknown));
+        assert!(!fatal.is_transient(), "{fatal}");
+        assert!(fatal.to_string().contains("UnknownIssuer"), "{fatal}");
+        // A handshake cut short may be a server restarting: try again.
+        let eof = std::io::Error::other("tls handshake eof");
+        assert_eq!(tls_failure(&eof), None);
+        assert!(classify(etcd_client::Error::IoError(eof)).is_transient());
     }
 }

@@ -38,7 +38,9 @@ pub enum Turn {
     /// No candidate is ahead: this one leads.
     Leading,
     /// Another candidate is ahead; `revision` is the store revision the answer was read at.
-    Behind { predecessor: String, revision: i64 },
+    /// The predecessor's key is bytes as the store holds them: any client with access to the
+    /// prefix can write keys that are not UTF-8, and a waiter must watch exactly that key.
+    Behind { predecessor: Vec<u8>, revision: i64 },
     /// The candidate key no longer exists (its lease expired, or someone deleted it).
     Gone,
 }
@@ -64,12 +66,17 @@ pub struct Observation {
 
 /// The current leader: the candidate with the lowest create-revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
+/// Key and identity are bytes as the store holds them (not necessarily UTF-8, not necessarily
+/// printable: text output escapes them).
 pub struct Leader {
-    pub key: String,
-    pub identity: String,
+    pub key: Vec<u8>,
+    pub identity: Vec<u8>,
     pub token: i64,
     pub lease_id: i64,
 }
+
+/// A record as the store holds it: (key without the records prefix, value), both bytes.
+pub type RawRecord = (Vec<u8>, Vec<u8>);
 
 /// A lease's remaining and granted time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,7 +139,7 @@ pub trait Backend {
     /// Completes when `key` is deleted at a revision after `revision` (or may already be gone).
     fn predecessor_gone(
         &self,
-        key: &str,
+        key: &[u8],
         revision: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
 
@@ -163,11 +170,11 @@ pub trait Backend {
         retention: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
-    /// Every record under `prefix`: (key without the prefix, value).
+    /// Every record under `prefix`: (key without the prefix, value), both as bytes.
     fn list_records(
         &self,
         prefix: &str,
-    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, StoreError>>;
+    ) -> impl Future<Output = Result<Vec<RawRecord>, StoreError>>;
 
     /// Time left on a lease; `None` when it no longer exists.
     fn lease_time(
@@ -190,7 +197,10 @@ pub async fn wait_for_turn<B: Backend>(
                 predecessor,
                 revision,
             }) => {
-                tracing::debug!(%predecessor, "waiting for the candidate ahead to go");
+                tracing::debug!(
+                    predecessor = %crate::escape::escape(&predecessor),
+                    "waiting for the candidate ahead to go"
+                );
                 if let Err(e) = backend.predecessor_gone(&predecessor, revision).await {
                     tracing::debug!(error = %e, "watching the candidate ahead failed; looking again");
                     tokio::time::sleep(backoff).await;
