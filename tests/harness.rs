@@ -113,6 +113,29 @@ pub fn supervisor_of(leader_exec: i32) -> Option<i32> {
         .find(|&pid| comm_of(pid) == "lx-supervisor")
 }
 
+/// Whether any process of group `pgid` is alive, zombies not counted (a stopped parent leaves its
+/// dead children as zombies, which still count as group members for `kill`).
+pub fn group_has_live_member(pgid: i32) -> bool {
+    if !group_alive(pgid) {
+        return false;
+    }
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .any(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = stat.rsplit_once(')')?.1.to_owned();
+                    let mut fields = rest.split_whitespace();
+                    let state = fields.next()?.to_owned();
+                    let group: i32 = fields.nth(1)?.parse().ok()?;
+                    Some(group == pgid && state != "Z" && state != "X")
+                })
+                .unwrap_or(false)
+        })
+}
+
 pub fn group_alive(pgid: i32) -> bool {
     nix::sys::signal::killpg(Pid::from_raw(pgid), None).is_ok()
 }

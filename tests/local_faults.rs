@@ -290,3 +290,112 @@ fn a_garbage_occurrence_record_releases_the_candidacy_at_once() {
     );
     assert!(scratch.wait_record("start", "a", Duration::ZERO).is_none());
 }
+
+/// A datagram socket whose queue is full: every further blocking send to it would block.
+fn full_notify_socket(name: &[u8]) -> std::os::unix::net::UnixDatagram {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let address = SocketAddr::from_abstract_name(name).unwrap();
+    let receiver = UnixDatagram::bind_addr(&address).unwrap();
+    let sender = UnixDatagram::unbound().unwrap();
+    sender.set_nonblocking(true).unwrap();
+    let mut sent = 0;
+    while sender.send_to_addr(b"STATUS=filler\n", &address).is_ok() {
+        sent += 1;
+        assert!(sent < 100_000, "the notify socket never filled");
+    }
+    receiver
+}
+
+#[test]
+fn a_stalled_notify_socket_cannot_delay_anything() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let name = format!("leader-exec-test-{}-stalled", std::process::id());
+    let _receiver = full_notify_socket(name.as_bytes());
+    let endpoint = etcd.endpoint();
+    let mut a = Instance::start_command(
+        leader_exec()
+            .env("NOTIFY_SOCKET", format!("@{name}"))
+            .args(lease_args(&endpoint, "notify"))
+            .arg("--")
+            .args(scratch.job("a", STOPPABLE)),
+    );
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a never started: stuck on sd_notify");
+    let out = etcd.ctl(&["del", "--prefix", "/leader-exec/notify/"]);
+    assert!(out.status.success());
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(75), "{}", a.stderr());
+}
+
+#[test]
+fn notifications_reach_an_abstract_socket_and_consumed_secrets_do_not_reach_the_command() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let name = format!("leader-exec-test-{}-abstract", std::process::id());
+    let receiver =
+        UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    receiver.set_nonblocking(true).unwrap();
+    let env_file = scratch.path("env");
+    let status = leader_exec()
+        .env("NOTIFY_SOCKET", format!("@{name}"))
+        .env("LEADER_EXEC_PASSWORD", "s3cret-password")
+        .env("KEEP_ME", "kept")
+        .args(lease_args(&etcd.endpoint(), "abstract"))
+        .args(["--", "sh", "-c", "env > \"$0\""])
+        .arg(&env_file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut buffer = [0u8; 4096];
+    let mut all = String::new();
+    while let Ok(n) = receiver.recv(&mut buffer) {
+        all.push_str(&String::from_utf8_lossy(&buffer[..n]));
+    }
+    assert!(all.contains("READY=1"), "{all:?}");
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(env.contains("KEEP_ME=kept"), "{env}");
+    assert!(env.contains("LEADER_TOKEN="), "{env}");
+    assert!(!env.contains("s3cret-password"), "{env}");
+    assert!(!env.contains("NOTIFY_SOCKET"), "{env}");
+}
+
+#[test]
+fn a_password_on_the_command_line_is_not_in_the_supervisors() {
+    let scratch = Scratch::new();
+    // An etcd that never answers is enough: the supervisor exists from the start.
+    let port = free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut a = Instance::start(
+        &[
+            "-q",
+            "--endpoints",
+            &endpoint,
+            "--lease",
+            "pw",
+            "--user",
+            "root:visible-pass",
+            "--connect-timeout",
+            "5s",
+        ],
+        &scratch.job("a", "true"),
+    );
+    let mut supervisor = None;
+    assert!(wait_for(Duration::from_secs(3), || {
+        supervisor = supervisor_of(a.pid());
+        supervisor.is_some()
+    }));
+    let supervisor = supervisor.unwrap();
+    assert!(
+        cmdline_of(a.pid()).contains("visible-pass"),
+        "leader-exec's own argv is not ours to change"
+    );
+    let shown = cmdline_of(supervisor);
+    assert!(!shown.contains("visible-pass"), "{shown}");
+    assert_eq!(shown, format!("lx-supervisor {}", a.pid()));
+    a.signal(Signal::SIGTERM);
+    a.wait(Duration::from_secs(5));
+}

@@ -418,7 +418,10 @@ pub fn term_ignoring_group(etcd: &mut Etcd, ctx: &mut Ctx, stop_supervisor: bool
         ));
     }
     ctx.stats.reactions.push(grace);
-    if !wait_for(Duration::from_secs(3), || !group_alive(first.pid)) {
+    // Zombies do not count: with its supervisor stopped, nobody reaps the dead command.
+    if !wait_for(Duration::from_secs(3), || {
+        !crate::harness::group_has_live_member(first.pid)
+    }) {
         trial.fail("the command's process group survived");
     }
     let next = next_leader(&trial, &first);
