@@ -8,7 +8,7 @@ function __fish_leader_exec_needs_command
     set -l cmd (commandline -opc)
     set -e cmd[1]
     argparse -s (__fish_leader_exec_global_optspecs) -- $cmd 2>/dev/null
-    or return
+    or return 0
     if set -q argv[1]
         # Also print the command, so this can be used to figure out what it is.
         echo $argv[1]
@@ -24,27 +24,33 @@ function __fish_leader_exec_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l identity -d 'Value stored with this instance\'s candidate key, shown by `etcdctl elect -l` [default: <hostname>:<pid>]' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l ttl -d 'Lease duration on the etcd server, in whole seconds (etcd leases have 1s granularity)' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l renew-deadline -d 'Step down when no renewal succeeded for this long, counted from the renewal\'s send time' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l retry-period -d 'Interval between renewals (and the time one renewal may take before it is retried)' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -s s -l kill-signal -d 'First signal sent to the command\'s process group on step-down (name or number)' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -s k -l kill-after -d 'Grace period after the first signal before SIGKILL goes to the whole process group' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l wait-timeout -d 'Give up campaigning after this long (exit 124) [default: wait forever]' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -d 'Keep the lease until this long after acquiring it, even if the command ends sooner' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l identity -d 'Value stored with this instance\'s candidate key, shown by `etcdctl elect -l` [default: <hostname>:<pid>]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l ttl -d 'Lease duration on the etcd server, in whole seconds (etcd leases have 1s granularity)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l renew-deadline -d 'Step down when no renewal succeeded for this long, counted from the renewal\'s send time' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l retry-period -d 'Interval between renewals (and the time one renewal may take before it is retried)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -s s -l kill-signal -d 'First signal sent to the command\'s process group on step-down (name or number)' -r -f -a "TERM\t''
+INT\t''
+HUP\t''
+QUIT\t''
+USR1\t''
+USR2\t''
+KILL\t''"
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -s k -l kill-after -d 'Grace period after the first signal before SIGKILL goes to the whole process group' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l wait-timeout -d 'Give up campaigning after this long (exit 124) [default: wait forever]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -d 'Keep the lease until this long after acquiring it, even if the command ends sooner' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
 skip\t'Treat it as done: exit 0 without running'
 fail\t'Refuse to run and exit 125, so a human (or an alert) decides'"
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in etcd (etcd deletes them afterwards)' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in etcd (etcd deletes them afterwards)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
@@ -57,15 +63,14 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -s V -l version -d
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "status" -d 'Show the current leader: identity, token, key, lease time left, number of candidates'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "watch" -d 'Print one line (or JSON object) per leadership change, until interrupted'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "check" -d 'Exit 0 if TOKEN is the current leader\'s token, 1 if it is not (stale), 125 on error'
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "generate-assets" -d 'Write the man page and shell completions into DIR (for packaging)'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
@@ -73,14 +78,14 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l json 
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
@@ -88,32 +93,18 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l json -
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l token -d 'The token to check, usually "$LEADER_TOKEN"' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l token -d 'The token to check, usually "$LEADER_TOKEN"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
-json\t'One JSON object per line'"
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand generate-assets" -s h -l help -d 'Print help (see more with \'--help\')'

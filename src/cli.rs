@@ -34,9 +34,10 @@ Check the fencing token before each unit of work in a shell child:
       load \"$f\"
   done'
 
-Exactly once per night from every host's crontab, even with skewed clocks:
-  leader-exec --lease statements --no-wait --hold-at-least 10m \\
-      --occurrence \"statements:$(date +%F)\" -- ./send-statements
+Exactly once per night from every host's crontab, even with skewed clocks (cron turns a bare %
+into a newline, so a crontab line writes it as \\%):
+  0 2 * * *  leader-exec --lease statements --no-wait --hold-at-least 10m \\
+      --occurrence \"statements:$(date +\\%F)\" -- ./send-statements
 
 Who leads, since which token, and the recent occurrences:
   leader-exec status --lease statement-job";
@@ -129,6 +130,43 @@ fn indent(text: &str) -> String {
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
     Cli::command().after_long_help(after_long_help())
+}
+
+/// The definition shell completions are generated from: [`command`] without the hidden
+/// subcommands (clap_complete offers hidden subcommands too, and clap cannot remove one), and
+/// with value hints, so that only FILE arguments complete file names.
+pub fn completion_command() -> clap::Command {
+    let full = command();
+    clap::Command::new("leader-exec")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(ABOUT)
+        .disable_help_subcommand(true)
+        .args(full.get_arguments().cloned())
+        .subcommands(
+            full.get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(|s| s.clone().mut_args(with_value_hint)),
+        )
+        .mut_args(with_value_hint)
+}
+
+fn with_value_hint(arg: clap::Arg) -> clap::Arg {
+    use clap::ValueHint;
+    if arg.get_value_hint() != ValueHint::Unknown || !arg.get_action().takes_values() {
+        return arg;
+    }
+    let names = arg.get_value_names().unwrap_or_default();
+    let hint = if names.iter().any(|n| n.as_str() == "FILE") {
+        ValueHint::FilePath
+    } else if arg.get_long() == Some("endpoints") {
+        ValueHint::Url
+    } else if arg.get_long().is_none() {
+        // COMMAND [ARG]...
+        ValueHint::CommandWithArguments
+    } else {
+        ValueHint::Other
+    };
+    arg.value_hint(hint)
 }
 
 /// Parses argv with the full definition.
@@ -284,7 +322,7 @@ pub struct RunArgs {
     ///
     /// One whose default action ends a process: STOP, TSTP, TTIN, TTOU, CONT, CHLD, URG and
     /// WINCH are refused.
-    #[arg(short = 's', long, value_name = "SIG", env = "LEADER_EXEC_KILL_SIGNAL", default_value = "TERM", value_parser = parse_signal)]
+    #[arg(short = 's', long, value_name = "SIG", env = "LEADER_EXEC_KILL_SIGNAL", default_value = "TERM", value_parser = SignalParser, hide_possible_values = true)]
     pub kill_signal: nix::sys::signal::Signal,
 
     /// Grace period after the first signal before SIGKILL goes to the whole process group.
@@ -453,6 +491,38 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
+}
+
+/// `--kill-signal`'s parser: [`parse_signal`], plus the names shell completions offer (hidden in
+/// `--help`, which says "name or number": any signal name or number is accepted).
+#[derive(Clone, Copy, Debug)]
+pub struct SignalParser;
+
+/// The signals `--kill-signal <TAB>` offers: those a job is commonly asked to stop with.
+pub const COMPLETED_SIGNALS: [&str; 7] = ["TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"];
+
+impl clap::builder::TypedValueParser for SignalParser {
+    type Value = nix::sys::signal::Signal;
+
+    fn parse_ref(
+        &self,
+        command: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        let parse: fn(&str) -> Result<nix::sys::signal::Signal, String> = parse_signal;
+        parse.parse_ref(command, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            COMPLETED_SIGNALS
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
+    }
 }
 
 /// Signal names with or without the SIG prefix, in any case, or numbers: `TERM`, `sigint`, `9`.
