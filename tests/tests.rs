@@ -4,6 +4,7 @@
 
 mod harness;
 
+mod ambiguous;
 mod cron;
 mod election;
 mod exit_codes;
