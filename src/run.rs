@@ -88,9 +88,10 @@ enum Finished {
 }
 
 /// `text` quoted for a POSIX shell, so that a suggested command can be pasted as it is whatever
-/// the occurrence ID holds.
+/// the occurrence ID holds. A quote inside becomes `'"'"'` rather than `'\''`: text logs show
+/// backslashes escaped, and this form has none.
 fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
+    format!("'{}'", text.replace('\'', r#"'"'"'"#))
 }
 
 /// The next signal that withdraws a candidacy (TERM, INT, HUP, QUIT); others are ignored.
@@ -920,7 +921,10 @@ mod tests {
     #[test]
     fn suggested_commands_are_shell_quoted() {
         assert_eq!(shell_quote("/a/b"), "'/a/b'");
-        assert_eq!(shell_quote("x'; rm -rf /; '"), r"'x'\''; rm -rf /; '\'''");
+        assert_eq!(
+            shell_quote("x'; rm -rf /; '"),
+            r#"'x'"'"'; rm -rf /; '"'"''"#
+        );
     }
 
     #[test]

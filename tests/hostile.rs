@@ -772,3 +772,93 @@ fn credential_warnings() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("plain http://"), "{stderr}");
 }
+
+/// An occurrence record left `started` by an earlier leader whose identity is hostile.
+fn plant_hostile_record(etcd: &Etcd, key: &str) {
+    let identity = "\u{1b}]0;owned\u{7}\u{1b}[2J\nleader: forged\r\u{202e}evil";
+    let record = serde_json::json!({
+        "state": "started",
+        "token": 1,
+        "identity": identity,
+        "started_at": "2026-12-01T00:00:00.000Z",
+    });
+    let out = etcd.ctl(&["put", key, &record.to_string()]);
+    assert!(out.status.success());
+}
+
+#[test]
+fn hostile_record_fields_are_escaped_in_text_logs() {
+    let etcd = Etcd::start();
+    plant_hostile_record(&etcd, "/leader-exec/.occurrences/logs/nightly");
+    let endpoint = etcd.endpoint();
+    let mut args = lease_args(&endpoint, "logs");
+    args.extend(["--occurrence", "nightly", "--if-unfinished", "skip"]);
+    let out = leader_exec()
+        .args(&args)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("skipping"), "{stderr}");
+    assert!(stderr.contains("\\x1b]0;owned"), "{stderr}");
+    assert_inert(&out.stderr);
+    // One line per event: the identity's newline forged none.
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("leader: forged")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_suggested_recovery_command_is_shell_quoted() {
+    let etcd = Etcd::start();
+    let id = "it's; touch pwned; '";
+    let key = format!("/leader-exec/.occurrences/quote/{id}");
+    plant_hostile_record(&etcd, &key);
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let mut args = lease_args(&endpoint, "quote");
+    args.extend(["--occurrence", id, "--if-unfinished", "fail"]);
+    let out = leader_exec()
+        .args(&args)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let suggestion = stderr
+        .split("to run it again: ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("no suggestion: {stderr}"))
+        .split(" occurrence=")
+        .next()
+        .unwrap()
+        .to_owned();
+    // Run exactly what an operator would paste, with an etcdctl that only prints its argument.
+    let fake = scratch.path("bin");
+    std::fs::create_dir_all(&fake).unwrap();
+    let etcdctl = fake.join("etcdctl");
+    std::fs::write(&etcdctl, "#!/bin/sh\nprintf '%s\\n' \"$2\"\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(&etcdctl).unwrap().permissions(),
+        0o755,
+    );
+    let mut permissions = std::fs::metadata(&etcdctl).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&etcdctl, permissions).unwrap();
+    let pasted = Command::new("sh")
+        .arg("-c")
+        .arg(&suggestion)
+        .current_dir(scratch.path(""))
+        .env("PATH", format!("{}:/usr/bin:/bin", fake.display()))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&pasted.stdout).trim_end(),
+        key,
+        "{suggestion}"
+    );
+    assert!(!scratch.path("pwned").exists(), "{suggestion}");
+}
