@@ -29,10 +29,12 @@ etcd_pid=""
 installed=false
 cleanup() {
     status=$?
-    [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
+    # (Under set -e, a failing command here would replace the script's status: etcd's 143.)
+    if [ -n "$etcd_pid" ]; then kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null || true; fi
     if $installed; then dpkg -P leader-exec >/dev/null 2>&1 || true; fi
     rm -rf "$work"
     [ $status -eq 0 ] || echo "test-deb: failed after $(($(date +%s) - started)) s" >&2
+    exit "$status"
 }
 trap cleanup EXIT
 

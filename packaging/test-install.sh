@@ -16,11 +16,14 @@ say() { echo "test-install: $*"; }
 work=$(mktemp -d)
 decoy=""
 cleanup() {
-    [ -n "$decoy" ] && kill "$decoy" 2>/dev/null && wait "$decoy" 2>/dev/null
+    status=$?
+    # (Under set -e, a failing command here would replace the script's status: the decoy's 143.)
+    if [ -n "$decoy" ]; then kill "$decoy" 2>/dev/null && wait "$decoy" 2>/dev/null || true; fi
     if [ -r "$work/caller/rel/var/lib/leader-exec-etcd/etcd.pid" ]; then
         kill "$(cat "$work/caller/rel/var/lib/leader-exec-etcd/etcd.pid")" 2>/dev/null || true
     fi
     rm -rf "$work"
+    exit "$status"
 }
 trap cleanup EXIT
 mkdir "$work/caller"

@@ -310,6 +310,11 @@ impl Handle {
     /// The group of a command the supervisor started but has not told us about yet (it may be
     /// stopped): the child of the supervisor that leads its own process group.
     fn discover_group(&mut self) {
+        // A supervisor that is gone has no children to look at (and, once reaped, its pid may
+        // belong to someone else).
+        if self.gone {
+            return;
+        }
         for pid in children_of(self.pid.as_raw()) {
             if process_group_of(pid) == Some(pid) {
                 self.group = Some(Pid::from_raw(pid));
@@ -345,6 +350,7 @@ impl Handle {
             return;
         }
         self.discover_group();
+        // Not reaped yet (`gone` is false): the pid is still the supervisor's.
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
         self.gone = true;
         if let Some(group) = self.group {
@@ -387,20 +393,25 @@ impl Handle {
     /// The supervisor died while the command may run: its death signal has killed the command,
     /// but not the command's children. Signal first; the caller waits (bounded) for the group.
     fn supervisor_died(&mut self) {
-        self.gone = true;
         if self.group.is_none() && self.spawn_pending {
             self.discover_group();
         }
+        self.gone = true;
         if let Some(group) = self.group {
             let _ = killpg(group, Signal::SIGKILL);
         }
     }
 
     /// Reaps processes reparented to leader-exec (it is a subreaper) once the supervisor is gone.
+    /// The supervisor itself may be among them: once reaped its pid is free for reuse, so it is
+    /// marked gone and never signalled or looked up again.
     fn reap_orphans(&mut self) {
         while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
             if status == WaitStatus::StillAlive {
                 break;
+            }
+            if status.pid() == Some(self.pid) {
+                self.gone = true;
             }
         }
     }
