@@ -168,7 +168,12 @@ pub const PROCESS_NAME: &str = "lx-supervisor";
 /// also removes a `--user NAME:PASS` from the supervisor's command line. The new command line is
 /// `lx-supervisor PARENT_PID`.
 fn rename_process(parent: Pid) {
+    rewrite_argv(parent);
+    // The name last: whoever finds the process by its new name sees its new command line too.
     let _ = prctl::set_name(c"lx-supervisor");
+}
+
+fn rewrite_argv(parent: Pid) {
     let Some((start, end)) = argv_area() else {
         return;
     };
