@@ -8,6 +8,7 @@ mod election;
 mod escape;
 mod exit;
 mod logging;
+mod metrics;
 mod notify;
 mod observe;
 mod occurrence;
