@@ -140,17 +140,22 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     // Threads may start now.
     crate::logging::start();
     crate::notify::init();
+    let observed = crate::metrics::setup(&settings)?;
     // One thread: the runtime runs on the main thread, which lives as long as the process.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let serving = observed.clone();
+    let result = runtime.block_on(async move {
+        serving.start()?;
         let signals = Signals::install()?;
         let mut supervisor = supervisor::Handle::new(forked)?;
         let result = lead_or_wait(&settings, &mut supervisor, signals).await;
         supervisor.shutdown();
         result
-    })
+    });
+    observed.finish(&result);
+    result
 }
 
 async fn lead_or_wait(

@@ -211,11 +211,6 @@ pub fn init(config: Config) -> &'static Metrics {
     METRICS.get_or_init(|| Metrics::new(config))
 }
 
-/// The metrics, when initialised.
-pub fn get() -> Option<&'static Metrics> {
-    METRICS.get()
-}
-
 /// `on_change` is called (on the runtime thread, from the functions below) after every change of
 /// role, token or command state. It must not block.
 pub fn on_change(on_change: fn()) {
@@ -262,16 +257,16 @@ impl Metrics {
             "Times leadership ended, by reason: deadline (no renewal succeeded within --renew-deadline), expired (etcd reported the lease gone), key_deleted, signal (TERM/INT), command_exited",
             step_downs.clone(),
         );
-        let step_downs =
-            STEP_DOWN_REASONS.map(|reason| step_downs.get_or_create_owned(&vec![("reason", reason)]));
+        let step_downs = STEP_DOWN_REASONS
+            .map(|reason| step_downs.get_or_create_owned(&vec![("reason", reason)]));
         let renewals = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
             "renewals",
             "Lease renewals, by outcome: ok, expired, error, timeout (no answer within --retry-period)",
             renewals.clone(),
         );
-        let renewals =
-            RENEWAL_OUTCOMES.map(|outcome| renewals.get_or_create_owned(&vec![("outcome", outcome)]));
+        let renewals = RENEWAL_OUTCOMES
+            .map(|outcome| renewals.get_or_create_owned(&vec![("outcome", outcome)]));
         let renewal_latency = Histogram::new(LATENCY_BUCKETS);
         registry.register(
             "renewal_duration_seconds",
@@ -420,7 +415,6 @@ impl Metrics {
             _ => {}
         }
     }
-
 }
 
 impl State {
@@ -723,6 +717,69 @@ mod tests {
         assert!(!text.contains("# EOF"), "{text}");
         let open = m.encode(true);
         assert!(open.ends_with("# EOF\n"), "{open}");
-        assert!(open.contains("# TYPE leader_exec_renewals counter"), "{open}");
+        assert!(
+            open.contains("# TYPE leader_exec_renewals counter"),
+            "{open}"
+        );
+    }
+}
+
+/// What `--http` and `--metrics-file` set up for one run.
+#[derive(Clone)]
+pub struct Observed {
+    http: Option<crate::http::Address>,
+    metrics: Option<&'static Metrics>,
+}
+
+/// Initialises the metrics when `--http` or `--metrics-file` asks for them, and writes the
+/// metrics file once (exit 125 when it cannot be written). Call after the supervisor's fork.
+pub fn setup(settings: &crate::settings::Settings) -> Result<Observed, crate::exit::Failure> {
+    if settings.http.is_none() && settings.metrics_file.is_none() {
+        return Ok(Observed {
+            http: None,
+            metrics: None,
+        });
+    }
+    let metrics = init(Config {
+        lease: settings.lease.clone(),
+        identity: settings.identity.clone(),
+        renew_deadline: settings.timing.renew_deadline,
+        health_grace: settings.timing.retry_period,
+    });
+    if let Some(path) = &settings.metrics_file {
+        crate::metrics_file::init(path.clone(), metrics)?;
+    }
+    Ok(Observed {
+        http: settings.http.clone(),
+        metrics: Some(metrics),
+    })
+}
+
+impl Observed {
+    /// On the runtime, before campaigning: listens (exit 125 when it cannot) and starts the
+    /// metrics file's task.
+    pub fn start(&self) -> Result<(), crate::exit::Failure> {
+        let Some(metrics) = self.metrics else {
+            return Ok(());
+        };
+        if let Some(address) = &self.http {
+            crate::http::serve(address, metrics)?;
+        }
+        crate::metrics_file::spawn_task();
+        Ok(())
+    }
+
+    /// After the run: the final metrics file, and the unix socket removed.
+    pub fn finish(&self, result: &anyhow::Result<u8>) {
+        if self.metrics.is_none() {
+            return;
+        }
+        exiting();
+        let code = match result {
+            Ok(code) => *code,
+            Err(e) => crate::exit::code_of(e),
+        };
+        crate::metrics_file::finish(code);
+        crate::http::cleanup(self.http.as_ref());
     }
 }
