@@ -11,5 +11,6 @@ mod faults;
 mod hostile;
 mod input;
 mod local_faults;
+mod metrics;
 mod operator;
 mod signals;
