@@ -293,7 +293,7 @@ _leader__exec() {
             return 0
             ;;
         leader__exec__subcmd__status)
-            opts="-l -v -q -h --json --lease --prefix --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help"
+            opts="-l -v -q -h --json --all --lease --prefix --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

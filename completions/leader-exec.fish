@@ -77,6 +77,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l passw
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l json -d 'Print one JSON object with stable field names instead of text'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l all -d 'List every lease under --prefix (leader, token, TTL left, candidates, unfinished occurrences), sorted by name; --lease is not needed (and ignored). Exit 0 once read'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'

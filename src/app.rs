@@ -191,6 +191,11 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         return Ok(0);
     }
     crate::logging::start();
+    if let Subcommand::Status(args) = &subcommand
+        && args.all
+    {
+        return status_all(cli.election, cli.etcd, args.json);
+    }
     let scope = Scope::from_args(cli.election)?;
     crate::logging::set_context(&scope.lease, "");
     let connection = Connection::from_args(cli.etcd)?;
@@ -215,6 +220,20 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
             }
             Subcommand::GenerateAssets { .. } => unreachable!("handled above"),
         }
+    })
+}
+
+/// `status --all`: every lease under the prefix.
+fn status_all(election: cli::ElectionArgs, etcd: cli::EtcdArgs, json: bool) -> anyhow::Result<u8> {
+    let prefix = crate::settings::validate_prefix(election.prefix)?;
+    let connection = Connection::from_args(etcd)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let client = connect(&connection).await?;
+        let backend = Etcd::new(client, prefix.clone(), String::new(), Default::default());
+        crate::fleet::status_all(&backend, &prefix, json, connection.connect_timeout).await
     })
 }
 

@@ -249,6 +249,11 @@ pub struct StatusArgs {
     /// Print one JSON object with stable field names instead of text.
     #[arg(long)]
     pub json: bool,
+
+    /// List every lease under --prefix (leader, token, TTL left, candidates, unfinished
+    /// occurrences), sorted by name; --lease is not needed (and ignored). Exit 0 once read.
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Args, Debug)]

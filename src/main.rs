@@ -7,6 +7,7 @@ mod clock;
 mod election;
 mod escape;
 mod exit;
+mod fleet;
 mod http;
 mod logging;
 mod metrics;

@@ -28,6 +28,43 @@ use prometheus_client::registry::Registry;
 
 use crate::clock::{BootClock, Clock};
 
+/// The man page's METRICS section (the README has the same table).
+pub const MAN_SECTION: &str = "\
+With --http ADDR, GET /metrics (Prometheus text format; OpenMetrics when the Accept header asks
+for application/openmetrics-text), GET /leader and GET /healthz. Every metric carries a
+lease label.
+
+leader_exec_leader                         gauge    1 while this instance leads, else 0
+leader_exec_token                          gauge    fencing token of the current (or last) leadership
+leader_exec_command_running                gauge    1 while the command runs
+leader_exec_leading_seconds_total          counter  time led, over the run
+leader_exec_waiting_seconds_total          counter  time waited in line, over the run
+leader_exec_elections_won_total            counter  times elected
+leader_exec_step_downs_total{reason}       counter  deadline, expired, key_deleted, signal,
+                                                    command_exited
+leader_exec_renewals_total{outcome}        counter  ok, expired, error, timeout
+leader_exec_renewal_duration_seconds       histogram  renewal round trips
+leader_exec_last_renewal_age_seconds       gauge    since the last successful renewal was sent
+leader_exec_deadline_remaining_seconds     gauge    until the local renew deadline
+leader_exec_command_starts_total           counter  command starts
+leader_exec_last_exit_code                 gauge    the command's last exit status
+leader_exec_occurrences_total{outcome}     counter  started, done, failed, already_done, skipped,
+                                                    refused, unrecorded
+leader_exec_fenced_writes_rejected_total   counter  occurrence writes refused by the fence
+leader_exec_log_lines_dropped_total        counter  log lines dropped (stderr not draining)
+leader_exec_build_info{version}            gauge    always 1
+
+/leader: 200 while this instance leads and its command runs, else 503; body
+{\"lease\",\"identity\",\"token\",\"role\"}, role one of leader, elected, candidate,
+starting, stepping-down, exiting.
+/healthz: 500 while this instance leads (or is stepping down) and its last successful renewal
+was sent more than --renew-deadline + --retry-period ago, else 200.
+
+--metrics-file FILE adds, for node_exporter's textfile collector:
+leader_exec_run_start_timestamp_seconds, leader_exec_run_end_timestamp_seconds,
+leader_exec_run_duration_seconds, leader_exec_run_exit_code, leader_exec_run_led,
+leader_exec_run_token, leader_exec_last_success_timestamp_seconds.";
+
 /// Where this instance stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

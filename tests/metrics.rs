@@ -516,3 +516,107 @@ fn an_unwritable_metrics_file_is_exit_125_before_campaigning() {
     assert!(a.stderr().contains("--metrics-file"), "{}", a.stderr());
     assert!(etcd.keys("/leader-exec/").is_empty());
 }
+
+#[test]
+fn status_all_lists_every_lease_with_its_leader() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let mut tokens = Vec::new();
+    let mut instances = Vec::new();
+    for (lease, identity) in [
+        ("charlie", "host-c:3"),
+        ("alpha", "host-a:1"),
+        ("bravo", "host-b\x1b[2J:2"),
+    ] {
+        let mut args = lease_args(&endpoint, lease);
+        args.extend(["--identity", identity]);
+        if lease == "bravo" {
+            // Control characters cannot be given as --identity: write such a candidate directly.
+            args.retain(|a| *a != identity && *a != "--identity");
+        }
+        instances.push(Instance::start(&args, &scratch.job(lease, "sleep 30")));
+        tokens.push(
+            scratch
+                .wait_record("start", lease, Duration::from_secs(10))
+                .expect("started")
+                .token(),
+        );
+    }
+    // A waiter in line for alpha, and a hostile identity on bravo's leader key.
+    instances.push(Instance::start(
+        &lease_args(&endpoint, "alpha"),
+        &scratch.job("w", "true"),
+    ));
+    assert!(wait_for(Duration::from_secs(10), || etcd
+        .keys("/leader-exec/alpha/")
+        .len()
+        == 2));
+    let bravo_key = etcd.keys("/leader-exec/bravo/").pop().unwrap();
+    let lease_id = bravo_key.rsplit('/').next().unwrap();
+    let out = etcd.ctl(&["put", &bravo_key, "host-b\x1b[2J:2", "--lease", lease_id]);
+    assert!(out.status.success(), "{out:?}");
+    // An occurrence of charlie that an earlier leader started and never finished.
+    let record = r#"{"state":"started","token":1,"identity":"old-host:9","started_at":"2026-11-29T02:00:00Z"}"#;
+    let out = etcd.ctl(&["put", "/leader-exec/.occurrences/charlie/night-1", record]);
+    assert!(out.status.success(), "{out:?}");
+
+    let out = leader_exec()
+        .args(["status", "--all", "--endpoints", &endpoint])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("LEASE"), "{text}");
+    assert!(
+        lines[1].starts_with("alpha ") && lines[1].contains("host-a:1"),
+        "{text}"
+    );
+    assert!(lines[1].contains(&format!(" {} ", tokens[1])), "{text}");
+    assert!(
+        lines[1].split_whitespace().nth(4) == Some("2"),
+        "two candidates: {text}"
+    );
+    assert!(
+        lines[2].starts_with("bravo ") && lines[2].contains("host-b\\x1b[2J:2"),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'), "unescaped: {text:?}");
+    assert!(
+        lines[3].starts_with("charlie ") && lines[3].contains("host-c:3"),
+        "{text}"
+    );
+    assert!(lines[3].ends_with("1 !"), "{text}");
+    assert!(
+        lines[4].contains("! night-1 unfinished: started by token 1 (old-host:9)"),
+        "{text}"
+    );
+    assert_eq!(lines.len(), 5, "{text}");
+
+    let out = leader_exec()
+        .args(["status", "--all", "--json", "--endpoints", &endpoint])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let leases = json["leases"].as_array().unwrap();
+    let names: Vec<&str> = leases
+        .iter()
+        .map(|l| l["lease"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "bravo", "charlie"]);
+    assert_eq!(leases[0]["leader"]["identity"], "host-a:1");
+    assert_eq!(leases[0]["leader"]["token"], tokens[1]);
+    assert_eq!(leases[0]["candidates"], 2);
+    assert_eq!(leases[1]["leader"]["identity"], "host-b\x1b[2J:2");
+    assert_eq!(leases[1]["leader"]["token"], tokens[2]);
+    assert_eq!(leases[2]["leader"]["token"], tokens[0]);
+    let left = leases[2]["leader"]["ttl_remaining_seconds"]
+        .as_u64()
+        .unwrap();
+    assert!((1..=3).contains(&left), "{json}");
+    assert_eq!(leases[2]["occurrences"], 1);
+    assert_eq!(leases[2]["unfinished_occurrences"][0]["id"], "night-1");
+    assert_eq!(leases[0]["unfinished_occurrences"], serde_json::json!([]));
+}
