@@ -140,17 +140,22 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     // Threads may start now.
     crate::logging::start();
     crate::notify::init();
+    let observed = crate::metrics::setup(&settings)?;
     // One thread: the runtime runs on the main thread, which lives as long as the process.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let serving = observed.clone();
+    let result = runtime.block_on(async move {
+        serving.start()?;
         let signals = Signals::install()?;
         let mut supervisor = supervisor::Handle::new(forked)?;
         let result = lead_or_wait(&settings, &mut supervisor, signals).await;
         supervisor.shutdown();
         result
-    })
+    });
+    observed.finish(&result);
+    result
 }
 
 async fn lead_or_wait(
@@ -186,6 +191,11 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         return Ok(0);
     }
     crate::logging::start();
+    if let Subcommand::Status(args) = &subcommand
+        && args.all
+    {
+        return status_all(cli.election, cli.etcd, args.json);
+    }
     let scope = Scope::from_args(cli.election)?;
     crate::logging::set_context(&scope.lease, "");
     let connection = Connection::from_args(cli.etcd)?;
@@ -210,6 +220,20 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
             }
             Subcommand::GenerateAssets { .. } => unreachable!("handled above"),
         }
+    })
+}
+
+/// `status --all`: every lease under the prefix.
+fn status_all(election: cli::ElectionArgs, etcd: cli::EtcdArgs, json: bool) -> anyhow::Result<u8> {
+    let prefix = crate::settings::validate_prefix(election.prefix)?;
+    let connection = Connection::from_args(etcd)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let client = connect(&connection).await?;
+        let backend = Etcd::new(client, prefix.clone(), String::new(), Default::default());
+        crate::fleet::status_all(&backend, &prefix, json, connection.connect_timeout).await
     })
 }
 

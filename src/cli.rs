@@ -249,6 +249,11 @@ pub struct StatusArgs {
     /// Print one JSON object with stable field names instead of text.
     #[arg(long)]
     pub json: bool,
+
+    /// List every lease under --prefix (leader, token, TTL left, candidates, unfinished
+    /// occurrences), sorted by name; --lease is not needed (and ignored). Exit 0 once read.
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Args, Debug)]
@@ -381,6 +386,36 @@ pub struct RunArgs {
     /// How long occurrence records are kept in etcd (etcd deletes them afterwards).
     #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, allow_hyphen_values = true, requires = "occurrence")]
     pub occurrence_retention: Duration,
+
+    /// Serve GET /metrics, /leader and /healthz over HTTP on this address [default: off]
+    ///
+    /// An IP address and port (127.0.0.1:9464, [::1]:9464, 0.0.0.0:9464 for every interface) or
+    /// a unix socket path (/run/leader-exec/job.sock). /metrics: Prometheus text format
+    /// (OpenMetrics when the scraper asks for it); /leader: 200 while this instance leads and its
+    /// command runs, else 503; /healthz: 500 when this instance leads but its last successful
+    /// renewal is older than --renew-deadline + --retry-period, else 200. A failure to listen is
+    /// exit 125 before campaigning.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "LEADER_EXEC_HTTP",
+        help_heading = "Observability"
+    )]
+    pub http: Option<String>,
+
+    /// Write the metrics and this run's outcome to FILE (node_exporter textfile format)
+    ///
+    /// Rewritten atomically (a temporary file renamed over it) on every change of state and at
+    /// exit; holds the run's start and end time, duration, exit code, token, whether it led, and
+    /// leader_exec_last_success_timestamp_seconds (kept from the previous file when this run did
+    /// not succeed). A FILE that cannot be written is exit 125 before campaigning.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "LEADER_EXEC_METRICS_FILE",
+        help_heading = "Observability"
+    )]
+    pub metrics_file: Option<PathBuf>,
 
     /// The command to run while this instance leads, and its arguments (after `--`).
     #[arg(last = true, value_name = "COMMAND", num_args = 1..)]

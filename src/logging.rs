@@ -324,3 +324,8 @@ impl Visit for Fields {
         }
     }
 }
+
+/// Log lines dropped so far because stderr did not drain (for the metrics).
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}

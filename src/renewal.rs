@@ -104,6 +104,7 @@ pub async fn keep_renewing<K: Keeper, C: Clock>(
             _ = clock.sleep_until(sent + timing.retry_period) => None,
             answer = keeper.renew() => Some(answer),
         };
+        crate::metrics::renewal(outcome.as_ref(), sent, clock.now(), timing.renew_deadline);
         match outcome {
             Some(Ok(Renewal::Alive)) => {
                 deadline.extend_to(sent + timing.renew_deadline);

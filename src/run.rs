@@ -170,6 +170,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             );
             let clock = self.clock.clone();
             let deadline = Deadline::new(confirmed, self.settings.timing);
+            crate::metrics::campaigning(confirmed, deadline.get());
             let mut keeper = self.backend.keeper(&candidacy);
             let renewal = keep_renewing(
                 &mut keeper,
@@ -207,10 +208,11 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 tokio::time::sleep(self.settings.timing.retry_period).await;
                 continue;
             }
-            match self
+            let led = self
                 .lead(&candidacy, renewal.as_mut(), key_gone.as_mut())
-                .await?
-            {
+                .await?;
+            crate::metrics::led_ended(matches!(led, Led::Lost));
+            match led {
                 Led::Exit(code) => return Ok(code),
                 Led::Lost if self.settings.recampaign => {
                     tracing::info!(event = "recampaigning", "campaigning again (--recampaign)");
@@ -376,6 +378,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             ("LEADER_LEASE_ID", candidacy.lease_id_hex()),
         ];
         tracing::info!(event = "elected", token = candidacy.token, "elected");
+        crate::metrics::elected(candidacy.token);
         notify::status(&format!(
             "leader of lease {} (token {})",
             settings.lease, candidacy.token
@@ -388,10 +391,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let begun = tokio::select! {
                 biased;
                 lost = &mut renewal => {
+                    crate::metrics::stepped_down(lost.into());
                     tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %lost, "leadership lost before the command started");
                     Ok(Begun::Lost)
                 }
                 () = &mut key_gone => {
+                    crate::metrics::stepped_down(crate::metrics::StepDown::KeyDeleted);
                     tracing::warn!(event = "stepping-down", token = candidacy.token, "our election key was deleted before the command started");
                     Ok(Begun::Lost)
                 }
@@ -447,7 +452,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 () = &mut key_gone => Loss::KeyDeleted,
                 event = self.supervisor.next_event() => {
                     match event {
-                        Ok(Event::Started(pid)) => tracing::info!(event = "started", token = candidacy.token, pid, "command started"),
+                        Ok(Event::Started(pid)) => {
+                            crate::metrics::command_started();
+                            tracing::info!(event = "started", token = candidacy.token, pid, "command started");
+                        }
                         Ok(Event::SpawnFailed { errno, message }) => {
                             self.release(candidacy).await;
                             let command = settings.command[0].to_string_lossy();
@@ -458,11 +466,13 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                             .into());
                         }
                         Ok(Event::Exited(child)) => {
+                            crate::metrics::command_exited(child.code());
                             tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}");
                             status = Some(child);
                         }
                         Ok(Event::GroupEmpty) => {
                             let code = status.map_or(exit::FAILURE, ChildStatus::code);
+                            crate::metrics::command_ended(status.map(ChildStatus::code));
                             if let Some(started) = &record {
                                 match self.finish_occurrence(candidacy, started, code).await {
                                     Finished::Recorded => {}
@@ -501,6 +511,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     self.supervisor.signal(signal);
                     tracing::info!(event = "signal-forwarded", token = candidacy.token, signal = signal.as_str(), "forwarded to the command's process group");
                     if signals::stops_the_child(signal) && kill_at.is_none() {
+                        crate::metrics::stop_requested();
                         kill_at = Some(clock.now() + settings.timing.kill_after);
                     }
                     continue;
@@ -545,7 +556,14 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     Event::Started(_) => {}
                 }
             }
+            // In memory only: nothing here can delay the signal.
+            crate::metrics::stepped_down(match reason {
+                Loss::Unproven(_) => crate::metrics::StepDown::Deadline,
+                Loss::Expired => crate::metrics::StepDown::Expired,
+                Loss::KeyDeleted => crate::metrics::StepDown::KeyDeleted,
+            });
             let gone = self.step_down(candidacy, reason, group_gone).await;
+            crate::metrics::command_ended(None);
             // `done` only for a command whose whole group finished on its own, and only if the
             // store still accepts our fenced write: a group killed mid-work is not done, and its
             // record stays `started` for the next leader's --if-unfinished.
@@ -599,14 +617,17 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         ) {
             Decision::Run { previous_token } => previous_token,
             Decision::AlreadyDone(done) => {
+                crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::AlreadyDone);
                 tracing::info!(event = "occurrence-done", occurrence = id, by_token = done.token, by = %done.identity, finished_at = done.finished_at.as_deref().unwrap_or("unknown"), "occurrence {id} was already done; not running it again");
                 return Ok(Begun::Exit(0));
             }
             Decision::SkipUnfinished(started) => {
+                crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Skipped);
                 tracing::info!(event = "occurrence-skipped", occurrence = id, by_token = started.token, by = %started.identity, "occurrence {id} was started by an earlier leader and never finished; skipping it (--if-unfinished skip)");
                 return Ok(Begun::Exit(0));
             }
             Decision::RefuseUnfinished(started) => {
+                crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Refused);
                 tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: etcdctl del {}", shell_quote(&occurrence.key));
                 return Ok(Begun::Exit(exit::FAILURE));
             }
@@ -633,6 +654,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 .await
             {
                 Ok(true) => {
+                    crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Started);
                     tracing::info!(
                         event = "occurrence-started",
                         occurrence = id,
@@ -643,6 +665,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     return Ok(Begun::Run(started));
                 }
                 Ok(false) => {
+                    crate::metrics::fenced_write_rejected();
                     tracing::error!(
                         event = "occurrence-rejected",
                         occurrence = id,
@@ -681,10 +704,16 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             };
             match result {
                 Ok(true) => {
+                    crate::metrics::occurrence(if code == 0 {
+                        crate::metrics::OccurrenceOutcome::Done
+                    } else {
+                        crate::metrics::OccurrenceOutcome::Failed
+                    });
                     tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = ?finished.state, exit_code = code, "occurrence {id} recorded as {:?}", finished.state);
                     return Finished::Recorded;
                 }
                 Ok(false) => {
+                    crate::metrics::fenced_write_rejected();
                     tracing::error!(
                         event = "occurrence-rejected",
                         occurrence = id,
@@ -695,6 +724,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
                 Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
                 Err(e) => {
+                    crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Unrecorded);
                     tracing::error!(event = "occurrence-unrecorded", occurrence = id, token = candidacy.token, error = %e, "could not record the outcome of occurrence {id}; it stays 'started'");
                     return Finished::Unrecorded;
                 }

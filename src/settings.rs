@@ -177,6 +177,10 @@ pub struct Settings {
     pub occurrence: Option<crate::occurrence::Occurrence>,
     pub connection: Connection,
     pub command: Vec<OsString>,
+    /// `--http`.
+    pub http: Option<crate::http::Address>,
+    /// `--metrics-file`.
+    pub metrics_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -242,8 +246,24 @@ impl Settings {
                 })
             }
         };
+        let http = run
+            .http
+            .as_deref()
+            .map(crate::http::Address::parse)
+            .transpose()?;
+        let metrics_file = match run.metrics_file {
+            Some(path) if path.as_os_str().is_empty() || path.file_name().is_none() => {
+                return Err(Failure::usage(format!(
+                    "--metrics-file '{}' must name a file",
+                    path.display()
+                )));
+            }
+            other => other,
+        };
         let connection = Connection::from_args(etcd)?;
         Ok(Settings {
+            http,
+            metrics_file,
             lease,
             prefix,
             identity,

@@ -12,5 +12,6 @@ mod faults;
 mod hostile;
 mod input;
 mod local_faults;
+mod metrics;
 mod operator;
 mod signals;

@@ -23,8 +23,8 @@ use etcd_client::{
 };
 
 use super::{
-    Backend, Backoff, Candidacy, Keeper, Leader, LeaseTime, Observation, RawRecord, Renewal,
-    StoreError, Turn,
+    Backend, Backoff, Candidacy, Election, Keeper, Leader, LeaseTime, Observation, RawRecord,
+    Renewal, StoreError, Turn,
 };
 use crate::settings::Connection;
 
@@ -468,6 +468,49 @@ impl Backend for Etcd {
                 (id, value)
             })
             .collect())
+    }
+
+    async fn observe_all(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
+        let mut response = self
+            .client
+            .kv_client()
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(classify)?;
+        let mut elections: std::collections::BTreeMap<Vec<u8>, Election> = Default::default();
+        for kv in response.take_kvs() {
+            let Some(rest) = kv.key().strip_prefix(prefix.as_bytes()) else {
+                continue;
+            };
+            // `NAME/ID`; anything else under the prefix (occurrence records under `.occurrences/`,
+            // keys some other tool wrote) is not a candidate.
+            let Some(slash) = rest.iter().position(|&b| b == b'/') else {
+                continue;
+            };
+            let name = &rest[..slash];
+            if name.is_empty() || name.starts_with(b".") || slash + 1 == rest.len() {
+                continue;
+            }
+            let election = elections.entry(name.to_vec()).or_insert_with(|| Election {
+                name: name.to_vec(),
+                leader: None,
+                candidates: 0,
+            });
+            election.candidates += 1;
+            if election
+                .leader
+                .as_ref()
+                .is_none_or(|l| kv.create_revision() < l.token)
+            {
+                election.leader = Some(Leader {
+                    key: kv.key().to_vec(),
+                    identity: kv.value().to_vec(),
+                    token: kv.create_revision(),
+                    lease_id: kv.lease(),
+                });
+            }
+        }
+        Ok(elections.into_values().collect())
     }
 
     async fn lease_time(&self, lease_id: i64) -> Result<Option<LeaseTime>, StoreError> {

@@ -75,6 +75,15 @@ pub struct Leader {
     pub lease_id: i64,
 }
 
+/// One election found under a prefix (`status --all`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Election {
+    /// The lease name: bytes as the store holds them.
+    pub name: Vec<u8>,
+    pub leader: Option<Leader>,
+    pub candidates: i64,
+}
+
 /// A record as the store holds it: (key without the records prefix, value), both bytes.
 pub type RawRecord = (Vec<u8>, Vec<u8>);
 
@@ -175,6 +184,10 @@ pub trait Backend {
         &self,
         prefix: &str,
     ) -> impl Future<Output = Result<Vec<RawRecord>, StoreError>>;
+
+    /// Every election under `prefix` (keys `prefix NAME "/" ID`, names not starting with `.`),
+    /// read at one revision, sorted by name.
+    fn observe_all(&self, prefix: &str) -> impl Future<Output = Result<Vec<Election>, StoreError>>;
 
     /// Time left on a lease; `None` when it no longer exists.
     fn lease_time(

@@ -1,0 +1,250 @@
+//! `leader-exec status --all`: every lease under the prefix, one line each, sorted by name —
+//! the fleet overview. Read-only, like `status`.
+//!
+//! Everything shown comes from etcd, where any client with access to the prefix can write: text
+//! output escapes it (`crate::escape`), JSON output is escaped by JSON itself.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::election::{Backend, Election, LeaseTime, StoreError};
+use crate::escape::{escape, escape_str};
+use crate::exit::Failure;
+use crate::occurrence::{Record, State};
+
+/// A lease as `status --all` shows it.
+struct Row {
+    election: Election,
+    time: Option<LeaseTime>,
+    /// Occurrence records under this lease name.
+    occurrences: usize,
+    /// Records `started` by a token that is not the current leader's: started, never finished.
+    unfinished: Vec<(Vec<u8>, Record)>,
+    /// Values under the records prefix that are not records.
+    unreadable: Vec<Vec<u8>>,
+}
+
+async fn bounded<T>(
+    limit: Duration,
+    what: &str,
+    request: impl Future<Output = Result<T, StoreError>>,
+) -> anyhow::Result<T> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
+        Err(_) => Err(Failure::usage(format!(
+            "{what}: etcd did not answer within --connect-timeout ({})",
+            humantime::format_duration(limit)
+        ))
+        .into()),
+    }
+}
+
+/// `status --all [--json]` under `prefix`. Exit 0 once read (whatever it found), 125 on error.
+pub async fn status_all<B: Backend>(
+    backend: &B,
+    prefix: &str,
+    json: bool,
+    limit: Duration,
+) -> anyhow::Result<u8> {
+    let elections = bounded(limit, "reading the elections", backend.observe_all(prefix)).await?;
+    let records_prefix = format!("{prefix}.occurrences/");
+    let records = bounded(
+        limit,
+        "reading occurrences",
+        backend.list_records(&records_prefix),
+    )
+    .await?;
+    let mut rows: Vec<Row> = Vec::new();
+    for election in elections {
+        let time = match &election.leader {
+            Some(leader) => {
+                bounded(
+                    limit,
+                    "reading a lease",
+                    backend.lease_time(leader.lease_id),
+                )
+                .await?
+            }
+            None => None,
+        };
+        rows.push(Row {
+            election,
+            time,
+            occurrences: 0,
+            unfinished: Vec::new(),
+            unreadable: Vec::new(),
+        });
+    }
+    // Records are `NAME/ID`; a lease with records but no candidate is listed too.
+    for (key, value) in records {
+        let Some(slash) = key.iter().position(|&b| b == b'/') else {
+            continue;
+        };
+        let (name, id) = (&key[..slash], key[slash + 1..].to_vec());
+        let index = match rows.iter().position(|r| r.election.name == name) {
+            Some(index) => index,
+            None => {
+                rows.push(Row {
+                    election: Election {
+                        name: name.to_vec(),
+                        leader: None,
+                        candidates: 0,
+                    },
+                    time: None,
+                    occurrences: 0,
+                    unfinished: Vec::new(),
+                    unreadable: Vec::new(),
+                });
+                rows.len() - 1
+            }
+        };
+        let row = &mut rows[index];
+        row.occurrences += 1;
+        match Record::from_json(&value) {
+            Some(record) => {
+                let running = row
+                    .election
+                    .leader
+                    .as_ref()
+                    .is_some_and(|l| l.token == record.token);
+                if record.state == State::Started && !running {
+                    row.unfinished.push((id, record));
+                }
+            }
+            None => row.unreadable.push(id),
+        }
+    }
+    rows.sort_by(|a, b| a.election.name.cmp(&b.election.name));
+    let out = if json {
+        render_json(prefix, &rows)
+    } else {
+        render_text(&rows)
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush());
+    Ok(0)
+}
+
+fn render_json(prefix: &str, rows: &[Row]) -> String {
+    let leases: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            let leader = row.election.leader.as_ref().map(|leader| {
+                json!({
+                    "identity": String::from_utf8_lossy(&leader.identity),
+                    "token": leader.token,
+                    "key": String::from_utf8_lossy(&leader.key),
+                    "lease_id": format!("{:x}", leader.lease_id),
+                    "ttl_remaining_seconds": row.time.map(|t| t.remaining.as_secs()),
+                    "ttl_granted_seconds": row.time.map(|t| t.granted.as_secs()),
+                })
+            });
+            let unfinished: Vec<Value> = row
+                .unreadable
+                .iter()
+                .map(|id| json!({"id": String::from_utf8_lossy(id), "state": "unreadable"}))
+                .chain(row.unfinished.iter().map(|(id, record)| {
+                    json!({
+                        "id": String::from_utf8_lossy(id),
+                        "state": "started",
+                        "token": record.token,
+                        "identity": record.identity,
+                        "started_at": record.started_at,
+                    })
+                }))
+                .collect();
+            json!({
+                "lease": String::from_utf8_lossy(&row.election.name),
+                "leader": leader,
+                "candidates": row.election.candidates,
+                "occurrences": row.occurrences,
+                "unfinished_occurrences": unfinished,
+            })
+        })
+        .collect();
+    format!("{}\n", json!({"prefix": prefix, "leases": leases}))
+}
+
+fn render_text(rows: &[Row]) -> String {
+    let header = [
+        "LEASE",
+        "LEADER",
+        "TOKEN",
+        "TTL",
+        "CANDIDATES",
+        "UNFINISHED",
+    ];
+    let table: Vec<[String; 6]> = rows
+        .iter()
+        .map(|row| {
+            let (leader, token, ttl) = match &row.election.leader {
+                Some(leader) => (
+                    escape(&leader.identity),
+                    leader.token.to_string(),
+                    row.time
+                        .map_or_else(|| "-".to_owned(), |t| format!("{}s", t.remaining.as_secs())),
+                ),
+                None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
+            };
+            let stuck = row.unfinished.len() + row.unreadable.len();
+            [
+                escape(&row.election.name),
+                leader,
+                token,
+                ttl,
+                row.election.candidates.to_string(),
+                if stuck == 0 {
+                    "-".to_owned()
+                } else {
+                    format!("{stuck} !")
+                },
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for line in &table {
+        for (width, cell) in widths.iter_mut().zip(line) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut write_line = |cells: &[&str]| {
+        let mut line = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                line.push_str(cell);
+            } else {
+                let pad = widths[i] - cell.chars().count();
+                let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    };
+    write_line(&header);
+    for (line, row) in table.iter().zip(rows) {
+        write_line(&line.each_ref().map(String::as_str));
+        // Unfinished occurrences stand out, one line each, under their lease.
+        for id in &row.unreadable {
+            write_line(&[&format!(
+                "  ! {} unreadable (not an occurrence record)",
+                escape(id)
+            )]);
+        }
+        for (id, record) in &row.unfinished {
+            write_line(&[&format!(
+                "  ! {} unfinished: started by token {} ({}) at {}",
+                escape(id),
+                record.token,
+                escape_str(&record.identity),
+                escape_str(&record.started_at)
+            )]);
+        }
+    }
+    out
+}
