@@ -12,6 +12,7 @@ mod notify;
 mod observe;
 mod occurrence;
 mod renewal;
+mod resign;
 mod run;
 mod settings;
 mod signals;

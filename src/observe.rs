@@ -25,7 +25,7 @@ pub const CHECK_CURRENT: u8 = 0;
 pub const CHECK_STALE: u8 = 1;
 
 /// Bounds one request by the connect timeout: these commands run from scripts and must not hang.
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     limit: Duration,
     what: &str,
     request: impl Future<Output = Result<T, StoreError>>,
@@ -42,7 +42,7 @@ async fn bounded<T>(
 }
 
 /// Reads once, retrying transient errors within `limit`.
-async fn observe_once<B: Backend>(backend: &B, limit: Duration) -> anyhow::Result<Observation> {
+pub(crate) async fn observe_once<B: Backend>(backend: &B, limit: Duration) -> anyhow::Result<Observation> {
     bounded(limit, "reading the election", async {
         let mut backoff = Backoff::new();
         loop {

@@ -12,4 +12,5 @@ mod hostile;
 mod input;
 mod local_faults;
 mod operator;
+mod rough_edges;
 mod signals;
