@@ -11,6 +11,7 @@ mod logging;
 mod notify;
 mod observe;
 mod occurrence;
+mod release;
 mod renewal;
 mod resign;
 mod run;

@@ -145,10 +145,13 @@ pub async fn status<B: Backend>(
                 writeln!(out, "key:         {}", escape(&leader.key))?;
                 writeln!(out, "lease id:    {:x}", leader.lease_id)?;
                 if let Some(time) = lease_time {
+                    // How stale this view may be: a leader that died without releasing stays
+                    // listed until its lease runs out, and an etcd restart starts that over.
                     writeln!(
                         out,
-                        "ttl left:    {}s of {}s",
+                        "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; an etcd restart resets it to {}s)",
                         time.remaining.as_secs(),
+                        time.granted.as_secs(),
                         time.granted.as_secs()
                     )?;
                 }

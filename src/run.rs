@@ -24,6 +24,7 @@ use crate::election::{self, Backend, Candidacy, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
 use crate::notify;
 use crate::occurrence::{self, Decision, Occurrence, Record};
+use crate::release::Release;
 use crate::renewal::{Deadline, Lost, keep_renewing};
 use crate::settings::{Settings, Wait};
 use crate::signals::{self, Signals};
@@ -481,7 +482,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                                 // Asked to stop during the hold: leave the lease to expire.
                                 return Ok(Led::Exit(code));
                             }
-                            self.release(candidacy).await;
+                            self.release_at_exit(candidacy).await;
                             return Ok(Led::Exit(code));
                         }
                         Err(e) => {
@@ -516,7 +517,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 _ = sleep_until_some(&clock, look_at) => {
                     let since_kill = kill_at.map_or(Duration::ZERO, |at| clock.now().saturating_sub(at));
                     if self.supervisor.group() == Group::Gone {
-                        self.release(candidacy).await;
+                        self.release_at_exit(candidacy).await;
                         let killed = ChildStatus::Signaled(Signal::SIGKILL as i32);
                         return Ok(Led::Exit(status.unwrap_or(killed).code()));
                     }
@@ -552,10 +553,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 self.finish_occurrence(candidacy, started, child.code())
                     .await;
             }
-            if gone {
+            if gone && settings.recampaign {
                 // Usually the lease is gone or etcd unreachable; if not, revoking it lets the
                 // next leader start now instead of after the TTL.
                 self.release(candidacy).await;
+            } else if gone {
+                self.release_at_exit(candidacy).await;
             }
             return Ok(Led::Lost);
         }
@@ -879,9 +882,19 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         );
     }
 
+    /// The release that ends a run, once the command's whole group is gone: when etcd is
+    /// unreachable it is retried for up to a TTL (see `release.rs`).
+    async fn release_at_exit(&mut self, candidacy: &Candidacy) {
+        let until = self.clock.now() + self.settings.timing.ttl;
+        if self.release(candidacy).await == Release::Unreachable {
+            let clock = self.clock.clone();
+            crate::release::retry(self.backend, candidacy, &clock, self.signals, until).await;
+        }
+    }
+
     /// Revokes the lease (deleting the candidate key), retrying briefly; if that fails the lease
     /// expires on its own within the TTL.
-    async fn release(&mut self, candidacy: &Candidacy) {
+    async fn release(&mut self, candidacy: &Candidacy) -> Release {
         let clock = self.clock.clone();
         let limit = clock.now() + RELEASE_BUDGET;
         let mut backoff = Backoff::new();
@@ -897,7 +910,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         token = candidacy.token,
                         "lease released"
                     );
-                    return;
+                    return Release::Done;
                 }
                 Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
                 Err(e) => {
@@ -906,7 +919,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         error = %e,
                         "could not release the lease; it expires on its own within the TTL"
                     );
-                    return;
+                    return Release::from(&e);
                 }
             }
         }

@@ -91,3 +91,95 @@ fn resign_moves_leadership_only_from_the_named_token() {
     assert!(stderr.contains("no leader"), "{stderr}");
     assert_one_at_a_time(&scratch.history());
 }
+
+/// The leader's command ends while etcd is down; etcd comes back (resetting every lease's TTL).
+/// The leader has kept retrying its release, so its key goes as soon as etcd answers, not a
+/// full TTL later.
+#[test]
+fn a_release_that_failed_during_an_outage_is_retried_when_etcd_is_back() {
+    let mut etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let go = scratch.path("go");
+    let body = format!(
+        "while [ ! -e '{}' ]; do sleep 0.02; done",
+        go.display()
+    );
+    // TTL 8 s, renew deadline 5 s: the command ends well inside the deadline.
+    let mut a = Instance::start(
+        &patient_lease_args(&endpoint, "outage"),
+        &scratch.job("a", &body),
+    );
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    etcd.kill();
+    std::fs::write(&go, "").unwrap();
+    scratch
+        .wait_record("end", "a", Duration::from_secs(5))
+        .expect("a's command ended");
+    // The first release fails (etcd is down); leader-exec is still there, retrying.
+    assert!(
+        wait_for(Duration::from_secs(5), || a
+            .stderr()
+            .contains("retrying the release")),
+        "{}",
+        a.stderr()
+    );
+    assert!(a.running(), "gave up on the release at once: {}", a.stderr());
+    etcd.restart();
+    let back = Instant::now();
+    // Gone within a few seconds of etcd answering again; without the retry it would stand for
+    // the full 8 s TTL that etcd's restart gave it.
+    assert!(
+        wait_for(Duration::from_secs(4), || etcd
+            .keys("/leader-exec/outage/")
+            .is_empty()),
+        "the key outlived etcd's return by {:?}",
+        back.elapsed()
+    );
+    assert_eq!(a.wait(Duration::from_secs(3)), Some(0), "{}", a.stderr());
+    assert!(
+        a.stderr().contains("lease released once etcd answered again"),
+        "{}",
+        a.stderr()
+    );
+}
+
+/// TERM during the retry ends it at once, with the command's status.
+#[test]
+fn term_ends_the_release_retry_at_once() {
+    let mut etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let go = scratch.path("go");
+    let body = format!(
+        "while [ ! -e '{}' ]; do sleep 0.02; done; exit 3",
+        go.display()
+    );
+    let mut a = Instance::start(
+        &patient_lease_args(&endpoint, "outage-term"),
+        &scratch.job("a", &body),
+    );
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    etcd.kill();
+    std::fs::write(&go, "").unwrap();
+    assert!(
+        wait_for(Duration::from_secs(8), || a
+            .stderr()
+            .contains("retrying the release")),
+        "{}",
+        a.stderr()
+    );
+    let asked = Instant::now();
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(a.wait(Duration::from_secs(2)), Some(3), "{}", a.stderr());
+    assert!(asked.elapsed() < Duration::from_secs(2));
+    assert!(
+        a.stderr().contains("stopped retrying the release"),
+        "{}",
+        a.stderr()
+    );
+}
