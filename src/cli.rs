@@ -73,6 +73,8 @@ pub const EXIT_STATUS: &str = "\
 N        the command ran and exited with status N
 128+N    the command died of signal N (also when leader-exec forwarded it)
 75       leadership was lost and the command was stopped (EX_TEMPFAIL: restart us)
+76       --if-unfinished fail refused an occurrence an earlier leader started and never
+         finished: a human must decide whether to run it again
 124      not acquired: --no-wait found a leader, or --wait-timeout passed
 125      leader-exec itself failed: usage or configuration error, etcd unreachable at start,
          TLS or authentication error
@@ -387,7 +389,7 @@ pub struct RunArgs {
 
     /// What to do with an occurrence an earlier leader started and never finished.
     ///
-    /// The default refuses (exit 125): the earlier run may have done part of the work, and only
+    /// The default refuses (exit 76): the earlier run may have done part of the work, and only
     /// someone who knows the job can say whether running it again is safe. Use `rerun` for
     /// idempotent jobs (they get the earlier leader's token in LEADER_PREVIOUS_TOKEN to resume),
     /// `skip` where a missed run is cheaper than a repeated one.

@@ -610,7 +610,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             }
             Decision::RefuseUnfinished(started) => {
                 tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: etcdctl del {}", shell_quote(&occurrence.key));
-                return Ok(Begun::Exit(exit::FAILURE));
+                return Ok(Begun::Exit(exit::UNFINISHED_OCCURRENCE));
             }
             Decision::TokenWentBackwards(newer) => {
                 return Err(Failure::usage(format!(
