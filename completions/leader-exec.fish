@@ -43,7 +43,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
 skip\t'Treat it as done: exit 0 without running'
-fail\t'Refuse to run and exit 125, so a human (or an alert) decides'"
+fail\t'Refuse to run and exit 76, so a human (or an alert) decides'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in etcd (etcd deletes them afterwards)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
@@ -57,7 +57,7 @@ json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s n -l no-wait -d 'Try once: exit 124 at once if another instance leads or is ahead in line'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l recampaign -d 'After leadership is lost, stop the command and campaign again instead of exiting 75'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s V -l version -d 'Print version'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "status" -d 'Show the current leader: identity, token, key, lease time left, number of candidates'
@@ -77,7 +77,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l log-f
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l json -d 'Print one JSON object with stable field names instead of text'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
@@ -92,7 +92,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l log-fo
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l json -d 'Print one JSON object per line instead of text'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l token -d 'The token to check, usually "$LEADER_TOKEN"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
@@ -107,7 +107,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l passwo
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l token -d 'Resign only if T is still the current leader\'s token (as `status` shows it)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
@@ -122,5 +122,5 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l passw
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s h -l help -d 'Print help (see more with \'--help\')'

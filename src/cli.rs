@@ -457,7 +457,7 @@ pub struct LogArgs {
     #[arg(short = 'v', long, action = clap::ArgAction::Count, conflicts_with = "quiet", global = true)]
     pub verbose: u8,
 
-    /// Less log output on stderr (-q: errors only, -qq: nothing).
+    /// Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line).
     #[arg(short = 'q', long, action = clap::ArgAction::Count, global = true)]
     pub quiet: u8,
 

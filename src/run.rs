@@ -162,8 +162,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 notify::status(&campaigning);
             }
             first = false;
+            // Not a token yet: only a leader's create-revision is one.
             tracing::info!(
-                token = candidacy.token,
+                candidate_revision = candidacy.token,
                 key = %candidacy.key,
                 event = "campaigning",
                 "campaigning"
@@ -305,7 +306,15 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     Ok(Turn::Leading) => return Ok(Waited::Leading),
                     Ok(Turn::Behind { predecessor, .. }) => {
                         let predecessor = crate::escape::escape(&predecessor);
-                        tracing::info!(event = "not-acquired", %predecessor, "another instance leads (--no-wait)");
+                        // Name who leads, not only the key ahead (one more read, bounded).
+                        let limit = self.settings.timing.retry_period;
+                        let leader = match tokio::time::timeout(limit, backend.observe()).await {
+                            Ok(Ok(observation)) => observation.leader,
+                            _ => None,
+                        };
+                        let leader_identity = leader.as_ref().map_or_else(|| "unknown".to_owned(), |l| String::from_utf8_lossy(&l.identity).into_owned());
+                        let leader_token = leader.map(|l| l.token);
+                        tracing::info!(event = "not-acquired", leader = %leader_identity, leader_token, %predecessor, "another instance leads (--no-wait): {leader_identity}");
                         self.release(candidacy).await;
                         return Ok(Waited::Exit(exit::NOT_ACQUIRED));
                     }
@@ -683,7 +692,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             };
             match result {
                 Ok(true) => {
-                    tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = ?finished.state, exit_code = code, "occurrence {id} recorded as {:?}", finished.state);
+                    tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = %finished.state, exit_code = code, "occurrence {id} recorded as {}", finished.state);
                     return Finished::Recorded;
                 }
                 Ok(false) => {
@@ -876,7 +885,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         tracing::error!(
             event = "group-stuck",
             token = candidacy.token,
-            pids = ?pids,
+            pids = %pids.iter().map(i32::to_string).collect::<Vec<_>>().join(","),
             "the command's group survived SIGKILL for {}; giving up on it and leaving the lease to expire on its own",
             humantime::format_duration(KILL_WAIT)
         );
@@ -907,7 +916,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 Ok(()) => {
                     tracing::info!(
                         event = "released",
-                        token = candidacy.token,
+                        lease_id = candidacy.lease_id_hex(),
                         "lease released"
                     );
                     return Release::Done;

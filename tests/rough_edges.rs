@@ -183,3 +183,136 @@ fn term_ends_the_release_retry_at_once() {
         a.stderr()
     );
 }
+
+/// Text logs name the instance on every line, print no Rust debug forms, give a candidate that
+/// never led no token, and a `--no-wait` loser names who leads.
+#[test]
+fn text_logs_name_the_instance_and_who_leads() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let go = scratch.path("go");
+    let body = format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display());
+    let mut args_a = lease_args(&endpoint, "logs");
+    args_a.extend(["--identity", "host-a:1", "--occurrence", "report:1"]);
+    let mut a = Instance::start(&args_a, &scratch.job("a", &body));
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+
+    let mut args_b = lease_args(&endpoint, "logs");
+    args_b.extend(["--identity", "host-b:2", "--no-wait"]);
+    let mut b = Instance::start(&args_b, &scratch.job("b", "true"));
+    assert_eq!(b.wait(Duration::from_secs(10)), Some(124), "{}", b.stderr());
+    let b_log = b.stderr();
+    assert!(!b_log.is_empty());
+    for line in b_log.lines() {
+        assert!(line.contains(" leader-exec[host-b:2] "), "{line}");
+        // Never led: no token, only its place in line.
+        assert!(!line.contains(" token="), "{line}");
+    }
+    let campaigning = b_log
+        .lines()
+        .find(|l| l.contains(" campaigning"))
+        .expect("campaigning line");
+    assert!(campaigning.contains("candidate_revision="), "{campaigning}");
+    let lost = b_log
+        .lines()
+        .find(|l| l.contains("another instance leads"))
+        .expect("not-acquired line");
+    assert!(lost.contains("host-a:1"), "{lost}");
+    assert!(
+        lost.contains(&format!("leader_token={}", a_start.token())),
+        "{lost}"
+    );
+
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(0), "{}", a.stderr());
+    let a_log = a.stderr();
+    for line in a_log.lines() {
+        assert!(line.contains(" leader-exec[host-a:1] "), "{line}");
+        for debug in ["Some(", "None", "Done", "Started", "Failed", "[", "\""] {
+            let rest = line.split_once(" leader-exec[host-a:1] ").unwrap().1;
+            assert!(!rest.contains(debug), "debug form {debug:?} in: {line}");
+        }
+    }
+    assert!(
+        a_log.contains("occurrence report:1 recorded as done") && a_log.contains("state=done"),
+        "{a_log}"
+    );
+}
+
+/// -q and -qq as documented: -qq prints no log line, but leader-exec's own failure is still one
+/// line.
+#[test]
+fn quiet_levels_do_what_the_help_says() {
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "quiet"];
+    args.extend(FAST);
+    let out = leader_exec()
+        .args(&args)
+        .args(["--identity", "h:1", "-qq", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let out = leader_exec()
+        .args(["--endpoints", &nobody, "--lease", "quiet", "--connect-timeout", "1s"])
+        .args(["-qq", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("leader-exec: "), "{stderr}");
+}
+
+/// A --hold-at-least longer than a day warns in one line and runs; TERM ends the hold.
+#[test]
+fn a_hold_longer_than_a_day_warns_and_runs() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let mut args = lease_args(&endpoint, "long-hold");
+    args.retain(|a| *a != "-v");
+    args.extend(["--identity", "host-h:1", "--hold-at-least", "10days"]);
+    let mut a = Instance::start(&args, &scratch.job("a", "true"));
+    scratch
+        .wait_record("end", "a", Duration::from_secs(10))
+        .expect("the command ran");
+    assert!(a.running(), "{}", a.stderr());
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(0), "{}", a.stderr());
+    let stderr = a.stderr();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("leader-exec[host-h:1]") && stderr.contains("longer than a day"),
+        "{stderr}"
+    );
+}
+
+/// `--ttl 5s` alone cannot work with the default deadline and grace: the one line says which
+/// values would.
+#[test]
+fn a_short_ttl_alone_gets_values_that_fit() {
+    let out = leader_exec()
+        .args(["--lease", "hint", "--ttl", "5s", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let suggested = "--renew-deadline 3300ms --kill-after 1300ms --retry-period 660ms";
+    assert!(stderr.contains(suggested), "{stderr}");
+    assert!(stderr.contains("raise --ttl to 15s"), "{stderr}");
+    // The suggestion works.
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    let mut args = vec!["--endpoints", endpoint.as_str()];
+    args.extend(["--lease", "hint", "--ttl", "5s"]);
+    args.extend(suggested.split(' '));
+    let out = leader_exec().args(&args).args(["--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
