@@ -7,6 +7,7 @@ mod clock;
 mod election;
 mod escape;
 mod exit;
+mod leadership;
 mod logging;
 mod notify;
 mod observe;

@@ -71,7 +71,8 @@ const OCCURRENCES_SHOWN: usize = 10;
 /// `leader-exec status`.
 ///
 /// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
-/// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`), `candidates`, `occurrences`
+/// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`, `since`, `command` (`running`,
+/// `holding` or null), `hold_until`), `candidates`, `occurrences`
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
 /// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
 /// `{"id": …, "state": "unreadable"}`).
@@ -91,6 +92,10 @@ pub async fn status<B: Backend>(
             )
             .await?
         }
+        None => None,
+    };
+    let state = match &observation.leader {
+        Some(leader) => crate::leadership::read(backend, scope, leader.token, limit).await?,
         None => None,
     };
     let records = bounded(
@@ -117,6 +122,9 @@ pub async fn status<B: Backend>(
             let mut object = leader_json(leader);
             object["ttl_remaining_seconds"] = json!(lease_time.map(|t| t.remaining.as_secs()));
             object["ttl_granted_seconds"] = json!(lease_time.map(|t| t.granted.as_secs()));
+            object["since"] = json!(state.as_ref().map(|s| &s.since));
+            object["command"] = json!(state.as_ref().map(|s| s.command));
+            object["hold_until"] = json!(state.as_ref().and_then(|s| s.hold_until.as_ref()));
             object
         });
         let occurrences: Vec<Value> = unreadable
@@ -155,6 +163,9 @@ pub async fn status<B: Backend>(
                         time.granted.as_secs()
                     )?;
                 }
+                let (since, command) = crate::leadership::describe(state.as_ref());
+                writeln!(out, "since:       {since}")?;
+                writeln!(out, "command:     {command}")?;
             }
             None => writeln!(out, "leader:      none")?,
         }

@@ -22,6 +22,7 @@ use crate::clock::{Clock, sleep_until_some};
 use crate::election::Backoff;
 use crate::election::{self, Backend, Candidacy, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
+use crate::leadership;
 use crate::notify;
 use crate::occurrence::{self, Decision, Occurrence, Record};
 use crate::release::Release;
@@ -377,6 +378,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         let settings = self.settings;
         let clock = self.clock.clone();
         let acquired = clock.now();
+        let since = std::time::SystemTime::now();
         let mut env = vec![
             ("LEADER_TOKEN", candidacy.token.to_string()),
             ("LEADER_LEASE", settings.lease.clone()),
@@ -445,6 +447,13 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             self.release(candidacy).await;
             return Err(Failure::usage(format!("cannot reach the supervisor: {e}")).into());
         }
+        // For `status`: since when it leads, and that the command runs. Written beside the
+        // start, never before it.
+        let state = leadership::State::new(candidacy, &settings.identity, since, leadership::Command::Running);
+        let state_key = leadership::key(&settings.scope());
+        let announce = leadership::write(backend, candidacy, &state_key, state, settings.timing.renew_deadline);
+        tokio::pin!(announce);
+        let mut announced = false;
         let mut status: Option<ChildStatus> = None;
         let mut kill_at: Option<Duration> = None;
         let mut killed = false;
@@ -486,7 +495,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                                 }
                             }
                             if let Some(hold) = settings.hold_at_least
-                                && !self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), acquired + hold).await
+                                && !self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), acquired + hold, since).await
                             {
                                 // Asked to stop during the hold: leave the lease to expire.
                                 return Ok(Led::Exit(code));
@@ -536,6 +545,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         return Ok(Led::Exit(128 + Signal::SIGKILL as u8));
                     }
                     look_at = Some(clock.now() + GROUP_POLL);
+                    continue;
+                }
+                () = &mut announce, if !announced => {
+                    announced = true;
                     continue;
                 }
             };
@@ -721,11 +734,20 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         mut renewal: Pin<&mut impl Future<Output = Lost>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
         until: Duration,
+        since: std::time::SystemTime,
     ) -> bool {
         let clock = self.clock.clone();
         if clock.now() >= until {
             return true;
         }
+        // For `status`: holding, not running, and until when.
+        let mut state = leadership::State::new(candidacy, &self.settings.identity, since, leadership::Command::Holding);
+        let left = until.saturating_sub(clock.now());
+        state.hold_until = Some(leadership::rfc3339(std::time::SystemTime::now() + left));
+        let state_key = leadership::key(&self.settings.scope());
+        let announce = leadership::write(self.backend, candidacy, &state_key, state, self.settings.timing.renew_deadline);
+        tokio::pin!(announce);
+        let mut announced = false;
         tracing::info!(
             event = "holding",
             token = candidacy.token,
@@ -747,6 +769,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     return true;
                 }
                 _ = clock.sleep_until(until) => return true,
+                () = &mut announce, if !announced => announced = true,
                 signal = self.signals.recv() => {
                     if signals::stops_the_child(signal) {
                         tracing::info!(event = "hold-ended", token = candidacy.token, signal = signal.as_str(), "stopping during --hold-at-least; the lease expires on its own");

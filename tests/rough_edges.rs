@@ -316,3 +316,70 @@ fn a_short_ttl_alone_gets_values_that_fit() {
     let out = leader_exec().args(&args).args(["--", "true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
+    let (code, stdout, stderr) = run(endpoint, &["status", "--lease", lease, "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    serde_json::from_str(&stdout).unwrap()
+}
+
+/// `status` says since when the leader leads and whether its command runs or it only holds the
+/// lease; the record of that lies outside the election's keys.
+#[test]
+fn status_shows_since_when_and_running_or_holding() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let go = scratch.path("go");
+    let body = format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display());
+    let mut args = lease_args(&endpoint, "detail");
+    args.extend(["--identity", "host-a:1", "--hold-at-least", "1h"]);
+    let before = std::time::SystemTime::now();
+    let mut a = Instance::start(&args, &scratch.job("a", &body));
+    let start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+
+    let mut json = serde_json::Value::Null;
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            json = status_json(&endpoint, "detail");
+            json["leader"]["command"] == "running"
+        }),
+        "{json}"
+    );
+    let since_text = json["leader"]["since"].as_str().unwrap().to_owned();
+    let since = humantime::parse_rfc3339(&since_text).unwrap();
+    // Millisecond precision: compare to the millisecond below `before`.
+    assert!(since + Duration::from_millis(1) >= before, "{since_text}");
+    assert!(since <= std::time::SystemTime::now(), "{since_text}");
+    assert_eq!(json["leader"]["token"], start.token());
+    assert_eq!(json["leader"]["hold_until"], serde_json::Value::Null);
+    let (_, text, _) = run(&endpoint, &["status", "--lease", "detail"]);
+    assert!(text.contains(&format!("since:       {since_text} (")), "{text}");
+    assert!(text.contains("command:     running"), "{text}");
+    // Outside the election: `etcdctl elect -l` and the candidates count see one key.
+    assert_eq!(etcd.keys("/leader-exec/detail/").len(), 1);
+    assert_eq!(etcd.keys("/leader-exec/.leaders/detail"), ["/leader-exec/.leaders/detail"]);
+    assert_eq!(json["candidates"], 1);
+
+    std::fs::write(&go, "").unwrap();
+    scratch
+        .wait_record("end", "a", Duration::from_secs(5))
+        .expect("a's command ended");
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            json = status_json(&endpoint, "detail");
+            json["leader"]["command"] == "holding"
+        }),
+        "{json}"
+    );
+    assert_eq!(json["leader"]["since"], since_text.as_str());
+    let until = humantime::parse_rfc3339(json["leader"]["hold_until"].as_str().unwrap()).unwrap();
+    let hour = Duration::from_secs(3600);
+    assert!(until > before + hour - Duration::from_secs(1) && until < before + hour + Duration::from_secs(30));
+    let (_, text, _) = run(&endpoint, &["status", "--lease", "detail"]);
+    assert!(text.contains("command:     ended; holding the lease until "), "{text}");
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(0), "{}", a.stderr());
+}
