@@ -166,7 +166,7 @@ mod tests {
         state.hold_until = Some("1970-01-01T00:10:00.000Z".into());
         let back = State::from_json(&serde_json::to_vec(&state).unwrap()).unwrap();
         assert_eq!(back, state);
-        assert_eq!(age("1970-01-01T00:00:00Z").is_some(), true);
+        assert!(age("1970-01-01T00:00:00Z").is_some());
         assert_eq!(age("not a time"), None);
     }
 }

@@ -42,7 +42,10 @@ pub(crate) async fn bounded<T>(
 }
 
 /// Reads once, retrying transient errors within `limit`.
-pub(crate) async fn observe_once<B: Backend>(backend: &B, limit: Duration) -> anyhow::Result<Observation> {
+pub(crate) async fn observe_once<B: Backend>(
+    backend: &B,
+    limit: Duration,
+) -> anyhow::Result<Observation> {
     bounded(limit, "reading the election", async {
         let mut backoff = Backoff::new();
         loop {

@@ -196,7 +196,14 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     tokio::time::sleep(self.settings.timing.retry_period).await;
                     continue;
                 }
-                Waited::Exit(code) => return Ok(code),
+                Waited::Exit(code) => {
+                    if code == exit::NOT_ACQUIRED {
+                        // READY=1 went out when we joined: make sure systemd has read it
+                        // before this process is gone.
+                        notify::barrier(Duration::from_secs(1));
+                    }
+                    return Ok(code);
+                }
             }
             // The renewal loop would report this too, but only once polled again: never start
             // the command on a lease we can no longer vouch for.
@@ -313,7 +320,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                             Ok(Ok(observation)) => observation.leader,
                             _ => None,
                         };
-                        let leader_identity = leader.as_ref().map_or_else(|| "unknown".to_owned(), |l| String::from_utf8_lossy(&l.identity).into_owned());
+                        let leader_identity = leader.as_ref().map_or_else(
+                            || "unknown".to_owned(),
+                            |l| String::from_utf8_lossy(&l.identity).into_owned(),
+                        );
                         let leader_token = leader.map(|l| l.token);
                         tracing::info!(event = "not-acquired", leader = %leader_identity, leader_token, %predecessor, "another instance leads (--no-wait): {leader_identity}");
                         self.release(candidacy).await;
@@ -449,9 +459,20 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         }
         // For `status`: since when it leads, and that the command runs. Written beside the
         // start, never before it.
-        let state = leadership::State::new(candidacy, &settings.identity, since, leadership::Command::Running);
+        let state = leadership::State::new(
+            candidacy,
+            &settings.identity,
+            since,
+            leadership::Command::Running,
+        );
         let state_key = leadership::key(&settings.scope());
-        let announce = leadership::write(backend, candidacy, &state_key, state, settings.timing.renew_deadline);
+        let announce = leadership::write(
+            backend,
+            candidacy,
+            &state_key,
+            state,
+            settings.timing.renew_deadline,
+        );
         tokio::pin!(announce);
         let mut announced = false;
         let mut status: Option<ChildStatus> = None;
@@ -741,11 +762,22 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             return true;
         }
         // For `status`: holding, not running, and until when.
-        let mut state = leadership::State::new(candidacy, &self.settings.identity, since, leadership::Command::Holding);
+        let mut state = leadership::State::new(
+            candidacy,
+            &self.settings.identity,
+            since,
+            leadership::Command::Holding,
+        );
         let left = until.saturating_sub(clock.now());
         state.hold_until = Some(leadership::rfc3339(std::time::SystemTime::now() + left));
         let state_key = leadership::key(&self.settings.scope());
-        let announce = leadership::write(self.backend, candidacy, &state_key, state, self.settings.timing.renew_deadline);
+        let announce = leadership::write(
+            self.backend,
+            candidacy,
+            &state_key,
+            state,
+            self.settings.timing.renew_deadline,
+        );
         tokio::pin!(announce);
         let mut announced = false;
         tracing::info!(

@@ -114,14 +114,18 @@ impl Timing {
     pub fn fitting(ttl: Duration) -> Timing {
         let available = ttl.saturating_sub(Timing::with_ttl(ttl).margin());
         // Round down to a readable step: 100ms from 2s on, else 1ms.
-        let step: u128 = if available >= Duration::from_secs(2) { 100 } else { 1 };
+        let step: u128 = if available >= Duration::from_secs(2) {
+            100
+        } else {
+            1
+        };
         let part = |share: u32| {
             let ms = (available * share / 14).as_millis() / step * step;
             Duration::from_millis(ms as u64)
         };
         let renew_deadline = part(10);
-        let retry_period = Duration::from_millis((renew_deadline / 5).as_millis() as u64)
-            .max(MIN_RETRY_PERIOD);
+        let retry_period =
+            Duration::from_millis((renew_deadline / 5).as_millis() as u64).max(MIN_RETRY_PERIOD);
         Timing {
             ttl,
             renew_deadline,
@@ -154,7 +158,7 @@ impl Timing {
 fn flag_value(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
-    } else if d.subsec_nanos() % 1_000_000 == 0 {
+    } else if d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", d.as_millis())
     } else {
         humantime::format_duration(d).to_string().replace(' ', "")
@@ -725,11 +729,15 @@ mod tests {
         assert_eq!(fit.kill_after, Duration::from_millis(1300));
         let err = timing(5, 10_000, 2_000, 4_000).validate().unwrap_err();
         assert!(
-            err.message.contains("--renew-deadline 3300ms --kill-after 1300ms --retry-period 660ms"),
+            err.message
+                .contains("--renew-deadline 3300ms --kill-after 1300ms --retry-period 660ms"),
             "{err}"
         );
         assert!(err.message.contains("raise --ttl to 15s"), "{err}");
-        assert_eq!(timing(15, 10_000, 2_000, 4_000).ttl_needed(), Duration::from_secs(15));
+        assert_eq!(
+            timing(15, 10_000, 2_000, 4_000).ttl_needed(),
+            Duration::from_secs(15)
+        );
     }
 
     #[test]

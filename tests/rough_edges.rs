@@ -4,8 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-
-
 use crate::harness::*;
 
 fn run(etcd_endpoint: &str, args: &[&str]) -> (i32, String, String) {
@@ -64,7 +62,10 @@ fn resign_moves_leadership_only_from_the_named_token() {
         "{stdout}"
     );
     assert_eq!(a.wait(Duration::from_secs(4)), Some(75), "{}", a.stderr());
-    assert!(!alive(a_start.pid()), "a's command survived the resignation");
+    assert!(
+        !alive(a_start.pid()),
+        "a's command survived the resignation"
+    );
     let b_start = scratch
         .wait_record("start", "b", Duration::from_secs(4))
         .expect("b took over");
@@ -74,7 +75,11 @@ fn resign_moves_leadership_only_from_the_named_token() {
         resigned_at.elapsed()
     );
     assert!(b_start.token() > a_start.token());
-    assert!(a.stderr().contains("our election key was deleted"), "{}", a.stderr());
+    assert!(
+        a.stderr().contains("our election key was deleted"),
+        "{}",
+        a.stderr()
+    );
 
     // Without --token: whoever leads now.
     let (code, stdout, stderr) = run(&endpoint, &["resign", "--lease", "rs"]);
@@ -101,10 +106,7 @@ fn a_release_that_failed_during_an_outage_is_retried_when_etcd_is_back() {
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     let go = scratch.path("go");
-    let body = format!(
-        "while [ ! -e '{}' ]; do sleep 0.02; done",
-        go.display()
-    );
+    let body = format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display());
     // TTL 8 s, renew deadline 5 s: the command ends well inside the deadline.
     let mut a = Instance::start(
         &patient_lease_args(&endpoint, "outage"),
@@ -126,7 +128,11 @@ fn a_release_that_failed_during_an_outage_is_retried_when_etcd_is_back() {
         "{}",
         a.stderr()
     );
-    assert!(a.running(), "gave up on the release at once: {}", a.stderr());
+    assert!(
+        a.running(),
+        "gave up on the release at once: {}",
+        a.stderr()
+    );
     etcd.restart();
     let back = Instant::now();
     // Gone within a few seconds of etcd answering again; without the retry it would stand for
@@ -140,7 +146,8 @@ fn a_release_that_failed_during_an_outage_is_retried_when_etcd_is_back() {
     );
     assert_eq!(a.wait(Duration::from_secs(3)), Some(0), "{}", a.stderr());
     assert!(
-        a.stderr().contains("lease released once etcd answered again"),
+        a.stderr()
+            .contains("lease released once etcd answered again"),
         "{}",
         a.stderr()
     );
@@ -256,10 +263,21 @@ fn quiet_levels_do_what_the_help_says() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let nobody = format!("http://127.0.0.1:{}", free_port());
     let out = leader_exec()
-        .args(["--endpoints", &nobody, "--lease", "quiet", "--connect-timeout", "1s"])
+        .args([
+            "--endpoints",
+            &nobody,
+            "--lease",
+            "quiet",
+            "--connect-timeout",
+            "1s",
+        ])
         .args(["-qq", "--", "true"])
         .output()
         .unwrap();
@@ -313,8 +331,17 @@ fn a_short_ttl_alone_gets_values_that_fit() {
     let mut args = vec!["--endpoints", endpoint.as_str()];
     args.extend(["--lease", "hint", "--ttl", "5s"]);
     args.extend(suggested.split(' '));
-    let out = leader_exec().args(&args).args(["--", "true"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = leader_exec()
+        .args(&args)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
@@ -356,11 +383,17 @@ fn status_shows_since_when_and_running_or_holding() {
     assert_eq!(json["leader"]["token"], start.token());
     assert_eq!(json["leader"]["hold_until"], serde_json::Value::Null);
     let (_, text, _) = run(&endpoint, &["status", "--lease", "detail"]);
-    assert!(text.contains(&format!("since:       {since_text} (")), "{text}");
+    assert!(
+        text.contains(&format!("since:       {since_text} (")),
+        "{text}"
+    );
     assert!(text.contains("command:     running"), "{text}");
     // Outside the election: `etcdctl elect -l` and the candidates count see one key.
     assert_eq!(etcd.keys("/leader-exec/detail/").len(), 1);
-    assert_eq!(etcd.keys("/leader-exec/.leaders/detail"), ["/leader-exec/.leaders/detail"]);
+    assert_eq!(
+        etcd.keys("/leader-exec/.leaders/detail"),
+        ["/leader-exec/.leaders/detail"]
+    );
     assert_eq!(json["candidates"], 1);
 
     std::fs::write(&go, "").unwrap();
@@ -377,9 +410,88 @@ fn status_shows_since_when_and_running_or_holding() {
     assert_eq!(json["leader"]["since"], since_text.as_str());
     let until = humantime::parse_rfc3339(json["leader"]["hold_until"].as_str().unwrap()).unwrap();
     let hour = Duration::from_secs(3600);
-    assert!(until > before + hour - Duration::from_secs(1) && until < before + hour + Duration::from_secs(30));
+    assert!(
+        until > before + hour - Duration::from_secs(1)
+            && until < before + hour + Duration::from_secs(30)
+    );
     let (_, text, _) = run(&endpoint, &["status", "--lease", "detail"]);
-    assert!(text.contains("command:     ended; holding the lease until "), "{text}");
+    assert!(
+        text.contains("command:     ended; holding the lease until "),
+        "{text}"
+    );
     a.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(a.wait(Duration::from_secs(5)), Some(0), "{}", a.stderr());
+}
+
+/// Under `Type=notify`, a `--no-wait` loser reports READY=1 and, before it exits 124, waits
+/// (bounded) for systemd to confirm it has read it (sd_notify_barrier: BARRIER=1 with a pipe
+/// that the manager closes), so that the notification of a process that is already gone is not
+/// dropped.
+#[test]
+fn a_no_wait_loser_is_ready_before_it_exits() {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, UnixAddr, recvmsg};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::net::UnixDatagram;
+
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let _a = Instance::start(
+        &lease_args(&endpoint, "sd-nowait"),
+        &scratch.job("a", "sleep 30"),
+    );
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+
+    let socket_path = scratch.path("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let mut args = lease_args(&endpoint, "sd-nowait");
+    args.push("--no-wait");
+    let mut b = Instance::start_command(
+        leader_exec()
+            .env("NOTIFY_SOCKET", &socket_path)
+            .args(&args)
+            .args(["--", "true"]),
+    );
+    // Read datagrams in order, keeping any fd passed with them.
+    let receive = || -> (String, Option<OwnedFd>) {
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buffer = [0u8; 4096];
+        let mut iov = [std::io::IoSliceMut::new(&mut buffer)];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 2]);
+        let message = recvmsg::<UnixAddr>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::empty(),
+        )
+        .expect("a notification");
+        let mut fd = None;
+        for cmsg in message.cmsgs().unwrap() {
+            if let ControlMessageOwned::ScmRights(fds) = cmsg {
+                fd = fds.first().map(|&raw| unsafe { OwnedFd::from_raw_fd(raw) });
+            }
+        }
+        let n = message.bytes;
+        (String::from_utf8_lossy(&buffer[..n]).into_owned(), fd)
+    };
+    let (first, _) = receive();
+    assert!(first.contains("READY=1"), "{first}");
+    let (second, fd) = receive();
+    assert_eq!(second, "BARRIER=1\n");
+    let fd = fd.expect("the barrier carries a pipe");
+    // Until the manager closes the pipe, the loser waits.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        b.running(),
+        "exited before its READY=1 was confirmed: {}",
+        b.stderr()
+    );
+    let closed = Instant::now();
+    drop(fd);
+    assert_eq!(b.wait(Duration::from_secs(2)), Some(124), "{}", b.stderr());
+    assert!(closed.elapsed() < Duration::from_millis(900));
 }
