@@ -19,6 +19,9 @@ _leader__exec() {
             leader__exec,check)
                 cmd="leader__exec__subcmd__check"
                 ;;
+            leader__exec,resign)
+                cmd="leader__exec__subcmd__resign"
+                ;;
             leader__exec,status)
                 cmd="leader__exec__subcmd__status"
                 ;;
@@ -32,7 +35,7 @@ _leader__exec() {
 
     case "${cmd}" in
         leader__exec)
-            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --recampaign --hold-at-least --occurrence --if-unfinished --occurrence-retention --http --metrics-file --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check"
+            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --recampaign --hold-at-least --occurrence --if-unfinished --occurrence-retention --http --metrics-file --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check resign"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -210,6 +213,89 @@ _leader__exec() {
             return 0
             ;;
         leader__exec__subcmd__check)
+            opts="-l -v -q -h --token --lease --prefix --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --token)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --lease)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --prefix)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        leader__exec__subcmd__resign)
             opts="-l -v -q -h --token --lease --prefix --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -43,7 +43,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
 skip\t'Treat it as done: exit 0 without running'
-fail\t'Refuse to run and exit 125, so a human (or an alert) decides'"
+fail\t'Refuse to run and exit 76, so a human (or an alert) decides'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in etcd (etcd deletes them afterwards)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l http -d 'Serve GET /metrics, /leader and /healthz over HTTP on this address [default: off]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l metrics-file -d 'Write the metrics and this run\'s outcome to FILE (node_exporter textfile format)' -r -F
@@ -59,12 +59,13 @@ json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s n -l no-wait -d 'Try once: exit 124 at once if another instance leads or is ahead in line'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l recampaign -d 'After leadership is lost, stop the command and campaign again instead of exiting 75'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s V -l version -d 'Print version'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "status" -d 'Show the current leader: identity, token, key, lease time left, number of candidates'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "watch" -d 'Print one line (or JSON object) per leadership change, until interrupted'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "check" -d 'Exit 0 if TOKEN is the current leader\'s token, 1 if it is not (stale), 125 on error'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "resign" -d 'Make the current leader step down now, from any host: delete its election key'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
@@ -79,7 +80,7 @@ json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l json -d 'Print one JSON object with stable field names instead of text'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l all -d 'List every lease under --prefix (leader, token, TTL left, candidates, unfinished occurrences), sorted by name; --lease is not needed (and ignored). Exit 0 once read'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
@@ -94,7 +95,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l log-fo
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l json -d 'Print one JSON object per line instead of text'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l token -d 'The token to check, usually "$LEADER_TOKEN"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
@@ -109,5 +110,20 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l passwo
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: nothing)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l token -d 'Resign only if T is still the current leader\'s token (as `status` shows it)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+json\t'One JSON object per line'"
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s h -l help -d 'Print help (see more with \'--help\')'

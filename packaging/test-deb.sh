@@ -67,6 +67,7 @@ expected="
 /usr/share/man/man1/leader-exec-status.1.gz
 /usr/share/man/man1/leader-exec-watch.1.gz
 /usr/share/man/man1/leader-exec-check.1.gz
+/usr/share/man/man1/leader-exec-resign.1.gz
 /usr/share/bash-completion/completions/leader-exec
 /usr/share/zsh/vendor-completions/_leader-exec
 /usr/share/fish/vendor_completions.d/leader-exec.fish

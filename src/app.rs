@@ -181,7 +181,7 @@ async fn lead_or_wait(
     .await
 }
 
-/// `status`, `watch`, `check` and the hidden `generate-assets`.
+/// `status`, `watch`, `check`, `resign` and the hidden `generate-assets`.
 fn subcommand(cli: Cli) -> anyhow::Result<u8> {
     let Some(subcommand) = cli.subcommand else {
         unreachable!("called for subcommands only");
@@ -215,6 +215,9 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         match subcommand {
             Subcommand::Status(args) => observe::status(&backend, &scope, args.json, limit).await,
             Subcommand::Check(args) => observe::check(&backend, &args.token, limit).await,
+            Subcommand::Resign(args) => {
+                crate::resign::resign(&backend, &scope, args.token.as_deref(), limit).await
+            }
             Subcommand::Watch(args) => {
                 observe::watch(&backend, &scope, args.json, limit, &mut signals).await
             }

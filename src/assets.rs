@@ -22,6 +22,7 @@ pub fn all() -> io::Result<Vec<(String, Vec<u8>)>> {
         ("status", "leader-exec-status"),
         ("watch", "leader-exec-watch"),
         ("check", "leader-exec-check"),
+        ("resign", "leader-exec-resign"),
     ] {
         let subcommand = command
             .find_subcommand(name)
@@ -214,7 +215,7 @@ mod tests {
             .filter_map(|l| l.trim().strip_suffix(')'))
             .filter(|name| name.starts_with("leader__"))
             .collect();
-        assert_eq!(set.len(), 4, "root + status, watch, check: {set:?}");
+        assert_eq!(set.len(), 5, "root + status, watch, check, resign: {set:?}");
         for name in &set {
             assert!(branches.contains(name), "no branch {name}) in {branches:?}");
         }

@@ -40,7 +40,10 @@ into a newline, so a crontab line writes it as \\%):
       --occurrence \"statements:$(date +\\%F)\" -- ./send-statements
 
 Who leads, since which token, and the recent occurrences:
-  leader-exec status --lease statement-job";
+  leader-exec status --lease statement-job
+
+Move leadership to the next host in line, from anywhere (the leader stops its command and exits 75):
+  leader-exec resign --lease outbox-relay --token 42";
 
 pub const CHILD_ENVIRONMENT: &str = "\
 LEADER_TOKEN     fencing token: the create-revision of this leader's election key (decimal);
@@ -70,6 +73,8 @@ pub const EXIT_STATUS: &str = "\
 N        the command ran and exited with status N
 128+N    the command died of signal N (also when leader-exec forwarded it)
 75       leadership was lost and the command was stopped (EX_TEMPFAIL: restart us)
+76       --if-unfinished fail refused an occurrence an earlier leader started and never
+         finished: a human must decide whether to run it again
 124      not acquired: --no-wait found a leader, or --wait-timeout passed
 125      leader-exec itself failed: usage or configuration error, etcd unreachable at start,
          TLS or authentication error
@@ -77,6 +82,8 @@ N        the command ran and exited with status N
 127      the command was not found
 status:  0 there is a leader, 3 there is none, 125 error
 check:   0 the token is the current leader's, 1 it is not (stale), 125 error
+resign:  0 resigned, 1 --token given and not the current leader's (nothing deleted), 3 no
+         leader, 125 error
 watch:   0 when interrupted (INT/TERM), 125 error";
 
 pub const SIGNALS: &str = "\
@@ -199,7 +206,7 @@ pub fn try_parse() -> Result<Cli, clap::Error> {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check> --lease <NAME> [OPTIONS]",
+    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign> --lease <NAME> [OPTIONS]",
     disable_help_subcommand = true,
     max_term_width = 100
 )]
@@ -236,6 +243,15 @@ pub enum Subcommand {
     /// For jobs that check their fencing token before each unit of work:
     ///   leader-exec check --lease x --token "$LEADER_TOKEN" || exit 75
     Check(CheckArgs),
+    /// Make the current leader step down now, from any host: delete its election key.
+    ///
+    /// The key is deleted in one etcd transaction only if it still has the leader's token (its
+    /// create-revision), so a leader that changed in between is never resigned by mistake. The
+    /// leader notices at once, SIGKILLs its command's group and exits 75 (or campaigns again with
+    /// --recampaign, at the back of the line); the next instance in line takes over. Exit
+    /// status: 0 resigned, 1 --token given and not the current leader's (nothing deleted), 3 no
+    /// leader, 125 error.
+    Resign(ResignArgs),
     /// Write the man page and shell completions into DIR (for packaging).
     #[command(hide = true, name = "generate-assets")]
     GenerateAssets {
@@ -268,6 +284,13 @@ pub struct CheckArgs {
     /// The token to check, usually "$LEADER_TOKEN".
     #[arg(long, value_name = "T")]
     pub token: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ResignArgs {
+    /// Resign only if T is still the current leader's token (as `status` shows it).
+    #[arg(long, value_name = "T")]
+    pub token: Option<String>,
 }
 
 /// Which election: shared by the run form and the subcommands.
@@ -371,7 +394,7 @@ pub struct RunArgs {
 
     /// What to do with an occurrence an earlier leader started and never finished.
     ///
-    /// The default refuses (exit 125): the earlier run may have done part of the work, and only
+    /// The default refuses (exit 76): the earlier run may have done part of the work, and only
     /// someone who knows the job can say whether running it again is safe. Use `rerun` for
     /// idempotent jobs (they get the earlier leader's token in LEADER_PREVIOUS_TOKEN to resume),
     /// `skip` where a missed run is cheaper than a repeated one.
@@ -469,7 +492,7 @@ pub struct LogArgs {
     #[arg(short = 'v', long, action = clap::ArgAction::Count, conflicts_with = "quiet", global = true)]
     pub verbose: u8,
 
-    /// Less log output on stderr (-q: errors only, -qq: nothing).
+    /// Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line).
     #[arg(short = 'q', long, action = clap::ArgAction::Count, global = true)]
     pub quiet: u8,
 

@@ -1,6 +1,6 @@
 //! Logs go to stderr only: stdout belongs to the command.
 //!
-//! Text: `TIME leader-exec LEVEL message key=value…`, one line per event.
+//! Text: `TIME leader-exec[IDENTITY] LEVEL message key=value…`, one line per event.
 //! JSON: one object per line with stable fields: `time` (RFC 3339, UTC), `level`, `lease`,
 //! `identity`, `event` (a machine-readable name such as `elected` or `stepping-down`), `message`,
 //! and the event's own fields (`token`, `pid`, `signal`, `reason`, …).
@@ -173,7 +173,16 @@ fn format_line(level: &str, event: &str, message: &str, fields: &[(&str, Value)]
         }
         format!("{}\n", Value::Object(object))
     } else {
-        format!("{time} leader-exec {level:>5} {}\n", escape(message))
+        format!("{time} {} {level:>5} {}\n", program(), escape(message))
+    }
+}
+
+/// `leader-exec[IDENTITY]` once the identity is known (several hosts' lines in one journal are
+/// told apart by it), plain `leader-exec` before that and in the subcommands, which have none.
+fn program() -> String {
+    match CONTEXT.get() {
+        Some((_, identity)) if !identity.is_empty() => format!("leader-exec[{}]", escape(identity)),
+        _ => "leader-exec".to_owned(),
     }
 }
 
@@ -274,7 +283,8 @@ where
         } else {
             write!(
                 writer,
-                "{time} leader-exec {level:>5} {}",
+                "{time} {} {level:>5} {}",
+                program(),
                 escape(&fields.message)
             )?;
             // The message already says what happened; `event` is for machines.

@@ -55,6 +55,55 @@ pub fn status(status: &str) {
     send(&format!("STATUS={}\n", one_line(status)));
 }
 
+/// sd_notify_barrier(3): sends `BARRIER=1` with the write end of a pipe and waits, at most
+/// `limit`, until the service manager closes it — by then it has processed every message sent
+/// before. Used before exiting right after `READY=1` (a `--no-wait` loser, a `--wait-timeout`
+/// that passed): systemd attributes a notification to its unit by the sender's pid, and one from
+/// a process that has already exited may be dropped, which `Type=notify` would count as a
+/// start that never became ready. Only on exit paths: it blocks for up to `limit`.
+pub fn barrier(limit: std::time::Duration) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
+    use std::os::fd::{AsFd, AsRawFd};
+    let Some((socket, address)) = target() else {
+        return;
+    };
+    let address = match (address.as_pathname(), address.as_abstract_name()) {
+        (Some(path), _) => UnixAddr::new(path),
+        (None, Some(name)) => UnixAddr::new_abstract(name),
+        _ => return,
+    };
+    let Ok(address) = address else { return };
+    let Ok((read, write)) = nix::unistd::pipe() else {
+        return;
+    };
+    let fds = [write.as_raw_fd()];
+    let sent = sendmsg(
+        socket.as_raw_fd(),
+        &[std::io::IoSlice::new(b"BARRIER=1\n")],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_DONTWAIT,
+        Some(&address),
+    );
+    drop(write);
+    if sent.is_err() {
+        return;
+    }
+    let until = std::time::Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let timeout =
+            PollTimeout::try_from(left.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::ZERO);
+        let mut fds = [PollFd::new(read.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(0) => return,
+            Ok(_) => return,
+            Err(nix::errno::Errno::EINTR) if !left.is_zero() => continue,
+            Err(_) => return,
+        }
+    }
+}
+
 fn one_line(text: &str) -> String {
     text.replace(['\n', '\r'], " ")
 }

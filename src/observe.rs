@@ -25,7 +25,7 @@ pub const CHECK_CURRENT: u8 = 0;
 pub const CHECK_STALE: u8 = 1;
 
 /// Bounds one request by the connect timeout: these commands run from scripts and must not hang.
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     limit: Duration,
     what: &str,
     request: impl Future<Output = Result<T, StoreError>>,
@@ -42,7 +42,10 @@ async fn bounded<T>(
 }
 
 /// Reads once, retrying transient errors within `limit`.
-async fn observe_once<B: Backend>(backend: &B, limit: Duration) -> anyhow::Result<Observation> {
+pub(crate) async fn observe_once<B: Backend>(
+    backend: &B,
+    limit: Duration,
+) -> anyhow::Result<Observation> {
     bounded(limit, "reading the election", async {
         let mut backoff = Backoff::new();
         loop {
@@ -71,7 +74,8 @@ const OCCURRENCES_SHOWN: usize = 10;
 /// `leader-exec status`.
 ///
 /// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
-/// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`), `candidates`, `occurrences`
+/// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`, `since`, `command` (`running`,
+/// `holding` or null), `hold_until`), `candidates`, `occurrences`
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
 /// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
 /// `{"id": …, "state": "unreadable"}`).
@@ -91,6 +95,10 @@ pub async fn status<B: Backend>(
             )
             .await?
         }
+        None => None,
+    };
+    let state = match &observation.leader {
+        Some(leader) => crate::leadership::read(backend, scope, leader.token, limit).await?,
         None => None,
     };
     let records = bounded(
@@ -117,6 +125,9 @@ pub async fn status<B: Backend>(
             let mut object = leader_json(leader);
             object["ttl_remaining_seconds"] = json!(lease_time.map(|t| t.remaining.as_secs()));
             object["ttl_granted_seconds"] = json!(lease_time.map(|t| t.granted.as_secs()));
+            object["since"] = json!(state.as_ref().map(|s| &s.since));
+            object["command"] = json!(state.as_ref().map(|s| s.command));
+            object["hold_until"] = json!(state.as_ref().and_then(|s| s.hold_until.as_ref()));
             object
         });
         let occurrences: Vec<Value> = unreadable
@@ -145,13 +156,19 @@ pub async fn status<B: Backend>(
                 writeln!(out, "key:         {}", escape(&leader.key))?;
                 writeln!(out, "lease id:    {:x}", leader.lease_id)?;
                 if let Some(time) = lease_time {
+                    // How stale this view may be: a leader that died without releasing stays
+                    // listed until its lease runs out, and an etcd restart starts that over.
                     writeln!(
                         out,
-                        "ttl left:    {}s of {}s",
+                        "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; an etcd restart resets it to {}s)",
                         time.remaining.as_secs(),
+                        time.granted.as_secs(),
                         time.granted.as_secs()
                     )?;
                 }
+                let (since, command) = crate::leadership::describe(state.as_ref());
+                writeln!(out, "since:       {since}")?;
+                writeln!(out, "command:     {command}")?;
             }
             None => writeln!(out, "leader:      none")?,
         }

@@ -28,7 +28,7 @@ pub enum IfUnfinished {
     Rerun,
     /// Treat it as done: exit 0 without running.
     Skip,
-    /// Refuse to run and exit 125, so a human (or an alert) decides.
+    /// Refuse to run and exit 76, so a human (or an alert) decides.
     Fail,
 }
 
@@ -38,6 +38,17 @@ pub enum State {
     Started,
     Done,
     Failed,
+}
+
+impl std::fmt::Display for State {
+    /// As stored and as `status` shows it: `started`, `done`, `failed`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            State::Started => "started",
+            State::Done => "done",
+            State::Failed => "failed",
+        })
+    }
 }
 
 /// The value stored under an occurrence key (JSON).

@@ -22,8 +22,10 @@ use crate::clock::{Clock, sleep_until_some};
 use crate::election::Backoff;
 use crate::election::{self, Backend, Candidacy, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
+use crate::leadership;
 use crate::notify;
 use crate::occurrence::{self, Decision, Occurrence, Record};
+use crate::release::Release;
 use crate::renewal::{Deadline, Lost, keep_renewing};
 use crate::settings::{Settings, Wait};
 use crate::signals::{self, Signals};
@@ -162,8 +164,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 notify::status(&campaigning);
             }
             first = false;
+            // Not a token yet: only a leader's create-revision is one.
             tracing::info!(
-                token = candidacy.token,
+                candidate_revision = candidacy.token,
                 key = %candidacy.key,
                 event = "campaigning",
                 "campaigning"
@@ -195,7 +198,14 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     tokio::time::sleep(self.settings.timing.retry_period).await;
                     continue;
                 }
-                Waited::Exit(code) => return Ok(code),
+                Waited::Exit(code) => {
+                    if code == exit::NOT_ACQUIRED {
+                        // READY=1 went out when we joined: make sure systemd has read it
+                        // before this process is gone.
+                        notify::barrier(Duration::from_secs(1));
+                    }
+                    return Ok(code);
+                }
             }
             // The renewal loop would report this too, but only once polled again: never start
             // the command on a lease we can no longer vouch for.
@@ -307,7 +317,18 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     Ok(Turn::Leading) => return Ok(Waited::Leading),
                     Ok(Turn::Behind { predecessor, .. }) => {
                         let predecessor = crate::escape::escape(&predecessor);
-                        tracing::info!(event = "not-acquired", %predecessor, "another instance leads (--no-wait)");
+                        // Name who leads, not only the key ahead (one more read, bounded).
+                        let limit = self.settings.timing.retry_period;
+                        let leader = match tokio::time::timeout(limit, backend.observe()).await {
+                            Ok(Ok(observation)) => observation.leader,
+                            _ => None,
+                        };
+                        let leader_identity = leader.as_ref().map_or_else(
+                            || "unknown".to_owned(),
+                            |l| String::from_utf8_lossy(&l.identity).into_owned(),
+                        );
+                        let leader_token = leader.map(|l| l.token);
+                        tracing::info!(event = "not-acquired", leader = %leader_identity, leader_token, %predecessor, "another instance leads (--no-wait): {leader_identity}");
                         self.release(candidacy).await;
                         return Ok(Waited::Exit(exit::NOT_ACQUIRED));
                     }
@@ -370,6 +391,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         let settings = self.settings;
         let clock = self.clock.clone();
         let acquired = clock.now();
+        let since = std::time::SystemTime::now();
         let mut env = vec![
             ("LEADER_TOKEN", candidacy.token.to_string()),
             ("LEADER_LEASE", settings.lease.clone()),
@@ -441,6 +463,24 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             self.release(candidacy).await;
             return Err(Failure::usage(format!("cannot reach the supervisor: {e}")).into());
         }
+        // For `status`: since when it leads, and that the command runs. Written beside the
+        // start, never before it.
+        let state = leadership::State::new(
+            candidacy,
+            &settings.identity,
+            since,
+            leadership::Command::Running,
+        );
+        let state_key = leadership::key(&settings.scope());
+        let announce = leadership::write(
+            backend,
+            candidacy,
+            &state_key,
+            state,
+            settings.timing.renew_deadline,
+        );
+        tokio::pin!(announce);
+        let mut announced = false;
         let mut status: Option<ChildStatus> = None;
         let mut kill_at: Option<Duration> = None;
         let mut killed = false;
@@ -487,12 +527,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                                 }
                             }
                             if let Some(hold) = settings.hold_at_least
-                                && !self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), acquired + hold).await
+                                && !self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), acquired + hold, since).await
                             {
                                 // Asked to stop during the hold: leave the lease to expire.
                                 return Ok(Led::Exit(code));
                             }
-                            self.release(candidacy).await;
+                            self.release_at_exit(candidacy).await;
                             return Ok(Led::Exit(code));
                         }
                         Err(e) => {
@@ -528,7 +568,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 _ = sleep_until_some(&clock, look_at) => {
                     let since_kill = kill_at.map_or(Duration::ZERO, |at| clock.now().saturating_sub(at));
                     if self.supervisor.group() == Group::Gone {
-                        self.release(candidacy).await;
+                        self.release_at_exit(candidacy).await;
                         let killed = ChildStatus::Signaled(Signal::SIGKILL as i32);
                         return Ok(Led::Exit(status.unwrap_or(killed).code()));
                     }
@@ -538,6 +578,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         return Ok(Led::Exit(128 + Signal::SIGKILL as u8));
                     }
                     look_at = Some(clock.now() + GROUP_POLL);
+                    continue;
+                }
+                () = &mut announce, if !announced => {
+                    announced = true;
                     continue;
                 }
             };
@@ -571,10 +615,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 self.finish_occurrence(candidacy, started, child.code())
                     .await;
             }
-            if gone {
+            if gone && settings.recampaign {
                 // Usually the lease is gone or etcd unreachable; if not, revoking it lets the
                 // next leader start now instead of after the TTL.
                 self.release(candidacy).await;
+            } else if gone {
+                self.release_at_exit(candidacy).await;
             }
             return Ok(Led::Lost);
         }
@@ -629,7 +675,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             Decision::RefuseUnfinished(started) => {
                 crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Refused);
                 tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: etcdctl del {}", shell_quote(&occurrence.key));
-                return Ok(Begun::Exit(exit::FAILURE));
+                return Ok(Begun::Exit(exit::UNFINISHED_OCCURRENCE));
             }
             Decision::TokenWentBackwards(newer) => {
                 return Err(Failure::usage(format!(
@@ -709,7 +755,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     } else {
                         crate::metrics::OccurrenceOutcome::Failed
                     });
-                    tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = ?finished.state, exit_code = code, "occurrence {id} recorded as {:?}", finished.state);
+                    tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = %finished.state, exit_code = code, "occurrence {id} recorded as {}", finished.state);
                     return Finished::Recorded;
                 }
                 Ok(false) => {
@@ -740,11 +786,31 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         mut renewal: Pin<&mut impl Future<Output = Lost>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
         until: Duration,
+        since: std::time::SystemTime,
     ) -> bool {
         let clock = self.clock.clone();
         if clock.now() >= until {
             return true;
         }
+        // For `status`: holding, not running, and until when.
+        let mut state = leadership::State::new(
+            candidacy,
+            &self.settings.identity,
+            since,
+            leadership::Command::Holding,
+        );
+        let left = until.saturating_sub(clock.now());
+        state.hold_until = Some(leadership::rfc3339(std::time::SystemTime::now() + left));
+        let state_key = leadership::key(&self.settings.scope());
+        let announce = leadership::write(
+            self.backend,
+            candidacy,
+            &state_key,
+            state,
+            self.settings.timing.renew_deadline,
+        );
+        tokio::pin!(announce);
+        let mut announced = false;
         tracing::info!(
             event = "holding",
             token = candidacy.token,
@@ -766,6 +832,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     return true;
                 }
                 _ = clock.sleep_until(until) => return true,
+                () = &mut announce, if !announced => announced = true,
                 signal = self.signals.recv() => {
                     if signals::stops_the_child(signal) {
                         tracing::info!(event = "hold-ended", token = candidacy.token, signal = signal.as_str(), "stopping during --hold-at-least; the lease expires on its own");
@@ -904,15 +971,25 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         tracing::error!(
             event = "group-stuck",
             token = candidacy.token,
-            pids = ?pids,
+            pids = %pids.iter().map(i32::to_string).collect::<Vec<_>>().join(","),
             "the command's group survived SIGKILL for {}; giving up on it and leaving the lease to expire on its own",
             humantime::format_duration(KILL_WAIT)
         );
     }
 
+    /// The release that ends a run, once the command's whole group is gone: when etcd is
+    /// unreachable it is retried for up to a TTL (see `release.rs`).
+    async fn release_at_exit(&mut self, candidacy: &Candidacy) {
+        let until = self.clock.now() + self.settings.timing.ttl;
+        if self.release(candidacy).await == Release::Unreachable {
+            let clock = self.clock.clone();
+            crate::release::retry(self.backend, candidacy, &clock, self.signals, until).await;
+        }
+    }
+
     /// Revokes the lease (deleting the candidate key), retrying briefly; if that fails the lease
     /// expires on its own within the TTL.
-    async fn release(&mut self, candidacy: &Candidacy) {
+    async fn release(&mut self, candidacy: &Candidacy) -> Release {
         let clock = self.clock.clone();
         let limit = clock.now() + RELEASE_BUDGET;
         let mut backoff = Backoff::new();
@@ -925,10 +1002,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 Ok(()) => {
                     tracing::info!(
                         event = "released",
-                        token = candidacy.token,
+                        lease_id = candidacy.lease_id_hex(),
                         "lease released"
                     );
-                    return;
+                    return Release::Done;
                 }
                 Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
                 Err(e) => {
@@ -937,7 +1014,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         error = %e,
                         "could not release the lease; it expires on its own within the TTL"
                     );
-                    return;
+                    return Release::from(&e);
                 }
             }
         }

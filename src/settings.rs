@@ -92,17 +92,81 @@ impl Timing {
             .saturating_add(self.kill_after)
             .saturating_add(self.margin());
         if needed > self.ttl {
+            let fit = Timing::fitting(self.ttl);
             return Err(Failure::usage(format!(
-                "--renew-deadline ({}) + --kill-after ({}) must be at most --ttl ({}) minus a margin of {}: the command must be dead before the lease can expire",
+                "--renew-deadline ({}) + --kill-after ({}) must be at most --ttl ({}) minus a margin of {}: the command must be dead before the lease can expire; with --ttl {} use, for example, --renew-deadline {} --kill-after {} --retry-period {}, or keep these and raise --ttl to {}",
                 ms(self.renew_deadline),
                 ms(self.kill_after),
                 ms(self.ttl),
-                ms(self.margin())
+                ms(self.margin()),
+                flag_value(self.ttl),
+                flag_value(fit.renew_deadline),
+                flag_value(fit.kill_after),
+                flag_value(fit.retry_period),
+                flag_value(self.ttl_needed()),
             )));
         }
         Ok(())
     }
+
+    /// Timing that fits `ttl`, in the proportions of the defaults (10s + 4s in 15s, renewing
+    /// every fifth of the deadline): what the error message suggests when only --ttl was changed.
+    pub fn fitting(ttl: Duration) -> Timing {
+        let available = ttl.saturating_sub(Timing::with_ttl(ttl).margin());
+        // Round down to a readable step: 100ms from 2s on, else 1ms.
+        let step: u128 = if available >= Duration::from_secs(2) {
+            100
+        } else {
+            1
+        };
+        let part = |share: u32| {
+            let ms = (available * share / 14).as_millis() / step * step;
+            Duration::from_millis(ms as u64)
+        };
+        let renew_deadline = part(10);
+        let retry_period =
+            Duration::from_millis((renew_deadline / 5).as_millis() as u64).max(MIN_RETRY_PERIOD);
+        Timing {
+            ttl,
+            renew_deadline,
+            retry_period,
+            kill_after: part(4),
+        }
+    }
+
+    fn with_ttl(ttl: Duration) -> Timing {
+        Timing {
+            ttl,
+            renew_deadline: Duration::ZERO,
+            retry_period: Duration::ZERO,
+            kill_after: Duration::ZERO,
+        }
+    }
+
+    /// The shortest whole-second --ttl that fits this --renew-deadline and --kill-after.
+    pub fn ttl_needed(&self) -> Duration {
+        let busy = self.renew_deadline.saturating_add(self.kill_after);
+        let mut ttl = Duration::from_secs(busy.as_secs().max(1));
+        while ttl < MAX_DURATION && busy.saturating_add(Timing::with_ttl(ttl).margin()) > ttl {
+            ttl += Duration::from_secs(1);
+        }
+        ttl
+    }
 }
+
+/// A duration as a flag value: `3s`, `3300ms`.
+fn flag_value(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", d.as_millis())
+    } else {
+        humantime::format_duration(d).to_string().replace(' ', "")
+    }
+}
+
+/// A --hold-at-least longer than this is likely a typo (`10d` for `10m`): warned about.
+pub const HOLD_WARNING: Duration = Duration::from_secs(24 * 3600);
 
 /// How long to wait for our turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +324,17 @@ impl Settings {
             }
             other => other,
         };
+        // From here on every log line names this instance (the warnings below included).
+        crate::logging::set_context(&lease, &identity);
+        if let Some(hold) = run.hold_at_least
+            && hold > HOLD_WARNING
+        {
+            tracing::warn!(
+                event = "long-hold",
+                "--hold-at-least {} is longer than a day: this instance keeps the lease (and every other instance waits or exits 124) that long after it was elected; running anyway",
+                humantime::format_duration(hold)
+            );
+        }
         let connection = Connection::from_args(etcd)?;
         Ok(Settings {
             http,
@@ -660,6 +735,29 @@ mod tests {
         let err = timing(15, 6_000, 2_001, 1_000).validate().unwrap_err();
         assert!(err.message.contains("--retry-period"), "{err}");
         assert!(timing(15, 6_000, 2_000, 1_000).validate().is_ok());
+    }
+
+    #[test]
+    fn suggested_timing_fits_every_ttl() {
+        for secs in (1..=120).chain([300, 3600, 86_400]) {
+            let ttl = Duration::from_secs(secs);
+            let fit = Timing::fitting(ttl);
+            assert!(fit.validate().is_ok(), "{fit:?}: {:?}", fit.validate());
+        }
+        let fit = Timing::fitting(Duration::from_secs(5));
+        assert_eq!(fit.renew_deadline, Duration::from_millis(3300));
+        assert_eq!(fit.kill_after, Duration::from_millis(1300));
+        let err = timing(5, 10_000, 2_000, 4_000).validate().unwrap_err();
+        assert!(
+            err.message
+                .contains("--renew-deadline 3300ms --kill-after 1300ms --retry-period 660ms"),
+            "{err}"
+        );
+        assert!(err.message.contains("raise --ttl to 15s"), "{err}");
+        assert_eq!(
+            timing(15, 10_000, 2_000, 4_000).ttl_needed(),
+            Duration::from_secs(15)
+        );
     }
 
     #[test]

@@ -170,13 +170,14 @@ fn the_next_leader_applies_the_unfinished_policy() {
         (Some("started"), Some(killed))
     );
 
-    // fail (the default): exit 125 with one line saying why, without running.
+    // fail (the default): exit 76 (not 125: a human must decide, nothing is misconfigured)
+    // with one line saying why, without running.
     let _ = kill_mid_run(&etcd, &scratch, "job:3", "a3");
     let mut args = lease_args(&endpoint, "unfinished");
     args.retain(|a| *a != "-v");
     args.extend(["--occurrence", "job:3"]);
     let mut b = Instance::start(&args, &scratch.job("b3", "true"));
-    assert_eq!(b.wait(Duration::from_secs(15)), Some(125), "{}", b.stderr());
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(76), "{}", b.stderr());
     assert!(scratch.wait_record("start", "b3", Duration::ZERO).is_none());
     let stderr = b.stderr();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

@@ -14,4 +14,5 @@ mod input;
 mod local_faults;
 mod metrics;
 mod operator;
+mod rough_edges;
 mod signals;

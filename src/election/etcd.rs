@@ -513,6 +513,35 @@ impl Backend for Etcd {
         Ok(elections.into_values().collect())
     }
 
+    async fn delete_if_current(&self, key: &[u8], token: i64) -> Result<bool, StoreError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, token)])
+            .and_then([TxnOp::delete(key, None)]);
+        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
+        Ok(response.succeeded())
+    }
+
+    async fn put_on_lease_fenced(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<bool, StoreError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                candidacy.key.as_str(),
+                CompareOp::Equal,
+                candidacy.token,
+            )])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(candidacy.lease_id)),
+            )]);
+        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
+        Ok(response.succeeded())
+    }
+
     async fn lease_time(&self, lease_id: i64) -> Result<Option<LeaseTime>, StoreError> {
         let response = self
             .client

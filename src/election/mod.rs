@@ -188,6 +188,23 @@ pub trait Backend {
     /// Every election under `prefix` (keys `prefix NAME "/" ID`, names not starting with `.`),
     /// read at one revision, sorted by name.
     fn observe_all(&self, prefix: &str) -> impl Future<Output = Result<Vec<Election>, StoreError>>;
+    /// Deletes `key` only while its create-revision is still `token`, in one transaction (the
+    /// lowest create-revision leads, and no later key can get a lower one: a key that still has
+    /// its create-revision still leads if it led). `Ok(false)`: the key is gone or was recreated.
+    fn delete_if_current(
+        &self,
+        key: &[u8],
+        token: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+
+    /// Puts `value` under `key` on the candidacy's own lease (so it goes with the lease), only
+    /// while the candidacy's election key still holds its token. `Ok(false)`: the fence said no.
+    fn put_on_lease_fenced(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        value: Vec<u8>,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
 
     /// Time left on a lease; `None` when it no longer exists.
     fn lease_time(

@@ -1,0 +1,172 @@
+//! What `status` shows beyond the election key: since when the leader leads, and whether its
+//! command is running or it only holds the lease (`--hold-at-least`).
+//!
+//! The election key's value is the identity alone (etcd's election recipe; `etcdctl elect` and
+//! Go's `concurrency.Election` read it), so this lives in a key of its own,
+//! `PREFIX .leaders/NAME`, outside every election's key range (lease names cannot start with
+//! `.`). The leader writes it on its own lease, in a transaction fenced by its election key: it
+//! goes when the lease goes, and a deposed leader cannot overwrite its successor's. It is
+//! written beside the command's start, never before it (handover latency is unchanged), and
+//! again when a hold begins; a write that fails is only logged at debug level: `status` then
+//! says the detail is unknown. `status` shows it only when its token is the current leader's.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::election::{Backend, Backoff, Candidacy};
+use crate::settings::Scope;
+
+pub fn key(scope: &Scope) -> String {
+    format!("{}.leaders/{}", scope.prefix, scope.lease)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Command {
+    /// The command was started and has not ended.
+    Running,
+    /// The command ended; the lease is held until `hold_until` (`--hold-at-least`).
+    Holding,
+}
+
+/// The value under [`key`] (JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub token: i64,
+    pub identity: String,
+    /// When this leader was elected (RFC 3339, UTC, the leader's clock).
+    pub since: String,
+    pub command: Command,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<String>,
+}
+
+impl State {
+    pub fn new(candidacy: &Candidacy, identity: &str, since: SystemTime, command: Command) -> Self {
+        State {
+            token: candidacy.token,
+            identity: identity.to_owned(),
+            since: rfc3339(since),
+            command,
+            hold_until: None,
+        }
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Option<State> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+pub fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// Writes `state` on the candidacy's lease, fenced; retried for up to `limit`, then given up
+/// (only `status` loses detail). Completes when done either way.
+pub async fn write<B: Backend>(
+    backend: &B,
+    candidacy: &Candidacy,
+    key: &str,
+    state: State,
+    limit: Duration,
+) {
+    let value = serde_json::to_vec(&state).expect("states serialize");
+    let attempt = async {
+        let mut backoff = Backoff::new();
+        loop {
+            match backend
+                .put_on_lease_fenced(candidacy, key, value.clone())
+                .await
+            {
+                Ok(true) => return,
+                Ok(false) => {
+                    tracing::debug!("not recording the leader's state: no longer leading");
+                    return;
+                }
+                Err(e) if e.is_transient() => backoff.sleep().await,
+                Err(e) => {
+                    tracing::debug!(error = %e, "recording the leader's state failed");
+                    return;
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(limit, attempt).await.is_err() {
+        tracing::debug!("recording the leader's state took too long; given up");
+    }
+}
+
+/// The current leader's state, if it recorded one for `token`.
+pub async fn read<B: Backend>(
+    backend: &B,
+    scope: &Scope,
+    token: i64,
+    limit: Duration,
+) -> anyhow::Result<Option<State>> {
+    let value = crate::observe::bounded(
+        limit,
+        "reading the leader's state",
+        backend.read_record(&key(scope)),
+    )
+    .await?;
+    Ok(value
+        .and_then(|bytes| State::from_json(&bytes))
+        .filter(|state| state.token == token))
+}
+
+/// The text `status` shows on its `since:` and `command:` lines.
+pub fn describe(state: Option<&State>) -> (String, String) {
+    use crate::escape::escape_str;
+    let Some(state) = state else {
+        let unknown = "unknown (not recorded yet, or by an older leader-exec)".to_owned();
+        return (unknown.clone(), unknown);
+    };
+    let since = match age(&state.since) {
+        Some(age) => format!("{} ({age} ago)", escape_str(&state.since)),
+        None => escape_str(&state.since),
+    };
+    let command = match (state.command, &state.hold_until) {
+        (Command::Running, _) => "running".to_owned(),
+        (Command::Holding, Some(until)) => format!(
+            "ended; holding the lease until {} (--hold-at-least)",
+            escape_str(until)
+        ),
+        (Command::Holding, None) => "ended; holding the lease (--hold-at-least)".to_owned(),
+    };
+    (since, command)
+}
+
+/// "3m 12s" since `since` (RFC 3339), to the second; `None` when it cannot be read or lies in
+/// the future (clocks of different hosts).
+pub fn age(since: &str) -> Option<String> {
+    let since = humantime::parse_rfc3339(since).ok()?;
+    let age = SystemTime::now().duration_since(since).ok()?;
+    Some(humantime::format_duration(Duration::from_secs(age.as_secs())).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_as_json() {
+        let candidacy = Candidacy {
+            lease_id: 0x1f,
+            key: "/leader-exec/x/1f".into(),
+            token: 42,
+        };
+        let mut state = State::new(&candidacy, "h:1", SystemTime::UNIX_EPOCH, Command::Running);
+        let text = String::from_utf8(serde_json::to_vec(&state).unwrap()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"token":42,"identity":"h:1","since":"1970-01-01T00:00:00.000Z","command":"running"}"#
+        );
+        state.command = Command::Holding;
+        state.hold_until = Some("1970-01-01T00:10:00.000Z".into());
+        let back = State::from_json(&serde_json::to_vec(&state).unwrap()).unwrap();
+        assert_eq!(back, state);
+        assert!(age("1970-01-01T00:00:00Z").is_some());
+        assert_eq!(age("not a time"), None);
+    }
+}

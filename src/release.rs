@@ -1,0 +1,115 @@
+//! The last release, retried through an etcd outage.
+//!
+//! etcd resets every lease's TTL when it restarts (and when a new raft leader takes over). A
+//! leader whose command ended while etcd was down, and which then gave up on revoking its lease,
+//! would leave its key standing for a full TTL *after etcd is back*: `status` shows a leader
+//! whose process is long gone, and the next instance in line starts that much later.
+//!
+//! So when the release that ends a run finds etcd unreachable, leader-exec keeps trying for up
+//! to one TTL (counted from the first attempt, which starts once the command's whole group is
+//! gone), and exits as soon as a revoke goes through or etcd says the lease no longer exists.
+//! Past that TTL the lease may have expired anyway had etcd kept running, and an outage that
+//! long is not worth waiting out: leader-exec exits and the lease expires a TTL after etcd is
+//! back. TERM or INT during the retry end it at once. The lease is never renewed meanwhile.
+
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::election::{Backend, Backoff, Candidacy, StoreError};
+use crate::signals::{self, Signals};
+
+/// How one release ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// The lease is revoked (or no longer existed).
+    Done,
+    /// etcd did not answer in time: worth trying again later.
+    Unreachable,
+    /// etcd refused (permission, invalid request): trying again will not help.
+    Refused,
+}
+
+impl From<&StoreError> for Release {
+    fn from(error: &StoreError) -> Release {
+        if error.is_transient() {
+            Release::Unreachable
+        } else {
+            Release::Refused
+        }
+    }
+}
+
+/// How long one revoke may take before it is abandoned and sent again.
+const ATTEMPT: Duration = Duration::from_secs(1);
+
+/// Keeps revoking the lease until it works, `until` (a value of `clock.now()`) passes, or TERM
+/// or INT arrives. Returns whether the lease was released.
+pub async fn retry<B: Backend, C: Clock>(
+    backend: &B,
+    candidacy: &Candidacy,
+    clock: &C,
+    signals: &mut Signals,
+    until: Duration,
+) -> bool {
+    let left = until.saturating_sub(clock.now());
+    tracing::warn!(
+        event = "release-retrying",
+        lease_id = candidacy.lease_id_hex(),
+        "etcd is unreachable: retrying the release for up to {} (etcd restarts reset lease TTLs, so a lease left behind would stand a full TTL after etcd is back); TERM or INT stops this",
+        humantime::format_duration(Duration::from_secs(left.as_secs()))
+    );
+    let mut backoff = Backoff::new();
+    loop {
+        let attempt = async {
+            match tokio::time::timeout(ATTEMPT, backend.resign(candidacy)).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Transient("no answer".into())),
+            }
+        };
+        let result = tokio::select! {
+            result = attempt => result,
+            () = clock.sleep_until(until) => Err(StoreError::Transient("no answer".into())),
+            signal = wait_for_stop(signals) => {
+                tracing::warn!(event = "release-abandoned", signal = signal.as_str(), "stopped retrying the release; the lease expires on its own");
+                return false;
+            }
+        };
+        match result {
+            Ok(()) => {
+                tracing::warn!(
+                    event = "released",
+                    lease_id = candidacy.lease_id_hex(),
+                    "lease released once etcd answered again"
+                );
+                return true;
+            }
+            Err(e) if e.is_transient() && clock.now() < until => {
+                tokio::select! {
+                    () = backoff.sleep() => {}
+                    signal = wait_for_stop(signals) => {
+                        tracing::warn!(event = "release-abandoned", signal = signal.as_str(), "stopped retrying the release; the lease expires on its own");
+                        return false;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    event = "release-failed",
+                    error = %e,
+                    "gave up retrying the release; the lease expires on its own within the TTL after etcd is back"
+                );
+                return false;
+            }
+        }
+    }
+}
+
+/// The next TERM or INT; other signals are ignored (there is no command left to forward to).
+async fn wait_for_stop(signals: &mut Signals) -> nix::sys::signal::Signal {
+    loop {
+        let signal = signals.recv().await;
+        if signals::stops_the_child(signal) {
+            return signal;
+        }
+    }
+}
