@@ -489,7 +489,7 @@ fn hostile_identities_and_keys_are_escaped_in_status_and_watch() {
     assert_inert(&out.stdout);
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 7, "forged lines? {text}");
+    assert_eq!(lines.len(), 9, "forged lines? {text}");
     assert!(
         !lines.iter().any(|l| l.starts_with("leader: forged")),
         "{text}"
