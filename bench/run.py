@@ -690,6 +690,43 @@ class LeaderExec:
         return f"/leader-exec/{lease}/"
 
 
+# The scraper of the --scraped tool: requests per second, and the longest it runs for one instance.
+SCRAPE_RATE = 10
+SCRAPE_LIMIT_S = 120
+
+
+def scrape(port):
+    """GETs /metrics SCRAPE_RATE times a second until the instance stops answering (or for at most
+    SCRAPE_LIMIT_S): the load a Prometheus server scraping far too often would put on it."""
+    started, seen, misses = time.monotonic(), False, 0
+    while time.monotonic() - started < SCRAPE_LIMIT_S:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=0.5)
+            conn.request("GET", "/metrics")
+            conn.getresponse().read()
+            conn.close()
+            seen, misses = True, 0
+        except OSError:
+            misses += 1
+            if seen and misses > 2 * SCRAPE_RATE:
+                return  # the instance is gone
+        time.sleep(1 / SCRAPE_RATE)
+
+
+class ScrapedLeaderExec(LeaderExec):
+    """The same leader-exec with `--http` on a free loopback port and a scraper hitting /metrics
+    SCRAPE_RATE times a second: shows whether serving metrics moves the step-down or the CPU."""
+
+    def argv(self, endpoint, lease, child, extra=()):
+        port = free_port()
+        threading.Thread(target=scrape, args=(port,), daemon=True).start()
+        return super().argv(endpoint, lease, child, ("--http", f"127.0.0.1:{port}", *extra))
+
+
+# Scenarios the --scraped tool runs in: the ones whose figures the HTTP server could move.
+SCRAPED_SCENARIOS = {"stepdown", "hold"}
+
+
 class Etcdctl:
     kind = key = "etcdctl"
     label = "etcdctl lock"
@@ -1278,6 +1315,9 @@ def main():
     ap.add_argument("--baseline", help="another leader-exec binary (an older build) to run as a third tool, "
                     "for before/after comparisons of a change")
     ap.add_argument("--baseline-note", default="", help="how the baseline was built, printed in the report")
+    ap.add_argument("--scraped", action="store_true",
+                    help="run the same binary with --http and a scraper at 10 requests/s as the third tool, "
+                    "in the step-down and hold scenarios (instead of --baseline)")
     ap.add_argument("--only", help="comma-separated scenarios: " + ",".join(s[0] for s in SCENARIOS))
     ap.add_argument("--out", help="report file (default BENCHMARKS.md, smoke target/bench/SMOKE.md)")
     ap.add_argument("--etcd-data", default=default_etcd_data(),
@@ -1308,6 +1348,12 @@ def main():
     etcd = Etcd(workdir, args.etcd_data)
     le, ctl = LeaderExec(binary), Etcdctl()
     extra = [LeaderExec(Path(args.baseline).resolve(), "baseline", "leader-exec (baseline)")] if args.baseline else []
+    if args.scraped:
+        extra = [ScrapedLeaderExec(binary, "baseline", "leader-exec --http, scraped")]
+        args.baseline = f"{binary} --http 127.0.0.1:PORT"
+        args.baseline_note = args.baseline_note or (
+            f"the same binary serving metrics, with a scraper GETting /metrics {SCRAPE_RATE} times a second "
+            f"(step-down and hold scenarios only)")
     ctx = Context(args, workdir, etcd, stamp)
     rng = random.Random(args.seed)
     results = {}  # figure → tool → [values]
@@ -1323,7 +1369,9 @@ def main():
         for name, fn, both, quick in SCENARIOS:
             if only and name not in only:
                 continue
-            tools = ([le, ctl] if both else [le]) + extra
+            tools = ([le, ctl] if both else [le]) + [
+                t for t in extra if not isinstance(t, ScrapedLeaderExec) or name in SCRAPED_SCENARIOS
+            ]
             shared = {}
             if name == "check":
                 if subprocess.run([str(binary), "check", "--help"], capture_output=True).returncode != 0:
@@ -1611,7 +1659,8 @@ def report(args, argv, info, results, extras, loads, failures, notes, started_at
     w("median (min – max) over the runs; ratio = leader-exec median / etcdctl median.")
     w("")
     baseline = bool(args.baseline)
-    header = "| figure | leader-exec |" + (" baseline |" if baseline else "") + " etcdctl lock | ratio | target |"
+    base_title = "--http, scraped" if getattr(args, "scraped", False) else "baseline"
+    header = "| figure | leader-exec |" + (f" {base_title} |" if baseline else "") + " etcdctl lock | ratio | target |"
     w(header + ("" if smoke else " met? |"))
     w("|---|---|" + ("---|" if baseline else "") + "---|---|---|" + ("" if smoke else "---|"))
     verdicts = {"yes": [], "≈": [], "no": []}
