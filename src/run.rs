@@ -89,13 +89,6 @@ enum Finished {
     Unrecorded,
 }
 
-/// `text` quoted for a POSIX shell, so that a suggested command can be pasted as it is whatever
-/// the occurrence ID holds. A quote inside becomes `'"'"'` rather than `'\''`: text logs show
-/// backslashes escaped, and this form has none.
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r#"'"'"'"#))
-}
-
 /// The next signal that withdraws a candidacy (TERM, INT, HUP, QUIT); others are ignored.
 async fn wait_for_withdrawal(signals: &mut Signals) -> Signal {
     loop {
@@ -138,7 +131,8 @@ enum Begun {
 }
 
 enum Waited {
-    Leading,
+    /// Leading, with this fencing token.
+    Leading(i64),
     Recampaign,
     Exit(u8),
 }
@@ -188,11 +182,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let backend = self.backend;
             let key_gone = backend.key_gone(&candidacy);
             tokio::pin!(key_gone);
-            match self
+            let leader = match self
                 .wait_turn(&candidacy, renewal.as_mut(), key_gone.as_mut(), give_up_at)
                 .await?
             {
-                Waited::Leading => {}
+                // The token may be known only now (a store with one lease row per name).
+                Waited::Leading(token) => candidacy.leading(token),
                 Waited::Recampaign => {
                     // Not at once: whatever took the candidacy away may still be going on.
                     tokio::time::sleep(self.settings.timing.retry_period).await;
@@ -206,7 +201,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     }
                     return Ok(code);
                 }
-            }
+            };
             // The renewal loop would report this too, but only once polled again: never start
             // the command on a lease we can no longer vouch for.
             if clock.now() >= deadline.get() {
@@ -214,12 +209,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     event = "candidacy-lost",
                     "elected, but the lease is past its renew deadline; campaigning again"
                 );
-                self.release(&candidacy).await;
+                self.release(&leader).await;
                 tokio::time::sleep(self.settings.timing.retry_period).await;
                 continue;
             }
             let led = self
-                .lead(&candidacy, renewal.as_mut(), key_gone.as_mut())
+                .lead(&leader, renewal.as_mut(), key_gone.as_mut())
                 .await?;
             crate::metrics::led_ended(matches!(led, Led::Lost));
             match led {
@@ -257,7 +252,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     _ = sleep_until_some(&clock, limit) => {
                         return if first {
                             Err(Failure::usage(format!(
-                                "etcd at {} did not answer within --connect-timeout ({}): {last_error}",
+                                "{} at {} did not answer within --connect-timeout ({}): {last_error}",
+                                backend.store_name(),
                                 connection.endpoints.join(","),
                                 humantime::format_duration(connection.connect_timeout)
                             ))
@@ -314,9 +310,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     _ = clock.sleep_until(limit) => Err(StoreError::Transient("no answer".into())),
                 };
                 match turn {
-                    Ok(Turn::Leading) => return Ok(Waited::Leading),
-                    Ok(Turn::Behind { predecessor, .. }) => {
-                        let predecessor = crate::escape::escape(&predecessor);
+                    Ok(Turn::Leading { token }) => return Ok(Waited::Leading(token)),
+                    Ok(Turn::Behind(ahead)) => {
+                        let predecessor = crate::escape::escape(&ahead.key);
                         // Name who leads, not only the key ahead (one more read, bounded).
                         let limit = self.settings.timing.retry_period;
                         let leader = match tokio::time::timeout(limit, backend.observe()).await {
@@ -352,8 +348,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     return Ok(Waited::Recampaign);
                 }
                 turn = &mut turn => {
-                    if turn == Turn::Leading {
-                        return Ok(Waited::Leading);
+                    if let Turn::Leading { token } = turn {
+                        return Ok(Waited::Leading(token));
                     }
                     tracing::warn!(event = "candidacy-lost", "our candidate key disappeared; campaigning again");
                     self.release(candidacy).await;
@@ -397,8 +393,11 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             ("LEADER_LEASE", settings.lease.clone()),
             ("LEADER_KEY", candidacy.key.clone()),
             ("LEADER_IDENTITY", settings.identity.clone()),
-            ("LEADER_LEASE_ID", candidacy.lease_id_hex()),
         ];
+        // Absent where the store has no lease ids (PostgreSQL).
+        if let Some(lease_id) = candidacy.lease_id_hex() {
+            env.push(("LEADER_LEASE_ID", lease_id));
+        }
         tracing::info!(event = "elected", token = candidacy.token, "elected");
         crate::metrics::elected(candidacy.token);
         notify::status(&format!(
@@ -674,7 +673,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             }
             Decision::RefuseUnfinished(started) => {
                 crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Refused);
-                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: etcdctl del {}", shell_quote(&occurrence.key));
+                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: {}", backend.delete_record_hint(&occurrence.key));
                 return Ok(Begun::Exit(exit::UNFINISHED_OCCURRENCE));
             }
             Decision::TokenWentBackwards(newer) => {
@@ -1003,6 +1002,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     tracing::info!(
                         event = "released",
                         lease_id = candidacy.lease_id_hex(),
+                        token = candidacy.token,
                         "lease released"
                     );
                     return Release::Done;
@@ -1024,15 +1024,6 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn suggested_commands_are_shell_quoted() {
-        assert_eq!(shell_quote("/a/b"), "'/a/b'");
-        assert_eq!(
-            shell_quote("x'; rm -rf /; '"),
-            r#"'x'"'"'; rm -rf /; '"'"''"#
-        );
-    }
 
     #[test]
     fn only_a_store_that_says_so_makes_a_loss_certain() {
