@@ -67,6 +67,15 @@ impl Deadline {
         self.0.get()
     }
 
+    /// Brings the deadline forward to `instant` if it is later: used when leadership is proven
+    /// by the request that acquired it (sent at `instant - renew_deadline`), so that nothing
+    /// proven before the acquisition, or by a waiter that held nothing, stretches it.
+    pub fn cap(&self, instant: Duration) {
+        if instant < self.0.get() {
+            self.0.set(instant);
+        }
+    }
+
     fn extend_to(&self, instant: Duration) {
         if instant > self.0.get() {
             self.0.set(instant);

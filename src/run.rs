@@ -131,8 +131,8 @@ enum Begun {
 }
 
 enum Waited {
-    /// Leading, with this fencing token.
-    Leading(i64),
+    /// Leading, with this fencing token, as answered to a request sent at this instant.
+    Leading(i64, Duration),
     Recampaign,
     Exit(u8),
 }
@@ -186,8 +186,13 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 .wait_turn(&candidacy, renewal.as_mut(), key_gone.as_mut(), give_up_at)
                 .await?
             {
-                // The token may be known only now (a store with one lease row per name).
-                Waited::Leading(token) => candidacy.leading(token),
+                // The token may be known only now (a store with one lease row per name), and
+                // the lease proven only from the request that acquired it: no earlier renewal
+                // may stretch the deadline past that request's send instant + renew deadline.
+                Waited::Leading(token, sent) => {
+                    deadline.cap(sent + self.settings.timing.renew_deadline);
+                    candidacy.leading(token)
+                }
                 Waited::Recampaign => {
                     // Not at once: whatever took the candidacy away may still be going on.
                     tokio::time::sleep(self.settings.timing.retry_period).await;
@@ -305,12 +310,13 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let limit = clock.now() + self.settings.connection.connect_timeout;
             let mut retry = Backoff::new();
             loop {
+                let sent = clock.now();
                 let turn = tokio::select! {
                     turn = backend.check_turn(candidacy) => turn,
                     _ = clock.sleep_until(limit) => Err(StoreError::Transient("no answer".into())),
                 };
                 match turn {
-                    Ok(Turn::Leading { token }) => return Ok(Waited::Leading(token)),
+                    Ok(Turn::Leading { token }) => return Ok(Waited::Leading(token, sent)),
                     Ok(Turn::Behind(ahead)) => {
                         let predecessor = crate::escape::escape(&ahead.key);
                         // Name who leads, not only the key ahead (one more read, bounded).
@@ -337,7 +343,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
             }
         }
-        let turn = election::wait_for_turn(backend, candidacy, backoff);
+        let turn = election::wait_for_turn(backend, &clock, candidacy, backoff);
         tokio::pin!(turn);
         loop {
             tokio::select! {
@@ -347,9 +353,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     self.release(candidacy).await;
                     return Ok(Waited::Recampaign);
                 }
-                turn = &mut turn => {
+                (turn, sent) = &mut turn => {
                     if let Turn::Leading { token } = turn {
-                        return Ok(Waited::Leading(token));
+                        return Ok(Waited::Leading(token, sent));
                     }
                     tracing::warn!(event = "candidacy-lost", "our candidate key disappeared; campaigning again");
                     self.release(candidacy).await;
@@ -1002,7 +1008,6 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     tracing::info!(
                         event = "released",
                         lease_id = candidacy.lease_id_hex(),
-                        token = candidacy.token,
                         "lease released"
                     );
                     return Release::Done;

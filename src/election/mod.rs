@@ -16,6 +16,7 @@
 //! Nothing above this module knows which store it is talking to.
 
 pub mod etcd;
+pub mod postgres;
 
 use std::fmt;
 use std::time::Duration;
@@ -251,12 +252,17 @@ pub trait Backend {
 /// Waits until the candidacy leads (`Turn::Leading`) or is gone (`Turn::Gone`), watching only the
 /// candidate just ahead of it, as etcd's election recipe does, so a handover wakes one waiter.
 /// Store errors are retried after `backoff`; the renewal deadline bounds how long that may go on.
-pub async fn wait_for_turn<B: Backend>(
+///
+/// Returns the answer with the send instant (on `clock`) of the request that gave it: a store
+/// whose lease is acquired by `check_turn` proves it from that instant on, not before.
+pub async fn wait_for_turn<B: Backend, C: crate::clock::Clock>(
     backend: &B,
+    clock: &C,
     candidacy: &Candidacy,
     backoff: Duration,
-) -> Turn {
+) -> (Turn, Duration) {
     loop {
+        let sent = clock.now();
         match backend.check_turn(candidacy).await {
             Ok(Turn::Behind(ahead)) => {
                 tracing::debug!(
@@ -268,7 +274,7 @@ pub async fn wait_for_turn<B: Backend>(
                     tokio::time::sleep(backoff).await;
                 }
             }
-            Ok(turn) => return turn,
+            Ok(turn) => return (turn, sent),
             Err(e) => {
                 tracing::debug!(error = %e, "reading the election failed; trying again");
                 tokio::time::sleep(backoff).await;
