@@ -1067,7 +1067,7 @@ impl Postgres {
 
     fn spawn(&mut self) -> bool {
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=400",
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=600",
             self.port,
             self.data_dir().display()
         );

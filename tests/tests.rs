@@ -54,5 +54,6 @@ mod input;
 mod local_faults;
 mod metrics;
 mod operator;
+mod postgres_only;
 mod rough_edges;
 mod signals;
