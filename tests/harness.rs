@@ -1015,6 +1015,8 @@ pub struct Postgres {
     pub port: u16,
     dir: tempfile::TempDir,
     running: bool,
+    /// More server options (`-c name=value …`).
+    extra: String,
 }
 
 fn as_postgres(program: &str) -> Command {
@@ -1025,6 +1027,11 @@ fn as_postgres(program: &str) -> Command {
 
 impl Postgres {
     pub fn start() -> Postgres {
+        Postgres::start_with("")
+    }
+
+    /// Starts with more server options, e.g. `-c shared_preload_libraries=pg_stat_statements`.
+    pub fn start_with(extra: &str) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-pg")
             .tempdir()
@@ -1050,6 +1057,7 @@ impl Postgres {
             port: 0,
             dir,
             running: false,
+            extra: extra.to_owned(),
         };
         // A free port can be taken between the probe and the server's bind: try a few times.
         for _ in 0..5 {
@@ -1067,9 +1075,10 @@ impl Postgres {
 
     fn spawn(&mut self) -> bool {
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=600",
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=600 {}",
             self.port,
-            self.data_dir().display()
+            self.data_dir().display(),
+            self.extra
         );
         let status = as_postgres("pg_ctl")
             .arg("-D")

@@ -49,7 +49,10 @@ fn terminated_sessions_cost_the_leader_nothing_and_the_waiter_still_gets_the_han
     let a_end = scratch.wait_record("end", "a", Duration::ZERO).unwrap();
     let b_start = scratch.wait_record("start", "b", Duration::ZERO).unwrap();
     let handover = Duration::from_nanos((b_start.time() - a_end.time()) as u64);
-    assert!(handover < Duration::from_millis(1000), "handover took {handover:?}");
+    assert!(
+        handover < Duration::from_millis(1000),
+        "handover took {handover:?}"
+    );
     assert_one_at_a_time(&scratch.history());
     assert!(pg.held().is_empty(), "{:?}", pg.held());
 }
@@ -113,9 +116,16 @@ sleep 30"#,
     let wrote_b = scratch
         .wait_record("wrote", "b", Duration::from_secs(10))
         .expect("b tried");
-    assert!(wrote_a.fields[0].is_empty() || wrote_a.fields.len() == 1, "{wrote_a:?}");
+    assert!(
+        wrote_a.fields[0].is_empty() || wrote_a.fields.len() == 1,
+        "{wrote_a:?}"
+    );
     let rows = pg.psql("SELECT token FROM work ORDER BY token");
-    assert_eq!(rows.trim(), new.to_string(), "a: {wrote_a:?} b: {wrote_b:?}");
+    assert_eq!(
+        rows.trim(),
+        new.to_string(),
+        "a: {wrote_a:?} b: {wrote_b:?}"
+    );
 
     if let Some(s) = supervisor {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(s), Signal::SIGCONT);
@@ -131,7 +141,10 @@ fn a_takeover_waits_for_a_fenced_transaction_that_began_before_it() {
     pg.psql("CREATE TABLE work (token bigint NOT NULL)");
     let scratch = Scratch::new();
     let endpoint = Store::endpoint(&pg);
-    let a = Instance::start(&lease_args(&endpoint, "held"), &scratch.job("a", "sleep 30"));
+    let a = Instance::start(
+        &lease_args(&endpoint, "held"),
+        &scratch.job("a", "sleep 30"),
+    );
     let token = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started")
@@ -253,22 +266,22 @@ fn a_database_that_does_not_exist_is_refused_with_125_and_not_created() {
     assert!(!stderr.contains("hunter2"), "{stderr}");
 }
 
-/// Transactions the server has run so far (each autocommit statement is one).
-fn transactions(pg: &Postgres) -> i64 {
-    pg.psql("SELECT pg_stat_clear_snapshot(); SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database")
-        .lines()
-        .filter(|l| !l.is_empty())
-        .last()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+/// Statements leader-exec has run so far (pg_stat_statements counts each call as it ends).
+fn requests(pg: &Postgres) -> i64 {
+    pg.psql(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' AND query NOT LIKE 'LISTEN%'",
+    )
+    .trim()
+    .parse()
+    .unwrap()
 }
 
 #[test]
 fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
     const WAITERS: usize = 200;
-    let pg = Postgres::start();
+    const HANDOVERS: usize = 5;
+    let pg = Postgres::start_with("-c shared_preload_libraries=pg_stat_statements");
+    pg.psql("CREATE EXTENSION pg_stat_statements");
     let scratch = Scratch::new();
     let endpoint = Store::endpoint(&pg);
     // A long TTL keeps the waiters' expiry look-ups out of the measured window.
@@ -317,11 +330,11 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
     std::thread::sleep(Duration::from_secs(1));
     let mut per_handover = Vec::new();
     let mut leader = "w0".to_owned();
-    for _ in 0..3 {
-        let before = transactions(&pg);
+    for _ in 0..HANDOVERS {
+        let before = requests(&pg);
         let ended = Instant::now();
         std::fs::write(go(&leader), "").unwrap();
-        let next = wait_for(Duration::from_secs(20), || {
+        let next = wait_for(Duration::from_secs(30), || {
             scratch
                 .history()
                 .iter()
@@ -332,24 +345,24 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
         assert!(next, "no handover");
         let took = ended.elapsed();
         std::thread::sleep(Duration::from_millis(500));
-        // Less the two look-ups of this measurement.
-        let requests = transactions(&pg) - before - 2;
+        let requests = requests(&pg) - before;
         let history = scratch.history();
         leader = history
             .iter()
-            .filter(|r| r.kind == "start")
-            .last()
+            .rfind(|r| r.kind == "start")
             .unwrap()
             .name
             .clone();
         eprintln!("handover with {WAITERS} waiters: {requests} requests, {took:?}");
         per_handover.push(requests);
     }
-    // The old leader's release, the winner's acquisition and status record, and the attempts
-    // of the waiters whose random delay ran out before the acquisition was announced.
+    // The old leader's release, the winner's acquisition and its status record, and the
+    // attempts of the waiters whose random delay ran out before the acquisition was announced
+    // (measured here: 2 to 5 statements per handover with 200 waiters).
+    eprintln!("requests per handover with {WAITERS} waiters: {per_handover:?}");
     for requests in &per_handover {
         assert!(
-            *requests < 60,
+            *requests <= 40,
             "{requests} requests for one handover with {WAITERS} waiters: {per_handover:?}"
         );
     }
