@@ -668,20 +668,21 @@ fn postgres_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connect
     }
     let ca_path = sslrootcert.or(args.cacert.or_else(|| env_path(&["LEADER_EXEC_CACERT"])));
     let ca = ca_path.as_deref().map(read_ca).transpose()?;
+    // As libpq: prefer and require encrypt without checking the certificate, unless require
+    // has a CA file (then it checks the chain, as verify-ca does); verify-full checks the name.
+    use crate::election::postgres::Verify;
+    let verify = match sslmode.as_str() {
+        "verify-full" => Verify::Full,
+        "verify-ca" => Verify::Chain,
+        "require" if ca.is_some() => Verify::Chain,
+        _ => Verify::Nothing,
+    };
     let tls = match mode {
         SslMode::Disable => None,
-        SslMode::Require => Some(
-            crate::election::postgres::rustls_connector(ca.as_deref())
+        _ => Some(
+            crate::election::postgres::rustls_connector(ca.as_deref(), verify)
                 .map_err(|e| Failure::usage(format!("sslmode={sslmode}: {e}")))?,
         ),
-        // prefer: TLS when the server offers it and a trust store is at hand.
-        _ => match crate::election::postgres::rustls_connector(ca.as_deref()) {
-            Ok(tls) => Some(tls),
-            Err(_) => {
-                config.ssl_mode(SslMode::Disable);
-                None
-            }
-        },
     };
     Ok(Connection {
         store: Store::Postgres(Box::new(crate::election::postgres::Target {

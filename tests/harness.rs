@@ -1114,6 +1114,25 @@ impl Postgres {
         assert!(self.spawn(), "PostgreSQL did not come back");
     }
 
+    /// Restarts with TLS on, serving `cert` and `key` (PEM files the test made).
+    pub fn enable_tls(&mut self, cert: &Path, key: &Path) {
+        for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
+            let target = self.data_dir().join(to);
+            std::fs::copy(from, &target).unwrap();
+            let ok = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(&target)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+            std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+        }
+        self.extra.push_str(" -c ssl=on");
+        self.restart();
+    }
+
     /// The postmaster and every backend (SIGSTOP of the postmaster alone leaves established
     /// sessions serving).
     fn pids(&self) -> Vec<i32> {

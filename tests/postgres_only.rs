@@ -371,3 +371,62 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
         w.signal(Signal::SIGTERM);
     }
 }
+
+#[test]
+fn sslmode_is_understood_as_libpq_does() {
+    let mut pg = Postgres::start();
+    let scratch = Scratch::new();
+    crate::input::make_certificates(&scratch);
+    pg.enable_tls(&scratch.path("server.crt"), &scratch.path("server.key"));
+    let ca = scratch.path("ca.crt");
+    let run = |host: &str, query: &str| {
+        let endpoint = format!("postgres://postgres@{host}:{}/postgres?{query}", pg.port);
+        let out = leader_exec()
+            .args(lease_args(&endpoint, "tls"))
+            .args(["--", "sh", "-c", "echo $LEADER_TOKEN"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let ca_query = |mode: &str| format!("sslmode={mode}&sslrootcert={}", ca.display());
+    // Encrypted without checking the certificate, as libpq does.
+    for query in ["sslmode=prefer", "sslmode=require", ""] {
+        let (code, stderr) = run("127.0.0.1", query);
+        assert_eq!(code, Some(0), "{query}: {stderr}");
+    }
+    // The chain, from the CA file given.
+    let (code, stderr) = run("127.0.0.1", &ca_query("verify-full"));
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stderr) = run("localhost", &ca_query("verify-ca"));
+    assert_eq!(code, Some(0), "{stderr}");
+    // The certificate names 127.0.0.1, not localhost.
+    let (code, stderr) = run("localhost", &ca_query("verify-full"));
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+    // Without the CA file the platform's trust store does not know this CA.
+    let (code, stderr) = run("127.0.0.1", "sslmode=verify-full");
+    assert_eq!(code, Some(125), "{stderr}");
+    // The sessions are encrypted: the server says so.
+    let endpoint = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?{}",
+        pg.port,
+        ca_query("verify-full")
+    );
+    let scratch_job = Scratch::new();
+    let _leader = Instance::start(
+        &lease_args(&endpoint, "tls"),
+        &scratch_job.job("a", "sleep 30"),
+    );
+    scratch_job
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let ssl = pg.psql(
+        "SELECT count(*), bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'leader-exec'",
+    );
+    let (sessions, all_ssl) = ssl.trim().split_once('|').unwrap();
+    assert!(sessions.parse::<i32>().unwrap() >= 2, "{ssl}");
+    assert_eq!(all_ssl, "t", "{ssl}");
+}
