@@ -430,3 +430,36 @@ fn sslmode_is_understood_as_libpq_does() {
     assert!(sessions.parse::<i32>().unwrap() >= 2, "{ssl}");
     assert_eq!(all_ssl, "t", "{ssl}");
 }
+
+#[test]
+fn a_server_frozen_longer_than_the_deadline_makes_the_leader_step_down_first() {
+    let pg = Postgres::start();
+    let scratch = Scratch::new();
+    let endpoint = Store::endpoint(&pg);
+    let job = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
+while :; do sleep 0.05; done"#;
+    let mut a = Instance::start(&lease_args(&endpoint, "frozen"), &scratch.job("a", job));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let mut b = Instance::start(&lease_args(&endpoint, "frozen"), &scratch.job("b", "true"));
+    assert!(wait_for(Duration::from_secs(10), || campaigning(&b)));
+
+    // The whole server (postmaster and every backend) stops answering for longer than the TTL.
+    let frozen = Instant::now();
+    pg.freeze();
+    let term = scratch.wait_record("term", "a", Duration::from_secs(10));
+    let stepped_down = frozen.elapsed();
+    std::thread::sleep((TTL + SLACK).saturating_sub(frozen.elapsed()));
+    pg.thaw();
+    let term = term.expect("a's command got no signal");
+    assert!(
+        stepped_down <= RENEW_DEADLINE + SLACK,
+        "stepped down {stepped_down:?} after the freeze"
+    );
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    let b_start = scratch.wait_record("start", "b", Duration::ZERO).unwrap();
+    assert!(b_start.time() > term.time());
+    assert_one_at_a_time(&scratch.history());
+}
