@@ -153,13 +153,22 @@ pub async fn status<B: Backend>(
                 if let Some(time) = lease_time {
                     // How stale this view may be: a leader that died without releasing stays
                     // listed until its lease runs out, and an etcd restart starts that over.
-                    writeln!(
-                        out,
-                        "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; an etcd restart resets it to {}s)",
-                        time.remaining.as_secs(),
-                        time.granted.as_secs(),
-                        time.granted.as_secs()
-                    )?;
+                    if backend.restart_resets_leases() {
+                        writeln!(
+                            out,
+                            "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; an etcd restart resets it to {}s)",
+                            time.remaining.as_secs(),
+                            time.granted.as_secs(),
+                            time.granted.as_secs()
+                        )?;
+                    } else {
+                        writeln!(
+                            out,
+                            "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then)",
+                            time.remaining.as_secs(),
+                            time.granted.as_secs()
+                        )?;
+                    }
                 }
                 let (since, command) = crate::leadership::describe(state.as_ref());
                 writeln!(out, "since:       {since}")?;

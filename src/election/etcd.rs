@@ -553,6 +553,10 @@ impl Backend for Etcd {
         "etcd"
     }
 
+    fn restart_resets_leases(&self) -> bool {
+        true
+    }
+
     async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
         let Some(lease_id) = leader.lease_id else {
             return Ok(None);

@@ -236,6 +236,10 @@ pub trait Backend {
         value: Vec<u8>,
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
+    /// Whether a restart of the store gives every lease a full TTL again (etcd does; PostgreSQL
+    /// keeps `expires_at`).
+    fn restart_resets_leases(&self) -> bool;
+
     /// Time left on the leader's lease; `None` when it no longer exists.
     fn lease_time(
         &self,

@@ -808,7 +808,9 @@ impl Backend for Postgres {
     }
 
     async fn observe(&self) -> Result<Observation, StoreError> {
-        self.ensure_listener().await?;
+        // No LISTEN here (`status` and `check` need none): the first `changed_after` starts
+        // the listening session, which counts as a change, so `watch` reads again once it
+        // listens and misses nothing in between.
         let heard = *self.shared.heard.borrow();
         let row = self.read_row().await?;
         let leader = row.and_then(|(holder, token, _, live)| self.leader_of(holder, token, live));
@@ -1031,6 +1033,10 @@ impl Backend for Postgres {
 
     fn store_name(&self) -> &'static str {
         "PostgreSQL"
+    }
+
+    fn restart_resets_leases(&self) -> bool {
+        false
     }
 }
 
