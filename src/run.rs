@@ -233,7 +233,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         }
     }
 
-    /// Creates a candidacy. The first contact with etcd is bounded by `--connect-timeout`
+    /// Creates a candidacy. The first contact with the store is bounded by `--connect-timeout`
     /// (exit 125 when it passes); later campaigns retry until `--wait-timeout`, if any.
     async fn join(&mut self, first: bool, give_up_at: Option<Duration>) -> anyhow::Result<Joined> {
         let connection = &self.settings.connection;
@@ -621,7 +621,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     .await;
             }
             if gone && settings.recampaign {
-                // Usually the lease is gone or etcd unreachable; if not, revoking it lets the
+                // Usually the lease is gone or the store unreachable; if not, revoking it lets the
                 // next leader start now instead of after the TTL.
                 self.release(candidacy).await;
             } else if gone {
@@ -982,7 +982,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         );
     }
 
-    /// The release that ends a run, once the command's whole group is gone: when etcd is
+    /// The release that ends a run, once the command's whole group is gone: when the store is
     /// unreachable it is retried for up to a TTL (see `release.rs`).
     async fn release_at_exit(&mut self, candidacy: &Candidacy) {
         let until = self.clock.now() + self.settings.timing.ttl;
