@@ -47,13 +47,13 @@ fail\t'Refuse to run and exit 76, so a human (or an alert) decides'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in etcd (etcd deletes them afterwards)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l http -d 'Serve GET /metrics, /leader and /healthz over HTTP on this address [default: off]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l metrics-file -d 'Write the metrics and this run\'s outcome to FILE (node_exporter textfile format)' -r -F
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l endpoints -d 'etcd endpoints, comma-separated, or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l password-file -d 'Read the etcd or PostgreSQL password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s n -l no-wait -d 'Try once: exit 124 at once if another instance leads or is ahead in line'
@@ -68,13 +68,13 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "check" -d 'Exi
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "resign" -d 'Make the current leader step down now, from any host: delete its election key'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated, or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l password-file -d 'Read the etcd or PostgreSQL password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l json -d 'Print one JSON object with stable field names instead of text'
@@ -84,13 +84,13 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s q -l 
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l endpoints -d 'etcd endpoints, comma-separated, or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l password-file -d 'Read the etcd or PostgreSQL password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l json -d 'Print one JSON object per line instead of text'
@@ -100,13 +100,13 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s h -l h
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l token -d 'The token to check, usually "$LEADER_TOKEN"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l endpoints -d 'etcd endpoints, comma-separated, or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l password-file -d 'Read the etcd or PostgreSQL password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
@@ -115,13 +115,13 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s h -l h
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l token -d 'Resign only if T is still the current leader\'s token (as `status` shows it)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l endpoints -d 'etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l endpoints -d 'etcd endpoints, comma-separated, or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l connect-timeout -d 'How long the first contact with etcd may take before leader-exec gives up (exit 125)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l cacert -d 'CA certificate to verify etcd\'s certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l user -d 'etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l password-file -d 'Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l password-file -d 'Read the etcd or PostgreSQL password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'

@@ -4,12 +4,13 @@ use clap::error::ErrorKind;
 
 use crate::cli::{self, Cli, LogFormat, Subcommand};
 use crate::clock::BootClock;
-use crate::election::Backoff;
 use crate::election::etcd::{self, Etcd};
+use crate::election::postgres::{PgTiming, Postgres};
+use crate::election::{Backend, Backoff};
 use crate::exit::{self, Failure};
 use crate::observe;
 use crate::run::Runner;
-use crate::settings::{Connection, Scope, Settings};
+use crate::settings::{Connection, Scope, Settings, Store};
 use crate::signals::Signals;
 use crate::supervisor;
 
@@ -163,22 +164,69 @@ async fn lead_or_wait(
     supervisor: &mut supervisor::Handle,
     mut signals: Signals,
 ) -> anyhow::Result<u8> {
-    let client = connect(&settings.connection).await?;
-    let backend = Etcd::new(
-        client,
-        settings.scope().election_prefix(),
-        settings.identity.clone(),
-        settings.timing.ttl,
-    );
+    match &settings.connection.store {
+        Store::Etcd => {
+            let client = connect(&settings.connection).await?;
+            let backend = Etcd::new(
+                client,
+                settings.scope().election_prefix(),
+                settings.identity.clone(),
+                settings.timing.ttl,
+            );
+            lead_with(settings, &backend, supervisor, &mut signals).await
+        }
+        Store::Postgres(target) => {
+            let timing = PgTiming {
+                ttl: settings.timing.ttl,
+                retry_period: settings.timing.retry_period,
+                connect_timeout: settings.connection.connect_timeout,
+            };
+            let backend = Postgres::new(
+                (**target).clone(),
+                &settings.prefix,
+                &settings.lease,
+                settings.identity.clone(),
+                timing,
+            )
+            .map_err(|e| Failure::usage(e.to_string()))?;
+            lead_with(settings, &backend, supervisor, &mut signals).await
+        }
+    }
+}
+
+async fn lead_with<B: Backend>(
+    settings: &Settings,
+    backend: &B,
+    supervisor: &mut supervisor::Handle,
+    signals: &mut Signals,
+) -> anyhow::Result<u8> {
     Runner {
         settings,
-        backend: &backend,
+        backend,
         clock: BootClock,
         supervisor,
-        signals: &mut signals,
+        signals,
     }
     .run()
     .await
+}
+
+/// A PostgreSQL backend for the subcommands: statements bounded by the connect timeout.
+fn postgres_for(
+    target: &crate::election::postgres::Target,
+    prefix: &str,
+    lease: &str,
+    connection: &Connection,
+) -> anyhow::Result<Postgres> {
+    let timing = PgTiming {
+        ttl: std::time::Duration::from_secs(15),
+        retry_period: connection
+            .connect_timeout
+            .min(std::time::Duration::from_secs(2)),
+        connect_timeout: connection.connect_timeout,
+    };
+    Postgres::new(target.clone(), prefix, lease, String::new(), timing)
+        .map_err(|e| Failure::usage(e.to_string()).into())
 }
 
 /// `status`, `watch`, `check`, `resign` and the hidden `generate-assets`.
@@ -204,26 +252,47 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         .build()?;
     runtime.block_on(async move {
         let mut signals = Signals::install()?;
-        let client = connect(&connection).await?;
-        let backend = Etcd::new(
-            client,
-            scope.election_prefix(),
-            String::new(),
-            Default::default(),
-        );
-        let limit = connection.connect_timeout;
+        match &connection.store {
+            Store::Etcd => {
+                let client = connect(&connection).await?;
+                let backend = Etcd::new(
+                    client,
+                    scope.election_prefix(),
+                    String::new(),
+                    Default::default(),
+                );
+                serve(&backend, subcommand, &scope, &connection, &mut signals).await
+            }
+            Store::Postgres(target) => {
+                let backend = postgres_for(target, &scope.prefix, &scope.lease, &connection)?;
+                serve(&backend, subcommand, &scope, &connection, &mut signals).await
+            }
+        }
+    })
+}
+
+async fn serve<B: Backend>(
+    backend: &B,
+    subcommand: Subcommand,
+    scope: &Scope,
+    connection: &Connection,
+    signals: &mut Signals,
+) -> anyhow::Result<u8> {
+    let limit = connection.connect_timeout;
+    {
+        let (backend, scope) = (backend, scope);
         match subcommand {
-            Subcommand::Status(args) => observe::status(&backend, &scope, args.json, limit).await,
-            Subcommand::Check(args) => observe::check(&backend, &args.token, limit).await,
+            Subcommand::Status(args) => observe::status(backend, scope, args.json, limit).await,
+            Subcommand::Check(args) => observe::check(backend, &args.token, limit).await,
             Subcommand::Resign(args) => {
-                crate::resign::resign(&backend, &scope, args.token.as_deref(), limit).await
+                crate::resign::resign(backend, scope, args.token.as_deref(), limit).await
             }
             Subcommand::Watch(args) => {
-                observe::watch(&backend, &scope, args.json, limit, &mut signals).await
+                observe::watch(backend, scope, args.json, limit, signals).await
             }
             Subcommand::GenerateAssets { .. } => unreachable!("handled above"),
         }
-    })
+    }
 }
 
 /// `status --all`: every lease under the prefix.
@@ -234,9 +303,18 @@ fn status_all(election: cli::ElectionArgs, etcd: cli::EtcdArgs, json: bool) -> a
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let client = connect(&connection).await?;
-        let backend = Etcd::new(client, prefix.clone(), String::new(), Default::default());
-        crate::fleet::status_all(&backend, &prefix, json, connection.connect_timeout).await
+        let limit = connection.connect_timeout;
+        match &connection.store {
+            Store::Etcd => {
+                let client = connect(&connection).await?;
+                let backend = Etcd::new(client, prefix.clone(), String::new(), Default::default());
+                crate::fleet::status_all(&backend, &prefix, json, limit).await
+            }
+            Store::Postgres(target) => {
+                let backend = postgres_for(target, &prefix, "", &connection)?;
+                crate::fleet::status_all(&backend, &prefix, json, limit).await
+            }
+        }
     })
 }
 

@@ -46,12 +46,14 @@ Move leadership to the next host in line, from anywhere (the leader stops its co
   leader-exec resign --lease outbox-relay --token 42";
 
 pub const CHILD_ENVIRONMENT: &str = "\
-LEADER_TOKEN     fencing token: the create-revision of this leader's election key (decimal);
-                 strictly greater than every earlier leader's token for the same lease
+LEADER_TOKEN     fencing token (decimal), strictly greater than every earlier leader's token for
+                 the same lease: etcd, the create-revision of this leader's election key;
+                 PostgreSQL, the lease row's token column
 LEADER_LEASE     the lease name
-LEADER_KEY       the etcd key this leader holds
+LEADER_KEY       what this leader holds: etcd, its election key; PostgreSQL, the lease row as
+                 TABLE/NAME (e.g. leader_exec_leases/statement-job)
 LEADER_IDENTITY  the identity
-LEADER_LEASE_ID  the etcd lease id (hex)
+LEADER_LEASE_ID  the etcd lease id (hex); not set with PostgreSQL, which has no lease ids
 LEADER_OCCURRENCE      the --occurrence ID, when given
 LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
                        started it";
@@ -448,7 +450,7 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 #[command(next_help_heading = "etcd connection")]
 pub struct EtcdArgs {
-    /// etcd endpoints, comma-separated [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
+    /// etcd endpoints, comma-separated, or one postgres:// (postgresql://) URL in libpq's form to use PostgreSQL [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
     #[arg(long, value_name = "URL[,URL]", value_delimiter = ',', global = true)]
     pub endpoints: Vec<String>,
 
@@ -480,7 +482,7 @@ pub struct EtcdArgs {
     )]
     pub user: Option<String>,
 
-    /// Read the etcd password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself]
+    /// Read the etcd or PostgreSQL password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]
     #[arg(long, value_name = "FILE", global = true)]
     pub password_file: Option<PathBuf>,
 }

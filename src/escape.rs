@@ -49,9 +49,25 @@ fn push_char(out: &mut String, c: char) {
     }
 }
 
+/// `text` quoted for a POSIX shell, so that a suggested command can be pasted as it is whatever
+/// it holds. A quote inside becomes `'"'"'` rather than a backslash form: text logs show
+/// backslashes escaped, and this form has none.
+pub fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r#"'"'"'"#))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn suggested_commands_are_shell_quoted() {
+        assert_eq!(shell_quote("/a/b"), "'/a/b'");
+        assert_eq!(
+            shell_quote("x'; rm -rf /; '"),
+            r#"'x'"'"'; rm -rf /; '"'"''"#
+        );
+    }
 
     #[test]
     fn plain_text_is_unchanged() {

@@ -36,7 +36,7 @@ async fn bounded<T>(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
         Err(_) => Err(Failure::usage(format!(
-            "{what}: etcd did not answer within --connect-timeout ({})",
+            "{what}: the store did not answer within --connect-timeout ({})",
             humantime::format_duration(limit)
         ))
         .into()),
@@ -61,14 +61,7 @@ pub async fn status_all<B: Backend>(
     let mut rows: Vec<Row> = Vec::new();
     for election in elections {
         let time = match &election.leader {
-            Some(leader) => {
-                bounded(
-                    limit,
-                    "reading a lease",
-                    backend.lease_time(leader.lease_id),
-                )
-                .await?
-            }
+            Some(leader) => bounded(limit, "reading a lease", backend.lease_time(leader)).await?,
             None => None,
         };
         rows.push(Row {
@@ -140,7 +133,7 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
                     "identity": String::from_utf8_lossy(&leader.identity),
                     "token": leader.token,
                     "key": String::from_utf8_lossy(&leader.key),
-                    "lease_id": format!("{:x}", leader.lease_id),
+                    "lease_id": leader.lease_id.map(|id| format!("{id:x}")),
                     "ttl_remaining_seconds": row.time.map(|t| t.remaining.as_secs()),
                     "ttl_granted_seconds": row.time.map(|t| t.granted.as_secs()),
                 })

@@ -152,7 +152,7 @@ mod tests {
     #[test]
     fn states_round_trip_as_json() {
         let candidacy = Candidacy {
-            lease_id: 0x1f,
+            lease_id: Some(0x1f),
             key: "/leader-exec/x/1f".into(),
             token: 42,
         };

@@ -34,7 +34,7 @@ pub(crate) async fn bounded<T>(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
         Err(_) => Err(Failure::usage(format!(
-            "{what}: etcd did not answer within --connect-timeout ({})",
+            "{what}: the store did not answer within --connect-timeout ({})",
             humantime::format_duration(limit)
         ))
         .into()),
@@ -64,7 +64,7 @@ fn leader_json(leader: &Leader) -> Value {
         "identity": String::from_utf8_lossy(&leader.identity),
         "token": leader.token,
         "key": String::from_utf8_lossy(&leader.key),
-        "lease_id": format!("{:x}", leader.lease_id),
+        "lease_id": leader.lease_id.map(|id| format!("{id:x}")),
     })
 }
 
@@ -87,14 +87,7 @@ pub async fn status<B: Backend>(
 ) -> anyhow::Result<u8> {
     let observation = observe_once(backend, limit).await?;
     let lease_time = match &observation.leader {
-        Some(leader) => {
-            bounded(
-                limit,
-                "reading the lease",
-                backend.lease_time(leader.lease_id),
-            )
-            .await?
-        }
+        Some(leader) => bounded(limit, "reading the lease", backend.lease_time(leader)).await?,
         None => None,
     };
     let state = match &observation.leader {
@@ -154,17 +147,28 @@ pub async fn status<B: Backend>(
                 writeln!(out, "leader:      {}", escape(&leader.identity))?;
                 writeln!(out, "token:       {}", leader.token)?;
                 writeln!(out, "key:         {}", escape(&leader.key))?;
-                writeln!(out, "lease id:    {:x}", leader.lease_id)?;
+                if let Some(lease_id) = leader.lease_id {
+                    writeln!(out, "lease id:    {lease_id:x}")?;
+                }
                 if let Some(time) = lease_time {
                     // How stale this view may be: a leader that died without releasing stays
                     // listed until its lease runs out, and an etcd restart starts that over.
-                    writeln!(
-                        out,
-                        "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; an etcd restart resets it to {}s)",
-                        time.remaining.as_secs(),
-                        time.granted.as_secs(),
-                        time.granted.as_secs()
-                    )?;
+                    if backend.restart_resets_leases() {
+                        writeln!(
+                            out,
+                            "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; an etcd restart resets it to {}s)",
+                            time.remaining.as_secs(),
+                            time.granted.as_secs(),
+                            time.granted.as_secs()
+                        )?;
+                    } else {
+                        writeln!(
+                            out,
+                            "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then)",
+                            time.remaining.as_secs(),
+                            time.granted.as_secs()
+                        )?;
+                    }
                 }
                 let (since, command) = crate::leadership::describe(state.as_ref());
                 writeln!(out, "since:       {since}")?;

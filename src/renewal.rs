@@ -33,7 +33,8 @@ use crate::settings::Timing;
 pub enum Lost {
     /// No renewal sent within `renew_deadline` before now has succeeded.
     DeadlineMissed { renew_deadline: Duration },
-    /// etcd answered a renewal with TTL <= 0: the lease is gone.
+    /// The store says the lease is gone (etcd: a renewal answered TTL <= 0; PostgreSQL: the row
+    /// no longer holds our token, or its expiry passed).
     Expired,
 }
 
@@ -45,7 +46,7 @@ impl fmt::Display for Lost {
                 "no renewal succeeded within the renew deadline ({})",
                 humantime::format_duration(*renew_deadline)
             ),
-            Lost::Expired => f.write_str("etcd reports the lease expired"),
+            Lost::Expired => f.write_str("the store reports the lease expired"),
         }
     }
 }
@@ -64,6 +65,15 @@ impl Deadline {
 
     pub fn get(&self) -> Duration {
         self.0.get()
+    }
+
+    /// Brings the deadline forward to `instant` if it is later: used when leadership is proven
+    /// by the request that acquired it (sent at `instant - renew_deadline`), so that nothing
+    /// proven before the acquisition, or by a waiter that held nothing, stretches it.
+    pub fn cap(&self, instant: Duration) {
+        if instant < self.0.get() {
+            self.0.set(instant);
+        }
     }
 
     fn extend_to(&self, instant: Duration) {

@@ -89,13 +89,6 @@ enum Finished {
     Unrecorded,
 }
 
-/// `text` quoted for a POSIX shell, so that a suggested command can be pasted as it is whatever
-/// the occurrence ID holds. A quote inside becomes `'"'"'` rather than `'\''`: text logs show
-/// backslashes escaped, and this form has none.
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r#"'"'"'"#))
-}
-
 /// The next signal that withdraws a candidacy (TERM, INT, HUP, QUIT); others are ignored.
 async fn wait_for_withdrawal(signals: &mut Signals) -> Signal {
     loop {
@@ -138,7 +131,8 @@ enum Begun {
 }
 
 enum Waited {
-    Leading,
+    /// Leading, with this fencing token, as answered to a request sent at this instant.
+    Leading(i64, Duration),
     Recampaign,
     Exit(u8),
 }
@@ -188,11 +182,17 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let backend = self.backend;
             let key_gone = backend.key_gone(&candidacy);
             tokio::pin!(key_gone);
-            match self
+            let leader = match self
                 .wait_turn(&candidacy, renewal.as_mut(), key_gone.as_mut(), give_up_at)
                 .await?
             {
-                Waited::Leading => {}
+                // The token may be known only now (a store with one lease row per name), and
+                // the lease proven only from the request that acquired it: no earlier renewal
+                // may stretch the deadline past that request's send instant + renew deadline.
+                Waited::Leading(token, sent) => {
+                    deadline.cap(sent + self.settings.timing.renew_deadline);
+                    candidacy.leading(token)
+                }
                 Waited::Recampaign => {
                     // Not at once: whatever took the candidacy away may still be going on.
                     tokio::time::sleep(self.settings.timing.retry_period).await;
@@ -206,7 +206,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     }
                     return Ok(code);
                 }
-            }
+            };
             // The renewal loop would report this too, but only once polled again: never start
             // the command on a lease we can no longer vouch for.
             if clock.now() >= deadline.get() {
@@ -214,12 +214,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     event = "candidacy-lost",
                     "elected, but the lease is past its renew deadline; campaigning again"
                 );
-                self.release(&candidacy).await;
+                self.release(&leader).await;
                 tokio::time::sleep(self.settings.timing.retry_period).await;
                 continue;
             }
             let led = self
-                .lead(&candidacy, renewal.as_mut(), key_gone.as_mut())
+                .lead(&leader, renewal.as_mut(), key_gone.as_mut())
                 .await?;
             crate::metrics::led_ended(matches!(led, Led::Lost));
             match led {
@@ -233,7 +233,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         }
     }
 
-    /// Creates a candidacy. The first contact with etcd is bounded by `--connect-timeout`
+    /// Creates a candidacy. The first contact with the store is bounded by `--connect-timeout`
     /// (exit 125 when it passes); later campaigns retry until `--wait-timeout`, if any.
     async fn join(&mut self, first: bool, give_up_at: Option<Duration>) -> anyhow::Result<Joined> {
         let connection = &self.settings.connection;
@@ -257,7 +257,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     _ = sleep_until_some(&clock, limit) => {
                         return if first {
                             Err(Failure::usage(format!(
-                                "etcd at {} did not answer within --connect-timeout ({}): {last_error}",
+                                "{} at {} did not answer within --connect-timeout ({}): {last_error}",
+                                backend.store_name(),
                                 connection.endpoints.join(","),
                                 humantime::format_duration(connection.connect_timeout)
                             ))
@@ -309,14 +310,15 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let limit = clock.now() + self.settings.connection.connect_timeout;
             let mut retry = Backoff::new();
             loop {
+                let sent = clock.now();
                 let turn = tokio::select! {
                     turn = backend.check_turn(candidacy) => turn,
                     _ = clock.sleep_until(limit) => Err(StoreError::Transient("no answer".into())),
                 };
                 match turn {
-                    Ok(Turn::Leading) => return Ok(Waited::Leading),
-                    Ok(Turn::Behind { predecessor, .. }) => {
-                        let predecessor = crate::escape::escape(&predecessor);
+                    Ok(Turn::Leading { token }) => return Ok(Waited::Leading(token, sent)),
+                    Ok(Turn::Behind(ahead)) => {
+                        let predecessor = crate::escape::escape(&ahead.key);
                         // Name who leads, not only the key ahead (one more read, bounded).
                         let limit = self.settings.timing.retry_period;
                         let leader = match tokio::time::timeout(limit, backend.observe()).await {
@@ -341,7 +343,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
             }
         }
-        let turn = election::wait_for_turn(backend, candidacy, backoff);
+        let turn = election::wait_for_turn(backend, &clock, candidacy, backoff);
         tokio::pin!(turn);
         loop {
             tokio::select! {
@@ -351,9 +353,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     self.release(candidacy).await;
                     return Ok(Waited::Recampaign);
                 }
-                turn = &mut turn => {
-                    if turn == Turn::Leading {
-                        return Ok(Waited::Leading);
+                (turn, sent) = &mut turn => {
+                    if let Turn::Leading { token } = turn {
+                        return Ok(Waited::Leading(token, sent));
                     }
                     tracing::warn!(event = "candidacy-lost", "our candidate key disappeared; campaigning again");
                     self.release(candidacy).await;
@@ -397,8 +399,11 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             ("LEADER_LEASE", settings.lease.clone()),
             ("LEADER_KEY", candidacy.key.clone()),
             ("LEADER_IDENTITY", settings.identity.clone()),
-            ("LEADER_LEASE_ID", candidacy.lease_id_hex()),
         ];
+        // Absent where the store has no lease ids (PostgreSQL).
+        if let Some(lease_id) = candidacy.lease_id_hex() {
+            env.push(("LEADER_LEASE_ID", lease_id));
+        }
         tracing::info!(event = "elected", token = candidacy.token, "elected");
         crate::metrics::elected(candidacy.token);
         notify::status(&format!(
@@ -616,7 +621,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     .await;
             }
             if gone && settings.recampaign {
-                // Usually the lease is gone or etcd unreachable; if not, revoking it lets the
+                // Usually the lease is gone or the store unreachable; if not, revoking it lets the
                 // next leader start now instead of after the TTL.
                 self.release(candidacy).await;
             } else if gone {
@@ -674,7 +679,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             }
             Decision::RefuseUnfinished(started) => {
                 crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Refused);
-                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: etcdctl del {}", shell_quote(&occurrence.key));
+                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: {}", backend.delete_record_hint(&occurrence.key));
                 return Ok(Begun::Exit(exit::UNFINISHED_OCCURRENCE));
             }
             Decision::TokenWentBackwards(newer) => {
@@ -977,7 +982,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         );
     }
 
-    /// The release that ends a run, once the command's whole group is gone: when etcd is
+    /// The release that ends a run, once the command's whole group is gone: when the store is
     /// unreachable it is retried for up to a TTL (see `release.rs`).
     async fn release_at_exit(&mut self, candidacy: &Candidacy) {
         let until = self.clock.now() + self.settings.timing.ttl;
@@ -1024,15 +1029,6 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn suggested_commands_are_shell_quoted() {
-        assert_eq!(shell_quote("/a/b"), "'/a/b'");
-        assert_eq!(
-            shell_quote("x'; rm -rf /; '"),
-            r#"'x'"'"'; rm -rf /; '"'"''"#
-        );
-    }
 
     #[test]
     fn only_a_store_that_says_so_makes_a_loss_certain() {

@@ -176,9 +176,20 @@ pub enum Wait {
     No,
 }
 
-/// How to reach etcd.
+/// Which store `--endpoints` names, by its scheme.
+#[derive(Clone, Debug)]
+pub enum Store {
+    /// No scheme, `http://`, `https://`.
+    Etcd,
+    /// `postgres://` or `postgresql://`.
+    Postgres(Box<crate::election::postgres::Target>),
+}
+
+/// How to reach the store.
 #[derive(Clone, Debug)]
 pub struct Connection {
+    pub store: Store,
+    /// As shown in messages (for PostgreSQL: the URL without any password).
     pub endpoints: Vec<String>,
     pub connect_timeout: Duration,
     pub tls: Option<Tls>,
@@ -466,9 +477,9 @@ impl Connection {
     }
 }
 
-fn connection(args: EtcdArgs) -> Result<Connection, Failure> {
+fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
     let endpoints: Vec<String> = if !args.endpoints.is_empty() {
-        args.endpoints
+        std::mem::take(&mut args.endpoints)
     } else if let Some(list) =
         env_nonempty("LEADER_EXEC_ENDPOINTS").or_else(|| env_nonempty("ETCDCTL_ENDPOINTS"))
     {
@@ -483,6 +494,9 @@ fn connection(args: EtcdArgs) -> Result<Connection, Failure> {
         .collect();
     if endpoints.is_empty() {
         return Err(Failure::usage("--endpoints is empty"));
+    }
+    if endpoints.iter().any(|e| is_postgres_url(e)) {
+        return postgres_connection(endpoints, args);
     }
     for e in &endpoints {
         validate_endpoint(e)?;
@@ -547,11 +561,176 @@ fn connection(args: EtcdArgs) -> Result<Connection, Failure> {
         );
     }
     Ok(Connection {
+        store: Store::Etcd,
         endpoints,
         connect_timeout: args.connect_timeout,
         tls,
         credentials,
     })
+}
+
+fn is_postgres_url(endpoint: &str) -> bool {
+    let lower = endpoint.to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
+}
+
+/// `--endpoints postgres://…`: libpq's URL form. The list was split at commas, which also
+/// separate a URL's hosts (`postgres://a,b:5433/db`): it is one URL again. `sslmode` and
+/// `sslrootcert` are read here; the password comes from the URL, `--password-file`,
+/// `LEADER_EXEC_PASSWORD` or `PGPASSWORD`, and is never shown.
+fn postgres_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connection, Failure> {
+    use std::str::FromStr;
+    use tokio_postgres::config::SslMode;
+    let url = endpoints.join(",");
+    if !is_postgres_url(&endpoints[0])
+        || endpoints.len() > 1 && endpoints[1..].iter().any(|e| is_postgres_url(e))
+    {
+        return Err(Failure::usage(
+            "--endpoints: give one postgres:// URL (several hosts go inside it: postgres://a,b/db), not a mix of stores",
+        ));
+    }
+    if args.connect_timeout.is_zero() {
+        return Err(Failure::usage("--connect-timeout must be greater than 0"));
+    }
+    if args.cert.is_some() || args.key.is_some() || env_path(&["LEADER_EXEC_CERT"]).is_some() {
+        return Err(Failure::usage(
+            "--cert/--key: client certificates are not supported with PostgreSQL; use a password",
+        ));
+    }
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base.to_owned(), query.to_owned()),
+        None => (url.clone(), String::new()),
+    };
+    let mut kept = Vec::new();
+    let mut sslmode = "prefer".to_owned();
+    let mut sslrootcert: Option<PathBuf> = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "sslmode" => sslmode = value.to_owned(),
+            "sslrootcert" => sslrootcert = Some(PathBuf::from(percent_decode(value))),
+            _ => kept.push(pair.to_owned()),
+        }
+    }
+    let mode = match sslmode.as_str() {
+        "disable" => SslMode::Disable,
+        "allow" | "prefer" => SslMode::Prefer,
+        "require" | "verify-ca" | "verify-full" => SslMode::Require,
+        other => {
+            return Err(Failure::usage(format!(
+                "--endpoints: sslmode={} is not one of disable, allow, prefer, require, verify-ca, verify-full",
+                other.escape_debug()
+            )));
+        }
+    };
+    let rebuilt = if kept.is_empty() {
+        base.clone()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    // The message of a parse error never includes the URL (it may hold a password).
+    let mut config = tokio_postgres::Config::from_str(&rebuilt)
+        .map_err(|e| Failure::usage(format!("--endpoints: not a valid PostgreSQL URL: {e}")))?;
+    config.ssl_mode(mode);
+    let shown = redact_password(&url);
+    let pguser = env_nonempty("PGUSER");
+    if let Some(user) = args.user.as_deref().or(pguser.as_deref())
+        && config.get_user().is_none()
+    {
+        if user.contains(':') {
+            return Err(Failure::usage(
+                "--user: with PostgreSQL give the password with --password-file, LEADER_EXEC_PASSWORD or PGPASSWORD",
+            ));
+        }
+        config.user(user);
+    }
+    if config.get_user().is_none() {
+        let user = std::env::var("USER").unwrap_or_else(|_| "postgres".to_owned());
+        config.user(user);
+    }
+    if config.get_password().is_none() {
+        let password = if let Some(path) = &args.password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::usage(format!(
+                    "--password-file {}: cannot read: {e}",
+                    path.display()
+                ))
+            })?;
+            Some(text.lines().next().unwrap_or("").to_owned())
+        } else {
+            std::env::var("LEADER_EXEC_PASSWORD")
+                .ok()
+                .or_else(|| std::env::var("PGPASSWORD").ok())
+        };
+        if let Some(password) = password {
+            config.password(password);
+        }
+    }
+    let ca_path = sslrootcert.or(args.cacert.or_else(|| env_path(&["LEADER_EXEC_CACERT"])));
+    let ca = ca_path.as_deref().map(read_ca).transpose()?;
+    // As libpq: prefer and require encrypt without checking the certificate, unless require
+    // has a CA file (then it checks the chain, as verify-ca does); verify-full checks the name.
+    use crate::election::postgres::Verify;
+    let verify = match sslmode.as_str() {
+        "verify-full" => Verify::Full,
+        "verify-ca" => Verify::Chain,
+        "require" if ca.is_some() => Verify::Chain,
+        _ => Verify::Nothing,
+    };
+    let tls = match mode {
+        SslMode::Disable => None,
+        _ => Some(
+            crate::election::postgres::rustls_connector(ca.as_deref(), verify)
+                .map_err(|e| Failure::usage(format!("sslmode={sslmode}: {e}")))?,
+        ),
+    };
+    Ok(Connection {
+        store: Store::Postgres(Box::new(crate::election::postgres::Target {
+            config,
+            tls,
+            shown: shown.clone(),
+        })),
+        endpoints: vec![shown],
+        connect_timeout: args.connect_timeout,
+        tls: None,
+        credentials: None,
+    })
+}
+
+/// `%XX` sequences decoded (file paths in a URL's query).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = text.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The URL with the password of `user:password@` left out.
+pub fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}@{hosts}{tail}")
+        }
+        None => url.to_owned(),
+    }
 }
 
 /// host[:port] with an optional http:// or https:// scheme; the client library checks the rest.
@@ -844,6 +1023,19 @@ mod tests {
         assert_eq!(pem_contents(cert).certificates, 1);
         let key = b"-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\n-----END PRIVATE KEY-----\n";
         assert_eq!(pem_contents(key).private_keys, 1);
+    }
+
+    #[test]
+    fn postgres_passwords_are_never_shown() {
+        assert_eq!(
+            redact_password("postgres://jobs:hunter2@db1:5432/ops"),
+            "postgres://jobs@db1:5432/ops"
+        );
+        assert_eq!(
+            redact_password("postgresql://db1,db2/ops?sslmode=require"),
+            "postgresql://db1,db2/ops?sslmode=require"
+        );
+        assert_eq!(percent_decode("%2Fetc%2Fca.pem"), "/etc/ca.pem");
     }
 
     #[test]

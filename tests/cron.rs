@@ -50,9 +50,8 @@ fn occurrence(endpoint: &str, lease: &str, id: &str) -> Option<Value> {
         .cloned()
 }
 
-#[test]
-fn six_staggered_hosts_run_an_occurrence_once() {
-    let etcd = Etcd::start();
+pub fn six_staggered_hosts_run_an_occurrence_once<S: Store>() {
+    let etcd = S::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     let mut hosts = staggered(6, Duration::from_secs(3), |i| {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::harness::*;
 
-fn run_in_turn(instances: usize) {
-    let etcd = Etcd::start();
+fn run_in_turn<S: Store>(instances: usize) {
+    let etcd = S::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     let mut running: Vec<Instance> = (0..instances)
@@ -32,22 +32,19 @@ fn run_in_turn(instances: usize) {
     assert_one_at_a_time(&history);
     let starts = history.iter().filter(|r| r.kind == "start").count();
     assert_eq!(starts, instances, "{history:#?}");
-    assert!(etcd.keys("/leader-exec/").is_empty(), "keys left behind");
+    assert!(etcd.held().is_empty(), "left behind: {:?}", etcd.held());
 }
 
-#[test]
-fn two_instances_take_turns() {
-    run_in_turn(2);
+pub fn two_instances_take_turns<S: Store>() {
+    run_in_turn::<S>(2);
 }
 
-#[test]
-fn three_instances_take_turns_with_increasing_tokens() {
-    run_in_turn(3);
+pub fn three_instances_take_turns_with_increasing_tokens<S: Store>() {
+    run_in_turn::<S>(3);
 }
 
-#[test]
-fn the_next_instance_starts_right_after_the_command_exits() {
-    let etcd = Etcd::start();
+pub fn the_next_instance_starts_right_after_the_command_exits<S: Store>() {
+    let etcd = S::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     let mut first = Instance::start(
@@ -89,7 +86,7 @@ fn the_next_instance_starts_right_after_the_command_exits() {
         "handover took {handover:?}"
     );
     assert_one_at_a_time(&scratch.history());
-    assert!(etcd.leases().is_empty(), "leases left: {:?}", etcd.leases());
+    assert!(etcd.held().is_empty(), "left: {:?}", etcd.held());
 }
 
 #[test]
@@ -220,9 +217,8 @@ fn an_etcdctl_elect_candidate_is_a_fair_competitor() {
     assert!(scratch.wait_record("start", "b", Duration::ZERO).is_some());
 }
 
-#[test]
-fn no_wait_and_wait_timeout_exit_124_and_leave_no_key() {
-    let etcd = Etcd::start();
+pub fn no_wait_and_wait_timeout_exit_124_and_leave_no_key<S: Store>() {
+    let etcd = S::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     // Nobody leads: --no-wait runs the command like the default does.
@@ -234,7 +230,7 @@ fn no_wait_and_wait_timeout_exit_124_and_leave_no_key() {
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(0));
-    assert!(etcd.keys("/leader-exec/free/").is_empty());
+    assert_eq!(etcd.claims("free"), 0);
 
     let _holder = Instance::start(
         &lease_args(&endpoint, "busy"),
@@ -271,9 +267,14 @@ fn no_wait_and_wait_timeout_exit_124_and_leave_no_key() {
         "gave up only after {waited:?}"
     );
 
-    // Only the holder's candidate key and lease remain.
-    assert_eq!(etcd.keys("/leader-exec/busy/").len(), 1);
-    assert_eq!(etcd.leases().len(), 1, "{:?}", etcd.leases());
+    // Only the holder's claim remains.
+    assert_eq!(etcd.claims("busy"), 1);
+    assert_eq!(
+        etcd.held().len(),
+        1 + usize::from(S::NAME == "etcd"),
+        "{:?}",
+        etcd.held()
+    );
     let ran: Vec<_> = scratch
         .history()
         .into_iter()

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use crate::harness::*;
 
-fn status_of(etcd: &Etcd, command: &[&str]) -> (i32, String) {
+fn status_of<S: Store>(etcd: &S, command: &[&str]) -> (i32, String) {
     let out = leader_exec()
         .args(lease_args(&etcd.endpoint(), "codes"))
         .arg("--")
@@ -18,22 +18,19 @@ fn status_of(etcd: &Etcd, command: &[&str]) -> (i32, String) {
     )
 }
 
-#[test]
-fn the_commands_exit_status_is_passed_on() {
-    let etcd = Etcd::start();
+pub fn the_commands_exit_status_is_passed_on<S: Store>() {
+    let etcd = S::start();
     assert_eq!(status_of(&etcd, &["true"]).0, 0);
     assert_eq!(status_of(&etcd, &["sh", "-c", "exit 7"]).0, 7);
     assert_eq!(status_of(&etcd, &["sh", "-c", "exit 255"]).0, 255);
     // Died of a signal: 128+N, as a shell reports it.
     assert_eq!(status_of(&etcd, &["sh", "-c", "kill -TERM $$"]).0, 143);
     assert_eq!(status_of(&etcd, &["sh", "-c", "kill -KILL $$"]).0, 137);
-    assert!(etcd.keys("/leader-exec/").is_empty());
-    assert!(etcd.leases().is_empty(), "{:?}", etcd.leases());
+    assert!(etcd.held().is_empty(), "{:?}", etcd.held());
 }
 
-#[test]
-fn a_missing_command_is_127_and_a_non_executable_one_126() {
-    let etcd = Etcd::start();
+pub fn a_missing_command_is_127_and_a_non_executable_one_126<S: Store>() {
+    let etcd = S::start();
     let scratch = Scratch::new();
     let (code, stderr) = status_of(&etcd, &["no-such-command-anywhere"]);
     assert_eq!(code, 127, "{stderr}");
@@ -47,6 +44,5 @@ fn a_missing_command_is_127_and_a_non_executable_one_126() {
     assert_eq!(code, 126, "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
-    assert!(etcd.keys("/leader-exec/").is_empty());
-    assert!(etcd.leases().is_empty(), "{:?}", etcd.leases());
+    assert!(etcd.held().is_empty(), "{:?}", etcd.held());
 }

@@ -938,3 +938,314 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// A store the store-independent tests run against: a real server on free loopback ports,
+/// stopped when dropped.
+pub trait Store: Sized {
+    /// A name for messages.
+    const NAME: &'static str;
+
+    fn start() -> Self;
+
+    /// The `--endpoints` value that reaches it.
+    fn endpoint(&self) -> String;
+
+    /// Its TCP address (for a proxy in front of it).
+    fn addr(&self) -> SocketAddr;
+
+    /// The `--endpoints` value that reaches it through `proxy`.
+    fn endpoint_via(&self, proxy: &Proxy) -> String;
+
+    /// Kills it and starts it again on the same port and data; returns once it answers.
+    fn restart(&mut self);
+
+    /// How many instances hold a claim on `lease` as the store sees it: etcd, the candidate keys
+    /// (leader and waiters); PostgreSQL, 1 while the row has an unexpired holder (waiters hold
+    /// nothing there).
+    fn claims(&self, lease: &str) -> usize;
+
+    /// Whatever is still held anywhere: etcd, election keys and leases; PostgreSQL, rows with an
+    /// unexpired holder. Empty once every instance has released.
+    fn held(&self) -> Vec<String>;
+}
+
+impl Store for Etcd {
+    const NAME: &'static str = "etcd";
+
+    fn start() -> Self {
+        Etcd::start()
+    }
+
+    fn endpoint(&self) -> String {
+        Etcd::endpoint(self)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        Etcd::addr(self)
+    }
+
+    fn endpoint_via(&self, proxy: &Proxy) -> String {
+        proxy.endpoint()
+    }
+
+    fn restart(&mut self) {
+        Etcd::restart(self)
+    }
+
+    fn claims(&self, lease: &str) -> usize {
+        self.keys(&format!("/leader-exec/{lease}/")).len()
+    }
+
+    fn held(&self) -> Vec<String> {
+        let mut held: Vec<String> = self
+            .keys("/leader-exec/")
+            .into_iter()
+            .filter(|k| !k.starts_with("/leader-exec/."))
+            .collect();
+        held.extend(self.leases().into_iter().map(|l| format!("lease {l}")));
+        held
+    }
+}
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A PostgreSQL server on a free loopback port, run as the `postgres` user (initdb refuses root)
+/// on a temporary directory it owns; stopped (immediate mode) when dropped.
+pub struct Postgres {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    running: bool,
+    /// More server options (`-c name=value …`).
+    extra: String,
+}
+
+fn as_postgres(program: &str) -> Command {
+    let mut command = Command::new("runuser");
+    command.args(["-u", "postgres", "--", &format!("{PG_BIN}/{program}")]);
+    command
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        Postgres::start_with("")
+    }
+
+    /// Starts with more server options, e.g. `-c shared_preload_libraries=pg_stat_statements`.
+    pub fn start_with(extra: &str) -> Postgres {
+        let dir = tempfile::Builder::new()
+            .prefix("leader-exec-pg")
+            .tempdir()
+            .unwrap();
+        let chown = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+        let out = as_postgres("initdb")
+            .arg("-D")
+            .arg(dir.path().join("data"))
+            .args(["-A", "trust", "-U", "postgres", "--no-sync"])
+            .output()
+            .expect("PostgreSQL is installed (apt-get install postgresql)");
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut pg = Postgres {
+            port: 0,
+            dir,
+            running: false,
+            extra: extra.to_owned(),
+        };
+        // A free port can be taken between the probe and the server's bind: try a few times.
+        for _ in 0..5 {
+            pg.port = free_port();
+            if pg.spawn() {
+                return pg;
+            }
+        }
+        panic!("PostgreSQL did not start");
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn spawn(&mut self) -> bool {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=600 {}",
+            self.port,
+            self.data_dir().display(),
+            self.extra
+        );
+        let status = as_postgres("pg_ctl")
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-o", &options, "-l"])
+            .arg(self.dir.path().join("log"))
+            .args(["-w", "-t", "30", "start"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        self.running = status.success();
+        self.running
+    }
+
+    /// `pg_ctl stop -m immediate`: like a crash, nothing is flushed or said goodbye.
+    pub fn kill(&mut self) {
+        if self.running {
+            self.thaw();
+            let _ = as_postgres("pg_ctl")
+                .arg("-D")
+                .arg(self.data_dir())
+                .args(["-m", "immediate", "-w", "stop"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            self.running = false;
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(self.spawn(), "PostgreSQL did not come back");
+    }
+
+    /// Restarts with TLS on, serving `cert` and `key` (PEM files the test made).
+    pub fn enable_tls(&mut self, cert: &Path, key: &Path) {
+        for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
+            let target = self.data_dir().join(to);
+            std::fs::copy(from, &target).unwrap();
+            let ok = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(&target)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+            std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+        }
+        self.extra.push_str(" -c ssl=on");
+        self.restart();
+    }
+
+    /// The postmaster and every backend (SIGSTOP of the postmaster alone leaves established
+    /// sessions serving).
+    fn pids(&self) -> Vec<i32> {
+        let Ok(text) = std::fs::read_to_string(self.data_dir().join("postmaster.pid")) else {
+            return Vec::new();
+        };
+        let Some(main) = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse::<i32>().ok())
+        else {
+            return Vec::new();
+        };
+        let mut pids = vec![main];
+        pids.extend(children_of(main));
+        pids
+    }
+
+    pub fn freeze(&self) {
+        for pid in self.pids() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+        }
+    }
+
+    pub fn thaw(&self) {
+        for pid in self.pids() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        }
+    }
+
+    pub fn url(&self, port: u16) -> String {
+        format!("postgres://postgres@127.0.0.1:{port}/postgres")
+    }
+
+    /// Runs SQL with psql; returns stdout (unaligned, tuples only). Panics on failure.
+    pub fn psql(&self, sql: &str) -> String {
+        let out = self.try_psql(sql);
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn try_psql(&self, sql: &str) -> Output {
+        Command::new("psql")
+            .env_remove("PGPASSWORD")
+            .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(self.url(self.port))
+            .args(["-c", sql])
+            .output()
+            .expect("psql is installed (apt-get install postgresql)")
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Store for Postgres {
+    const NAME: &'static str = "postgres";
+
+    fn start() -> Self {
+        Postgres::start()
+    }
+
+    fn endpoint(&self) -> String {
+        self.url(self.port)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn endpoint_via(&self, proxy: &Proxy) -> String {
+        self.url(proxy.port)
+    }
+
+    fn restart(&mut self) {
+        Postgres::restart(self)
+    }
+
+    fn claims(&self, lease: &str) -> usize {
+        let sql = format!(
+            "SELECT count(*) FROM leader_exec_leases WHERE name = '{lease}' AND holder IS NOT NULL AND expires_at > now()"
+        );
+        match self.try_psql(&sql) {
+            out if out.status.success() => String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .unwrap_or(0),
+            // No table yet: nobody has run.
+            _ => 0,
+        }
+    }
+
+    fn held(&self) -> Vec<String> {
+        let out = self.try_psql(
+            "SELECT name || ' ' || holder FROM leader_exec_leases WHERE holder IS NOT NULL AND expires_at > now()",
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Whether `instance` has joined the election (its log says it campaigns): a store-independent
+/// "it stands in line".
+pub fn campaigning(instance: &Instance) -> bool {
+    instance.stderr().contains(" campaigning")
+}

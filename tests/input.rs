@@ -46,9 +46,8 @@ fn help_and_version() {
     );
 }
 
-#[test]
-fn malformed_flags_are_one_line_and_125() {
-    let etcd = Etcd::start();
+pub fn malformed_flags_are_one_line_and_125<S: Store>() {
+    let etcd = S::start();
     let endpoint = etcd.endpoint();
     let with = |extra: &[&str]| {
         let mut args = vec!["--endpoints", endpoint.as_str()];
@@ -120,8 +119,7 @@ fn malformed_flags_are_one_line_and_125() {
         .output()
         .unwrap();
     assert_usage_error(&out, "forever");
-    assert!(etcd.keys("").is_empty(), "keys left: {:?}", etcd.keys(""));
-    assert!(etcd.leases().is_empty());
+    assert!(etcd.held().is_empty(), "left: {:?}", etcd.held());
 }
 
 #[test]

@@ -97,9 +97,8 @@ fn term_escalates_to_sigkill_after_the_grace() {
     assert!(!group_alive(child));
 }
 
-#[test]
-fn killing_leader_exec_kills_the_whole_group() {
-    let etcd = Etcd::start();
+pub fn killing_leader_exec_kills_the_whole_group<S: Store>() {
+    let etcd = S::start();
     let scratch = Scratch::new();
     let job = scratch.job(
         "orphan",

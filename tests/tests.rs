@@ -1,8 +1,48 @@
-//! Integration tests: every one starts its own etcd on free loopback ports and runs the real
+//! Integration tests: every one starts its own store (etcd, or PostgreSQL for the tests that run
+//! against every store) on free loopback ports and runs the real
 //! leader-exec binary; facts are observed from outside (what children recorded, which pids are
 //! alive, exit codes, what etcd holds).
 
 mod harness;
+
+/// The store-independent tests: each runs once per store (`etcd::NAME`, `postgres::NAME`).
+/// One list; a test joins it by taking `<S: Store>` instead of `#[test]`.
+macro_rules! store_independent {
+    ($($module:ident :: $test:ident),* $(,)?) => {
+        mod etcd {
+            $( #[test] fn $test() { crate::$module::$test::<crate::harness::Etcd>(); } )*
+        }
+        mod postgres {
+            $( #[test] fn $test() { crate::$module::$test::<crate::harness::Postgres>(); } )*
+        }
+    };
+}
+
+store_independent! {
+    // Exclusive leadership, strictly increasing tokens, handover.
+    election::two_instances_take_turns,
+    election::three_instances_take_turns_with_increasing_tokens,
+    election::the_next_instance_starts_right_after_the_command_exits,
+    // --no-wait and --wait-timeout.
+    election::no_wait_and_wait_timeout_exit_124_and_leave_no_key,
+    // Exit codes.
+    exit_codes::the_commands_exit_status_is_passed_on,
+    exit_codes::a_missing_command_is_127_and_a_non_executable_one_126,
+    // The leader cut off or black-holed by the TCP proxy; the store restarted within the deadline.
+    faults::a_leader_cut_off_from_the_store_stops_its_command_before_the_next_one_starts,
+    faults::a_leader_behind_a_black_hole_sigkills_a_term_ignoring_group_in_time,
+    faults::a_store_restart_shorter_than_the_deadline_leaves_the_command_alone,
+    // leader-exec SIGKILLed with a grandchild.
+    signals::killing_leader_exec_kills_the_whole_group,
+    // status, check, watch.
+    operator::status_shows_the_leader_or_exits_3,
+    operator::check_tells_current_from_stale_tokens,
+    operator::watch_reports_each_change_and_survives_a_store_restart,
+    // An occurrence runs once.
+    cron::six_staggered_hosts_run_an_occurrence_once,
+    // Bad input.
+    input::malformed_flags_are_one_line_and_125,
+}
 
 mod ambiguous;
 mod cron;
@@ -14,5 +54,6 @@ mod input;
 mod local_faults;
 mod metrics;
 mod operator;
+mod postgres_only;
 mod rough_edges;
 mod signals;

@@ -23,8 +23,8 @@ use etcd_client::{
 };
 
 use super::{
-    Backend, Backoff, Candidacy, Election, Keeper, Leader, LeaseTime, Observation, RawRecord,
-    Renewal, StoreError, Turn,
+    Ahead, Backend, Backoff, Candidacy, Election, Keeper, Leader, LeaseTime, Observation,
+    RawRecord, Renewal, StoreError, Turn,
 };
 use crate::settings::Connection;
 
@@ -181,7 +181,7 @@ impl Etcd {
             }
         };
         Ok(Candidacy {
-            lease_id,
+            lease_id: Some(lease_id),
             key,
             token,
         })
@@ -272,7 +272,7 @@ impl Backend for Etcd {
     fn keeper(&self, candidacy: &Candidacy) -> EtcdKeeper {
         EtcdKeeper {
             client: self.client.lease_client(),
-            lease_id: candidacy.lease_id,
+            lease_id: candidacy.lease_id.unwrap_or_default(),
             stream: None,
         }
     }
@@ -306,16 +306,19 @@ impl Backend for Etcd {
             _ => return Ok(Turn::Gone),
         }
         Ok(match ahead.kvs().first() {
-            None => Turn::Leading,
-            Some(kv) => Turn::Behind {
-                predecessor: kv.key().to_vec(),
-                revision,
+            None => Turn::Leading {
+                token: candidacy.token,
             },
+            Some(kv) => Turn::Behind(Ahead {
+                key: kv.key().to_vec(),
+                revision,
+                expires_in: None,
+            }),
         })
     }
 
-    async fn predecessor_gone(&self, key: &[u8], revision: i64) -> Result<(), StoreError> {
-        self.deleted_after(key, revision).await
+    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+        self.deleted_after(&ahead.key, ahead.revision).await
     }
 
     async fn key_gone(&self, candidacy: &Candidacy) {
@@ -371,7 +374,7 @@ impl Backend for Etcd {
             key: kv.key().to_vec(),
             identity: kv.value().to_vec(),
             token: kv.create_revision(),
-            lease_id: kv.lease(),
+            lease_id: Some(kv.lease()),
         });
         Ok(Observation {
             leader,
@@ -506,7 +509,7 @@ impl Backend for Etcd {
                     key: kv.key().to_vec(),
                     identity: kv.value().to_vec(),
                     token: kv.create_revision(),
-                    lease_id: kv.lease(),
+                    lease_id: Some(kv.lease()),
                 });
             }
         }
@@ -536,13 +539,28 @@ impl Backend for Etcd {
             .and_then([TxnOp::put(
                 key,
                 value,
-                Some(PutOptions::new().with_lease(candidacy.lease_id)),
+                Some(PutOptions::new().with_lease(candidacy.lease_id.unwrap_or_default())),
             )]);
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
         Ok(response.succeeded())
     }
 
-    async fn lease_time(&self, lease_id: i64) -> Result<Option<LeaseTime>, StoreError> {
+    fn delete_record_hint(&self, key: &str) -> String {
+        format!("etcdctl del {}", crate::escape::shell_quote(key))
+    }
+
+    fn store_name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn restart_resets_leases(&self) -> bool {
+        true
+    }
+
+    async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        let Some(lease_id) = leader.lease_id else {
+            return Ok(None);
+        };
         let response = self
             .client
             .lease_client()
@@ -556,7 +574,10 @@ impl Backend for Etcd {
     }
 
     async fn resign(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
-        match self.client.lease_client().revoke(candidacy.lease_id).await {
+        let Some(lease_id) = candidacy.lease_id else {
+            return Ok(());
+        };
+        match self.client.lease_client().revoke(lease_id).await {
             Ok(_) => Ok(()),
             // Already expired: nothing left to release.
             Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),

@@ -1,46 +1,75 @@
 //! The seam between the state machine and the store that holds the election.
 //!
 //! What a store must guarantee for the safety argument to hold:
-//! - `campaign` creates a lease that cannot expire on the server before the request was sent
-//!   plus the TTL, and a candidate key bound to it, ordered by a revision that only grows;
-//! - `check_turn` decides leadership atomically: this candidacy's key still exists and no key with
-//!   a lower revision does, both at one revision of the store;
+//! - `campaign` joins the election. A store with candidate leases (etcd) creates a lease that
+//!   cannot expire on the server before the request was sent plus the TTL, and a candidate key
+//!   bound to it, ordered by a revision that only grows. A store with one lease row per name
+//!   (PostgreSQL) only names the row here: a waiter holds nothing on the server.
+//! - `check_turn` decides leadership atomically and answers `Turn::Leading` with the fencing
+//!   token, which may be known only then (PostgreSQL: the row's token after the acquiring
+//!   UPDATE). A lease acquired by `check_turn` cannot expire on the server before the request
+//!   was sent plus the TTL.
 //! - a renewal that answers "alive" extended the lease to at least its send instant plus the TTL;
-//!   "expired" means the lease is gone for good.
+//!   "expired" means the lease is gone for good. A waiter of a store without candidate leases
+//!   has nothing to renew: its keeper answers "alive" without a request.
 //!
-//! Nothing above this module knows it is talking to etcd.
+//! Nothing above this module knows which store it is talking to.
 
 pub mod etcd;
+pub mod postgres;
 
 use std::fmt;
 use std::time::Duration;
 
-/// One instance's place in the election: a lease and the key attached to it.
+/// One instance's place in the election.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidacy {
-    /// The store's lease id.
-    pub lease_id: i64,
-    /// The candidate key, `prefix + NAME + "/" + lease id in hex`.
+    /// The store's lease id, where the store has leases of its own (etcd); `None` otherwise
+    /// (PostgreSQL: the lease is the row).
+    pub lease_id: Option<i64>,
+    /// What the leader holds, as `LEADER_KEY` shows it: etcd's candidate key
+    /// `prefix + NAME + "/" + lease id in hex`; PostgreSQL's lease row, `TABLE/NAME`.
     pub key: String,
-    /// The key's create-revision: its place in line, and the fencing token once it leads.
+    /// The fencing token once it leads. etcd: the key's create-revision, known from the campaign
+    /// on (its place in line). PostgreSQL: 0 until `Turn::Leading` reports it; the state machine
+    /// leads with the candidacy that `Turn::Leading` completes (see [`Candidacy::leading`]).
     pub token: i64,
 }
 
 impl Candidacy {
-    pub fn lease_id_hex(&self) -> String {
-        format!("{:x}", self.lease_id)
+    pub fn lease_id_hex(&self) -> Option<String> {
+        self.lease_id.map(|id| format!("{id:x}"))
     }
+
+    /// The candidacy as it leads, with the token `Turn::Leading` reported.
+    pub fn leading(&self, token: i64) -> Candidacy {
+        Candidacy {
+            token,
+            ..self.clone()
+        }
+    }
+}
+
+/// The candidate (or holder) ahead of a waiting candidacy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ahead {
+    /// Its key, bytes as the store holds them: any client with access to the prefix can write
+    /// keys that are not UTF-8, and a waiter must watch exactly that key.
+    pub key: Vec<u8>,
+    /// The store revision the answer was read at (0 where the store has none).
+    pub revision: i64,
+    /// Time left on its lease as the server reported it, where the store says (PostgreSQL):
+    /// a holder that crashed sends nothing, so the waiter tries again once this has run out.
+    pub expires_in: Option<Duration>,
 }
 
 /// Where a candidacy stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Turn {
-    /// No candidate is ahead: this one leads.
-    Leading,
-    /// Another candidate is ahead; `revision` is the store revision the answer was read at.
-    /// The predecessor's key is bytes as the store holds them: any client with access to the
-    /// prefix can write keys that are not UTF-8, and a waiter must watch exactly that key.
-    Behind { predecessor: Vec<u8>, revision: i64 },
+    /// No candidate is ahead: this one leads, with this fencing token.
+    Leading { token: i64 },
+    /// Another candidate is ahead.
+    Behind(Ahead),
     /// The candidate key no longer exists (its lease expired, or someone deleted it).
     Gone,
 }
@@ -72,7 +101,8 @@ pub struct Leader {
     pub key: Vec<u8>,
     pub identity: Vec<u8>,
     pub token: i64,
-    pub lease_id: i64,
+    /// `None` where the store has no lease ids (PostgreSQL).
+    pub lease_id: Option<i64>,
 }
 
 /// One election found under a prefix (`status --all`).
@@ -145,15 +175,15 @@ pub trait Backend {
     /// One atomic look at the line.
     fn check_turn(&self, candidacy: &Candidacy) -> impl Future<Output = Result<Turn, StoreError>>;
 
-    /// Completes when `key` is deleted at a revision after `revision` (or may already be gone).
-    fn predecessor_gone(
-        &self,
-        key: &[u8],
-        revision: i64,
-    ) -> impl Future<Output = Result<(), StoreError>>;
+    /// Completes when the candidate ahead may be gone: etcd, its key was deleted at a revision
+    /// after the one it was read at; PostgreSQL, a release was announced or its lease ran out.
+    /// Waking too early is allowed (the caller looks again); missing a handover is not.
+    fn predecessor_gone(&self, ahead: &Ahead) -> impl Future<Output = Result<(), StoreError>>;
 
     /// Completes once the candidacy's own key has been deleted. Retries through store outages
-    /// on its own; the renewal deadline covers the time it cannot see the store.
+    /// on its own; the renewal deadline covers the time it cannot see the store. A store that
+    /// cannot tell (PostgreSQL: a taken row shows up as a renewal answering "expired") never
+    /// completes it.
     fn key_gone(&self, candidacy: &Candidacy) -> impl Future<Output = ()>;
 
     /// Leaves the election: revokes the lease, which deletes the key.
@@ -206,37 +236,49 @@ pub trait Backend {
         value: Vec<u8>,
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
-    /// Time left on a lease; `None` when it no longer exists.
+    /// Whether a restart of the store gives every lease a full TTL again (etcd does; PostgreSQL
+    /// keeps `expires_at`).
+    fn restart_resets_leases(&self) -> bool;
+
+    /// Time left on the leader's lease; `None` when it no longer exists.
     fn lease_time(
         &self,
-        lease_id: i64,
+        leader: &Leader,
     ) -> impl Future<Output = Result<Option<LeaseTime>, StoreError>>;
+
+    /// A command an operator can run to delete record `key` (shown in log messages).
+    fn delete_record_hint(&self, key: &str) -> String;
+
+    /// The store's name in messages ("etcd", "PostgreSQL").
+    fn store_name(&self) -> &'static str;
 }
 
 /// Waits until the candidacy leads (`Turn::Leading`) or is gone (`Turn::Gone`), watching only the
 /// candidate just ahead of it, as etcd's election recipe does, so a handover wakes one waiter.
 /// Store errors are retried after `backoff`; the renewal deadline bounds how long that may go on.
-pub async fn wait_for_turn<B: Backend>(
+///
+/// Returns the answer with the send instant (on `clock`) of the request that gave it: a store
+/// whose lease is acquired by `check_turn` proves it from that instant on, not before.
+pub async fn wait_for_turn<B: Backend, C: crate::clock::Clock>(
     backend: &B,
+    clock: &C,
     candidacy: &Candidacy,
     backoff: Duration,
-) -> Turn {
+) -> (Turn, Duration) {
     loop {
+        let sent = clock.now();
         match backend.check_turn(candidacy).await {
-            Ok(Turn::Behind {
-                predecessor,
-                revision,
-            }) => {
+            Ok(Turn::Behind(ahead)) => {
                 tracing::debug!(
-                    predecessor = %crate::escape::escape(&predecessor),
+                    predecessor = %crate::escape::escape(&ahead.key),
                     "waiting for the candidate ahead to go"
                 );
-                if let Err(e) = backend.predecessor_gone(&predecessor, revision).await {
+                if let Err(e) = backend.predecessor_gone(&ahead).await {
                     tracing::debug!(error = %e, "watching the candidate ahead failed; looking again");
                     tokio::time::sleep(backoff).await;
                 }
             }
-            Ok(turn) => return turn,
+            Ok(turn) => return (turn, sent),
             Err(e) => {
                 tracing::debug!(error = %e, "reading the election failed; trying again");
                 tokio::time::sleep(backoff).await;
