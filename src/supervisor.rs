@@ -19,8 +19,9 @@
 //!
 //! Protocol, one line per message, fields separated by tabs:
 //! - leader-exec → supervisor: `spawn\tK=V\tK=V…` (environment added for the child), `signal\tN`
-//! - supervisor → leader-exec: `started\tPID`, `failed\tERRNO\tMESSAGE`, `exited\tCODE`,
-//!   `killed\tSIGNAL`, `empty` (the child's process group has no process left)
+//! - supervisor → leader-exec: `started\tPID`, `failed\tERRNO\tMESSAGE`, `exited\tPGID\tCODE`,
+//!   `killed\tPGID\tSIGNAL`, `empty\tPGID` (that process group has no process left); PGID is the
+//!   command's pid, which names its group
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -340,6 +341,9 @@ impl Handle {
         };
         let alive = members_of(group.as_raw());
         if alive.is_empty() {
+            // Forgotten: what the supervisor still has to say about it is stale (see
+            // `next_event`), and its number may be reused.
+            self.group = None;
             Group::Gone
         } else {
             Group::Alive(alive)
@@ -366,33 +370,46 @@ impl Handle {
     /// The next event. Cancel-safe. An error means the supervisor is gone: leader-exec has
     /// already SIGKILLed the command's group itself by then (its processes are reparented to us
     /// and reaped by [`Handle::group`]). Never completes once the supervisor is gone.
+    ///
+    /// `exited` and `empty` name the group they are about. Those about a group leader-exec has
+    /// already seen gone in /proc (a step-down that did not wait for the supervisor's word) are
+    /// stale and skipped: with `--recampaign` they would otherwise be taken for news of the next
+    /// command.
     pub async fn next_event(&mut self) -> io::Result<Event> {
         if self.gone {
             return std::future::pending().await;
         }
-        let line = match self.lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) => {
-                self.supervisor_died();
-                return Err(io::Error::other("the supervisor process died"));
+        loop {
+            let line = match self.lines.next_line().await {
+                Ok(Some(line)) => line,
+                Ok(None) => {
+                    self.supervisor_died();
+                    return Err(io::Error::other("the supervisor process died"));
+                }
+                Err(e) => {
+                    self.supervisor_died();
+                    return Err(e);
+                }
+            };
+            let (about, event) = parse_event(&line).ok_or_else(|| {
+                io::Error::other(format!("bad message from supervisor: {line:?}"))
+            })?;
+            if let Some(group) = about
+                && self.group != Some(Pid::from_raw(group))
+            {
+                continue;
             }
-            Err(e) => {
-                self.supervisor_died();
-                return Err(e);
+            match &event {
+                Event::Started(pid) => {
+                    self.group = Some(Pid::from_raw(*pid));
+                    self.spawn_pending = false;
+                }
+                Event::SpawnFailed { .. } => self.spawn_pending = false,
+                Event::GroupEmpty => self.group = None,
+                Event::Exited(_) => {}
             }
-        };
-        let event = parse_event(&line)
-            .ok_or_else(|| io::Error::other(format!("bad message from supervisor: {line:?}")))?;
-        match &event {
-            Event::Started(pid) => {
-                self.group = Some(Pid::from_raw(*pid));
-                self.spawn_pending = false;
-            }
-            Event::SpawnFailed { .. } => self.spawn_pending = false,
-            Event::GroupEmpty => self.group = None,
-            Event::Exited(_) => {}
+            return Ok(event);
         }
-        Ok(event)
     }
 
     /// The supervisor died while the command may run: its death signal has killed the command,
@@ -477,20 +494,32 @@ pub fn members_of(group: i32) -> Vec<i32> {
         .collect()
 }
 
-fn parse_event(line: &str) -> Option<Event> {
+/// An event, and the process group it is about (for `exited`, `killed` and `empty`).
+fn parse_event(line: &str) -> Option<(Option<i32>, Event)> {
     let mut fields = line.split('\t');
-    let event = match fields.next()? {
-        "started" => Event::Started(fields.next()?.parse().ok()?),
-        "failed" => Event::SpawnFailed {
-            errno: fields.next()?.parse().ok()?,
-            message: fields.next().unwrap_or("").to_owned(),
-        },
-        "exited" => Event::Exited(ChildStatus::Exited(fields.next()?.parse().ok()?)),
-        "killed" => Event::Exited(ChildStatus::Signaled(fields.next()?.parse().ok()?)),
-        "empty" => Event::GroupEmpty,
+    let kind = fields.next()?;
+    let mut group = || -> Option<i32> { fields.next()?.parse().ok() };
+    let parsed = match kind {
+        "started" => (None, Event::Started(group()?)),
+        "failed" => {
+            let errno = group()?;
+            let message = fields.next().unwrap_or("").to_owned();
+            (None, Event::SpawnFailed { errno, message })
+        }
+        "exited" => {
+            let about = group()?;
+            let code = fields.next()?.parse().ok()?;
+            (Some(about), Event::Exited(ChildStatus::Exited(code)))
+        }
+        "killed" => {
+            let about = group()?;
+            let signal = fields.next()?.parse().ok()?;
+            (Some(about), Event::Exited(ChildStatus::Signaled(signal)))
+        }
+        "empty" => (Some(group()?), Event::GroupEmpty),
         _ => return None,
     };
-    Some(event)
+    Some(parsed)
 }
 
 /// The supervisor process's state.
@@ -500,6 +529,9 @@ struct Supervisor<'a> {
     command: &'a [OsString],
     parent: Pid,
     input: Vec<u8>,
+    /// A spawn that came while the previous group was still draining (leader-exec may see a
+    /// group gone in /proc a moment before this process has reaped it): run once idle.
+    pending_spawn: Option<String>,
     state: State,
 }
 
@@ -550,6 +582,7 @@ impl<'a> Supervisor<'a> {
             command,
             parent,
             input: Vec::new(),
+            pending_spawn: None,
             state: State::Idle,
         })
     }
@@ -591,6 +624,13 @@ impl<'a> Supervisor<'a> {
                 self.parent_gone();
                 return 0;
             }
+            if self.state == State::Idle
+                && let Some(line) = self.pending_spawn.take()
+                && self.command(&line).is_err()
+            {
+                self.parent_gone();
+                return 0;
+            }
         }
     }
 
@@ -626,14 +666,14 @@ impl<'a> Supervisor<'a> {
         if self.state == State::Running(pid) {
             self.state = State::Draining(pid);
             let mut line = match status {
-                ChildStatus::Exited(code) => format!("exited\t{code}\n"),
-                ChildStatus::Signaled(signal) => format!("killed\t{signal}\n"),
+                ChildStatus::Exited(code) => format!("exited\t{pid}\t{code}\n"),
+                ChildStatus::Signaled(signal) => format!("killed\t{pid}\t{signal}\n"),
             };
             // Usually the command was alone in its group: say both in one message, so that
             // leader-exec wakes up once and releases the lease at once (the handover path).
             if killpg(pid, None) == Err(Errno::ESRCH) {
                 self.state = State::Idle;
-                line.push_str("empty\n");
+                line.push_str(&format!("empty\t{pid}\n"));
             }
             self.tell(&line)?;
         }
@@ -646,7 +686,7 @@ impl<'a> Supervisor<'a> {
             self.reap()?;
             if killpg(group, None) == Err(Errno::ESRCH) {
                 self.state = State::Idle;
-                self.tell("empty\n")?;
+                self.tell(&format!("empty\t{group}\n"))?;
             }
         }
         Ok(())
@@ -680,6 +720,10 @@ impl<'a> Supervisor<'a> {
             Some("spawn") if self.state == State::Idle => {
                 let env: Vec<(&str, &str)> = fields.filter_map(|f| f.split_once('=')).collect();
                 self.spawn(&env)
+            }
+            Some("spawn") => {
+                self.pending_spawn = Some(line.to_owned());
+                Ok(())
             }
             Some("signal") => {
                 let signal = fields.next().and_then(|n| n.parse::<i32>().ok());
@@ -757,23 +801,30 @@ mod tests {
 
     #[test]
     fn events_parse() {
-        assert_eq!(parse_event("started\t42"), Some(Event::Started(42)));
+        assert_eq!(parse_event("started\t42"), Some((None, Event::Started(42))));
         assert_eq!(
-            parse_event("exited\t7"),
-            Some(Event::Exited(ChildStatus::Exited(7)))
+            parse_event("exited\t42\t7"),
+            Some((Some(42), Event::Exited(ChildStatus::Exited(7))))
         );
         assert_eq!(
-            parse_event("killed\t15"),
-            Some(Event::Exited(ChildStatus::Signaled(15)))
+            parse_event("killed\t42\t15"),
+            Some((Some(42), Event::Exited(ChildStatus::Signaled(15))))
         );
-        assert_eq!(parse_event("empty"), Some(Event::GroupEmpty));
+        assert_eq!(
+            parse_event("empty\t42"),
+            Some((Some(42), Event::GroupEmpty))
+        );
         assert_eq!(
             parse_event("failed\t2\tNo such file"),
-            Some(Event::SpawnFailed {
-                errno: 2,
-                message: "No such file".into()
-            })
+            Some((
+                None,
+                Event::SpawnFailed {
+                    errno: 2,
+                    message: "No such file".into()
+                }
+            ))
         );
+        assert_eq!(parse_event("empty"), None);
         assert_eq!(parse_event("nonsense"), None);
     }
 

@@ -174,6 +174,15 @@ fn every_duration_flag_at_its_boundaries() {
     args.extend(["--hold-at-least", "9000000000s"]);
     let mut held = Instance::start(&args, &["sh".into(), "-c".into(), touch]);
     assert!(wait_for(Duration::from_secs(10), || marker.exists()));
+    // Once the command is done and the hold has begun (a TERM before that would go to the
+    // command instead).
+    assert!(
+        wait_for(Duration::from_secs(10), || held
+            .stderr()
+            .contains("holding the lease")),
+        "{}",
+        held.stderr()
+    );
     assert!(held.running(), "{}", held.stderr());
     held.signal(Signal::SIGTERM);
     assert_eq!(
