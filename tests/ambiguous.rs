@@ -17,12 +17,13 @@ use serde_json::Value;
 use crate::harness::*;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const HEADERS: u8 = 0x1;
+const DATA: u8 = 0x0;
 const END_STREAM: u8 = 0x1;
 
-/// A TCP proxy for one gRPC client. Once armed with `n`, it counts the new streams the client
-/// opens (one per unary call), lets the `n`-th call through to the server, drops every frame of
-/// its answer, and when the answer is complete resets the connection.
+/// A TCP proxy for one gRPC client. Once armed with a needle, it finds the first call whose
+/// request carries those bytes (gRPC sends protobuf uncompressed, so a key appears as it is),
+/// lets it through to the server, drops every frame of its answer, and, if asked, resets the
+/// connection when the answer is complete.
 struct AnswerDropper {
     port: u16,
     state: Arc<DropperState>,
@@ -30,8 +31,8 @@ struct AnswerDropper {
 
 #[derive(Default)]
 struct DropperState {
-    /// New streams still to let pass before the target; 0 when not armed.
-    countdown: AtomicU32,
+    /// The bytes that mark the target call's request; None when not armed.
+    needle: Mutex<Option<Vec<u8>>>,
     /// Stream ids whose answers are dropped, per connection number.
     targets: Mutex<HashMap<u32, u32>>,
     dropped_frames: AtomicU32,
@@ -67,11 +68,11 @@ impl AnswerDropper {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Drops the answer of the `n`-th call the client starts from now on; with `reset`, then
+    /// Drops the answer of the next call whose request contains `needle`; with `reset`, then
     /// resets the connection, so that the call fails; without, the call never returns.
-    fn arm(&self, n: u32, reset: bool) {
+    fn arm(&self, needle: &str, reset: bool) {
         self.state.reset.store(reset, Ordering::SeqCst);
-        self.state.countdown.store(n, Ordering::SeqCst);
+        *self.state.needle.lock().unwrap() = Some(needle.as_bytes().to_vec());
     }
 }
 
@@ -90,11 +91,11 @@ fn frames(buffer: &mut Vec<u8>) -> Vec<(u8, u8, u32, Vec<u8>)> {
     out
 }
 
-/// Client to server: forwarded as is; new streams are counted while armed.
+/// Client to server: forwarded as is; while armed, the request carrying the needle marks its
+/// stream as the target.
 fn requests(mut from: TcpStream, mut to: TcpStream, number: u32, state: Arc<DropperState>) {
     let mut buffer = Vec::new();
     let mut preface_seen = false;
-    let mut highest = 0;
     let mut chunk = [0u8; 16384];
     loop {
         let n = match from.read(&mut chunk) {
@@ -111,14 +112,15 @@ fn requests(mut from: TcpStream, mut to: TcpStream, number: u32, state: Arc<Drop
             preface_seen = true;
         }
         for (kind, _, stream, frame) in frames(&mut buffer) {
-            if kind == HEADERS && stream % 2 == 1 && stream > highest {
-                highest = stream;
-                let left = state.countdown.load(Ordering::SeqCst);
-                if left > 0 {
-                    state.countdown.store(left - 1, Ordering::SeqCst);
-                    if left == 1 {
-                        state.targets.lock().unwrap().insert(number, stream);
-                    }
+            if kind == DATA {
+                let mut needle = state.needle.lock().unwrap();
+                if let Some(bytes) = needle.as_ref()
+                    && frame[9..]
+                        .windows(bytes.len())
+                        .any(|w| w == bytes.as_slice())
+                {
+                    state.targets.lock().unwrap().insert(number, stream);
+                    *needle = None;
                 }
             }
             out.extend(frame);
@@ -207,9 +209,10 @@ fn a_record_write_whose_answer_was_lost_is_never_undone() {
     let started = create_revision(&etcd, key).expect("the started record");
     assert_eq!(record_state(&etcd, key).as_deref(), Some("started"));
 
-    // Recording the outcome is two calls: a lease for the record, then the fenced txn. The
-    // txn reaches etcd; its answer does not, and the connection breaks.
-    dropper.arm(2, true);
+    // Recording the outcome is two calls: a lease for the record, then the fenced txn, the
+    // first to carry the record's key. The txn reaches etcd; its answer does not, and the
+    // connection breaks.
+    dropper.arm(key, true);
     std::fs::write(&go, "").unwrap();
     assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
     assert!(
@@ -250,9 +253,9 @@ fn a_stop_while_the_occurrence_record_is_read_withdraws_without_running() {
             == 2),
         "a did not join the line"
     );
-    // When b is done, a looks at the line once (the first new call), then reads the
-    // occurrence record (the second), whose answer never comes.
-    dropper.arm(2, false);
+    // When b is done, a takes the lead and reads the occurrence record, whose answer never
+    // comes.
+    dropper.arm("/leader-exec/.occurrences/phase/nightly", false);
     std::fs::write(&go, "").unwrap();
     assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());
     assert!(
