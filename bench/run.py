@@ -3,6 +3,9 @@
 
     python3 bench/run.py             # full run: >= 7 runs per scenario and tool, writes BENCHMARKS.md
     python3 bench/run.py --smoke     # one run per scenario, small numbers, writes target/bench/SMOKE.md
+                                     # (and, for PostgreSQL, target/bench/SMOKE-postgres.md)
+    python3 bench/run.py --store postgres   # leader-exec on PostgreSQL beside leader-exec on etcd,
+                                            # writes bench/POSTGRES.md
 
 The runner builds leader-exec (`cargo build --release --locked`) and a tiny child program
 (bench/stamp.rs, with rustc), starts its own single-member etcd on free loopback ports (data on
@@ -386,6 +389,81 @@ class Etcd:
         return values
 
 
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def pg_bin():
+    """The newest installed PostgreSQL's bin directory (Debian: /usr/lib/postgresql/N/bin)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
+                   if p.parent.parent.name.isdigit() else 0)
+    return found[-1].parent if found else None
+
+
+class Postgres:
+    """A PostgreSQL server of the runner's own: initdb and pg_ctl as the postgres user (initdb
+    refuses root) on a temporary directory, TCP on a free loopback port, fsync=off (like etcd's
+    data on tmpfs: the figures measure the tools, not the disk)."""
+
+    def __init__(self, workdir, data_parent):
+        self.workdir = workdir
+        self.data_parent = data_parent
+        self.dir = None
+        self.port = None
+        self.bin = pg_bin()
+
+    def as_postgres(self, program, *args, **kw):
+        return subprocess.run(["runuser", "-u", "postgres", "--", str(self.bin / program), *args],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, **kw)
+
+    def start(self):
+        if self.bin is None:
+            raise BenchError("PostgreSQL is not installed (apt-get install postgresql)")
+        self.dir = Path(tempfile.mkdtemp(prefix="leader-exec-bench-pg", dir=self.data_parent))
+        shutil.chown(self.dir, "postgres", "postgres")
+        data = self.dir / "data"
+        r = self.as_postgres("initdb", "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
+        if r.returncode != 0:
+            raise BenchError(f"initdb: {r.stderr.strip()}")
+        for _ in range(5):
+            self.port = free_port()
+            options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {data} -c fsync=off "
+                       f"-c max_connections=600")
+            r = self.as_postgres("pg_ctl", "-D", str(data), "-o", options, "-l", str(self.dir / "log"),
+                                 "-w", "-t", "30", "start")
+            if r.returncode == 0:
+                return
+        raise BenchError(f"PostgreSQL did not start (see {self.dir / 'log'})")
+
+    def url(self, application_name="leader-exec"):
+        return (f"postgres://postgres@127.0.0.1:{self.port}/postgres?sslmode=disable"
+                f"&application_name={application_name}")
+
+    def version(self):
+        if self.bin is None:
+            return "not installed"
+        return command_output([str(self.bin / "postgres"), "--version"])
+
+    def sql(self, statement):
+        p = subprocess.run(["psql", "-X", "-q", "-At", "-d", self.url("bench-runner"), "-c", statement],
+                           capture_output=True, text=True, timeout=10, env=clean_env())
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    def listening(self, application_name):
+        """Sessions of one application name whose last statement was LISTEN: one per instance
+        of leader-exec that stands in line (or leads)."""
+        out = self.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                       f"'{application_name}' AND query LIKE 'LISTEN%'")
+        return int(out) if out and out.isdigit() else 0
+
+    def stop(self):
+        if self.dir is None:
+            return
+        if self.port is not None:
+            self.as_postgres("pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = None
+
+
 def metric_sum(metrics, name, **match):
     total = 0.0
     for (n, labels), value in metrics.items():
@@ -677,6 +755,7 @@ class History:
 
 class LeaderExec:
     kind = "leader-exec"
+    store = "etcd"
 
     def __init__(self, binary, key="leader-exec", label="leader-exec"):
         self.binary = str(binary)
@@ -688,6 +767,21 @@ class LeaderExec:
 
     def prefix(self, lease):
         return f"/leader-exec/{lease}/"
+
+
+class PgLeaderExec(LeaderExec):
+    """The same leader-exec against the runner's PostgreSQL."""
+
+    store = "postgres"
+
+    def __init__(self, binary):
+        super().__init__(binary, "postgres", "leader-exec on PostgreSQL")
+
+
+# Scenarios run against PostgreSQL (--store postgres): the others measure etcd-specific paths
+# (the proxy scans etcd's gRPC frames; requests are counted from etcd's /metrics) or are covered by
+# the tests (200 waiters: tests/postgres_only.rs).
+PG_SCENARIOS = ("uncontended", "handover", "crash", "hold")
 
 
 # The scraper of the --scraped tool: requests per second, and the longest it runs for one instance.
@@ -729,6 +823,7 @@ SCRAPED_SCENARIOS = {"stepdown", "hold"}
 
 class Etcdctl:
     kind = key = "etcdctl"
+    store = "etcd"
     label = "etcdctl lock"
 
     def argv(self, endpoint, lease, child, extra=()):
@@ -746,10 +841,11 @@ class Etcdctl:
 
 
 class Context:
-    def __init__(self, args, workdir, etcd, stamp):
+    def __init__(self, args, workdir, etcd, stamp, pg=None):
         self.args = args
         self.workdir = workdir
         self.etcd = etcd
+        self.pg = pg
         self.stamp = str(stamp)
         self.procs = Procs(stamp)
         self.seq = 0
@@ -763,6 +859,13 @@ class Context:
     def lease(self, scenario, i):
         return f"{scenario}-{i}-{self.seq}"
 
+    def endpoint(self, tool, lease):
+        """The store's endpoint for `tool`; PostgreSQL sessions are named after the lease, so that
+        the runner can count who stands in line for it."""
+        if tool.store == "postgres":
+            return self.pg.url(f"bench-{lease}")
+        return self.etcd.endpoint
+
     def start(self, tool, endpoint, lease, child_name, mode, run_dir, extra=()):
         history = run_dir / "history"
         argv = tool.argv(endpoint, lease, [self.stamp, child_name, mode], extra)
@@ -774,7 +877,13 @@ class Context:
         return r
 
     def wait_in_line(self, tool, lease, count, timeout=15):
-        if not wait_until(lambda: self.etcd.count_prefix(tool.prefix(lease)) >= count, timeout, step=0.01):
+        if tool.store == "postgres":
+            def standing():
+                return self.pg.listening(f"bench-{lease}") >= count
+        else:
+            def standing():
+                return self.etcd.count_prefix(tool.prefix(lease)) >= count
+        if not wait_until(standing, timeout, step=0.01):
             raise BenchError(f"{count} candidates did not stand in line for {lease}")
 
 
@@ -783,7 +892,7 @@ def scenario_uncontended(ctx, tool, i, _shared):
     h = History(d / "history")
     lease = ctx.lease("uncontended", i)
     t0 = mono()
-    p = ctx.start(tool, ctx.etcd.endpoint, lease, "c", "exit", d)
+    p = ctx.start(tool, ctx.endpoint(tool, lease), lease, "c", "exit", d)
     rc, exited = wait_exit(p, 15)
     if rc != 0:
         raise BenchError(f"{tool.label} exited {rc} (see {d})")
@@ -796,11 +905,14 @@ def handover_chain(ctx, tool, d, lease, count, name, counted=0):
     child finishes, the waiter's child starts, a new waiter joins behind the new holder, and so
     on. etcd's counters are read around the first `counted` handovers. Returns the figures."""
     h = History(d / "history")
-    wrappers = [ctx.start(tool, ctx.etcd.endpoint, lease, f"{name}0", "hold", d)]
+    endpoint = ctx.endpoint(tool, lease)
+    if tool.store != "etcd":
+        counted = 0  # etcd's counters say nothing about another store
+    wrappers = [ctx.start(tool, endpoint, lease, f"{name}0", "hold", d)]
     current = ctx.started(h, f"{name}0")
     out = {"latency": [], "requests": [], "events": [], "traffic": []}
     for k in range(1, count + 1):
-        wrappers.append(ctx.start(tool, ctx.etcd.endpoint, lease, f"{name}{k}", "hold", d))
+        wrappers.append(ctx.start(tool, endpoint, lease, f"{name}{k}", "hold", d))
         ctx.wait_in_line(tool, lease, 2)
         time.sleep(0.1)  # the waiter's watch on the holder's key is in place
         if k <= counted:
@@ -849,9 +961,9 @@ def scenario_crash(ctx, tool, i, shared):
     d = ctx.run_dir("crash", tool, i)
     h = History(d / "history")
     lease = ctx.lease("crash", i)
-    a = ctx.start(tool, ctx.etcd.endpoint, lease, "a", "hold", d)
+    a = ctx.start(tool, ctx.endpoint(tool, lease), lease, "a", "hold", d)
     a_start = ctx.started(h, "a")
-    b = ctx.start(tool, ctx.etcd.endpoint, lease, "b", "hold", d)
+    b = ctx.start(tool, ctx.endpoint(tool, lease), lease, "b", "hold", d)
     ctx.wait_in_line(tool, lease, 2)
     # Kill at a random phase relative to the renewals (the same phase for both tools in a pair).
     time.sleep(0.5 + shared["phase"])
@@ -962,7 +1074,7 @@ def scenario_hold(ctx, tool, i, _shared):
     d = ctx.run_dir("hold", tool, i)
     h = History(d / "history")
     lease = ctx.lease("hold", i)
-    a = ctx.start(tool, ctx.etcd.endpoint, lease, "a", "hold", d)
+    a = ctx.start(tool, ctx.endpoint(tool, lease), lease, "a", "hold", d)
     a_start = ctx.started(h, "a")
     time.sleep(1.5)  # past start-up and the first renewal
     procs = tool_processes(a.pid, exclude={a_start["pid"]})
@@ -1322,6 +1434,11 @@ def main():
     ap.add_argument("--out", help="report file (default BENCHMARKS.md, smoke target/bench/SMOKE.md)")
     ap.add_argument("--etcd-data", default=default_etcd_data(),
                     help="parent directory of etcd's data dir (default /dev/shm, a tmpfs, when it has room)")
+    ap.add_argument("--store", choices=["etcd", "postgres"],
+                    help="etcd (default): leader-exec beside etcdctl lock, writes BENCHMARKS.md; postgres: "
+                    "leader-exec on a PostgreSQL server of the runner's own beside leader-exec on etcd, in "
+                    "the scenarios " + ", ".join(PG_SCENARIOS) + ", writes bench/POSTGRES.md. "
+                    "A smoke run without --store runs both")
     ap.add_argument("--seed", type=int, default=6, help="seed for the kill/cut phases")
     ap.add_argument("--report-from", metavar="JSON",
                     help="measure nothing: write the report again from the raw results of an earlier run")
@@ -1335,17 +1452,50 @@ def main():
     args.waiters = args.waiters or (20 if smoke else 200)
     args.handovers = args.handovers or (2 if smoke else 5)
     args.hold_seconds = args.hold_seconds or (2.0 if smoke else 10.0)
-    out = Path(args.out) if args.out else (ROOT / "target" / "bench" / "SMOKE.md" if smoke else ROOT / "BENCHMARKS.md")
     only = set(args.only.split(",")) if args.only else None
+    # A full run measures one store; the smoke run goes through both, so that neither path rots.
+    stores = [args.store] if args.store else (["etcd", "postgres"] if smoke else ["etcd"])
     for tool in ("etcd", "etcdctl", "rustc"):
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} not found (apt-get install etcd-server etcd-client; rustup)")
+    if args.store == "postgres" and pg_bin() is None:
+        sys.exit("bench: PostgreSQL not found (apt-get install postgresql)")
 
     binary = build(args)
+    failed = False
+    for store in stores:
+        if store == "postgres" and pg_bin() is None:
+            print("bench: PostgreSQL is not installed (apt-get install postgresql): its smoke run is skipped",
+                  file=sys.stderr, flush=True)
+            continue
+        failed |= measure(args, binary, store, only)
+    if failed:
+        sys.exit(1)
+
+
+def report_path(args, store):
+    """Where a store's report goes: --out names the report of the store measured (of etcd in a
+    smoke run of both)."""
+    if store == "postgres":
+        if args.out and args.store == "postgres":
+            return Path(args.out)
+        return ROOT / "target" / "bench" / "SMOKE-postgres.md" if args.smoke else ROOT / "bench" / "POSTGRES.md"
+    if args.out:
+        return Path(args.out)
+    return ROOT / "target" / "bench" / "SMOKE.md" if args.smoke else ROOT / "BENCHMARKS.md"
+
+
+def measure(args, binary, store, only):
+    """Runs the scenarios against one store and writes its report; returns whether a run failed.
+    etcd: leader-exec and etcdctl lock (and a --baseline or --scraped third tool). PostgreSQL:
+    leader-exec on PostgreSQL and leader-exec on etcd, in alternation, in PG_SCENARIOS."""
+    smoke = args.smoke
+    out = report_path(args, store)
     (ROOT / "target" / "bench").mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=ROOT / "target" / "bench"))
     stamp = build_stamp(workdir)
     etcd = Etcd(workdir, args.etcd_data)
+    pg = Postgres(workdir, args.etcd_data) if store == "postgres" else None
     le, ctl = LeaderExec(binary), Etcdctl()
     extra = [LeaderExec(Path(args.baseline).resolve(), "baseline", "leader-exec (baseline)")] if args.baseline else []
     if args.scraped:
@@ -1354,7 +1504,7 @@ def main():
         args.baseline_note = args.baseline_note or (
             f"the same binary serving metrics, with a scraper GETting /metrics {SCRAPE_RATE} times a second "
             f"(step-down and hold scenarios only)")
-    ctx = Context(args, workdir, etcd, stamp)
+    ctx = Context(args, workdir, etcd, stamp, pg)
     rng = random.Random(args.seed)
     results = {}  # figure → tool → [values]
     extras = {}  # scenario → tool → [dict of diagnostics]
@@ -1363,15 +1513,24 @@ def main():
     failures = []
     started_at = datetime.datetime.now(datetime.timezone.utc)
     info = machine_info(binary)  # before measuring: the commit measured is the one checked out now
+    if pg:
+        info["postgres"] = pg.version()
     print(f"bench: work dir {workdir}", file=sys.stderr, flush=True)
     try:
         etcd.start()
+        if pg:
+            pg.start()
         for name, fn, both, quick in SCENARIOS:
             if only and name not in only:
                 continue
-            tools = ([le, ctl] if both else [le]) + [
-                t for t in extra if not isinstance(t, ScrapedLeaderExec) or name in SCRAPED_SCENARIOS
-            ]
+            if pg:
+                if name not in PG_SCENARIOS:
+                    continue
+                tools = [PgLeaderExec(binary), le]
+            else:
+                tools = ([le, ctl] if both else [le]) + [
+                    t for t in extra if not isinstance(t, ScrapedLeaderExec) or name in SCRAPED_SCENARIOS
+                ]
             shared = {}
             if name == "check":
                 if subprocess.run([str(binary), "check", "--help"], capture_output=True).returncode != 0:
@@ -1383,7 +1542,7 @@ def main():
                 holder = ctx.start(le, etcd.endpoint, lease, "a", "hold", d)
                 a = ctx.started(History(d / "history"), "a")
                 shared["check_holder"] = {"lease": lease, "token": a["token"]}
-            if name == "crash":
+            if name == "crash" and not pg:
                 # etcd's own share of a crash failover, for the notes: leases nobody renews.
                 try:
                     results["etcd_expiry"] = {"etcd": etcd_expiry_lag(etcd, 3 if smoke else 20)}
@@ -1423,21 +1582,25 @@ def main():
     finally:
         ctx.procs.cleanup()
         etcd.stop()
+        if pg:
+            pg.stop()
     finished_at = datetime.datetime.now(datetime.timezone.utc)
-    raw = {"args": vars(args), "argv": sys.argv[1:], "machine": info, "results": results, "extras": extras,
-           "loads": loads, "failures": failures, "notes": notes,
+    raw = {"args": vars(args), "argv": sys.argv[1:], "store": store, "machine": info, "results": results,
+           "extras": extras, "loads": loads, "failures": failures, "notes": notes,
            "started_at": started_at.isoformat(), "finished_at": finished_at.isoformat()}
     out.parent.mkdir(parents=True, exist_ok=True)
-    raw_path = out.with_suffix(".json") if (smoke or args.out) else ROOT / "bench" / "results.json"
+    raw_path = (out.with_suffix(".json") if (smoke or args.out or pg) else ROOT / "bench" / "results.json")
     raw_path.write_text(json.dumps(raw, indent=1, default=str) + "\n")
-    out.write_text(report(args, sys.argv[1:], info, results, extras, loads, failures, notes, started_at,
-                          finished_at, raw_path))
+    write_report = report_postgres if pg else report
+    out.write_text(write_report(args, sys.argv[1:], info, results, extras, loads, failures, notes, started_at,
+                                finished_at, raw_path))
     print(f"bench: wrote {out} and {raw_path}", file=sys.stderr)
     if failures:
         print("bench: failures:\n  " + "\n  ".join(failures), file=sys.stderr)
         print(f"bench: the children's records and the tools' stderr are in {workdir}", file=sys.stderr)
-        sys.exit(1)
+        return True
     shutil.rmtree(workdir, ignore_errors=True)
+    return False
 
 
 def notes_section(args, results, extras):
@@ -1460,6 +1623,10 @@ def notes_section(args, results, extras):
     out = []
     w = out.append
     w("## What the figures measure, and why they are what they are")
+    w("")
+    w("leader-exec on PostgreSQL, beside leader-exec on etcd in the same runs (uncontended start,")
+    w("handover, crash failover, memory and CPU while holding): [bench/POSTGRES.md](bench/POSTGRES.md),")
+    w("written by `python3 bench/run.py --store postgres`.")
     w("")
     w(f"**Uncontended start.** The runner reads CLOCK_MONOTONIC and spawns `TOOL … -- stamp`; the figure ends")
     w(f"at the child's own start record. Both tools connect, grant a lease and create their key; etcdctl's")
@@ -1602,11 +1769,14 @@ def rerender(raw_path, out):
     """Writes the report of an earlier run again from its raw results (after the text changed)."""
     raw = json.loads(raw_path.read_text())
     args = argparse.Namespace(**raw["args"])
-    out = Path(out) if out else (ROOT / "target" / "bench" / "SMOKE.md" if args.smoke else
-                                 Path(args.out) if args.out else ROOT / "BENCHMARKS.md")
+    store = raw.get("store", "etcd")
+    if not hasattr(args, "store"):
+        args.store = None
+    out = Path(out) if out else report_path(args, store)
     written = datetime.datetime.fromtimestamp(raw_path.stat().st_mtime, datetime.timezone.utc)
     when = [datetime.datetime.fromisoformat(raw[k]) if k in raw else written for k in ("started_at", "finished_at")]
-    out.write_text(report(args, raw.get("argv", []), raw["machine"], raw["results"], raw["extras"],
+    write_report = report_postgres if store == "postgres" else report
+    out.write_text(write_report(args, raw.get("argv", []), raw["machine"], raw["results"], raw["extras"],
                           raw["loads"], raw["failures"], raw["notes"], *when, raw_path.resolve()))
     print(f"bench: wrote {out} from {raw_path}", file=sys.stderr)
 
@@ -1739,6 +1909,117 @@ def report(args, argv, info, results, extras, loads, failures, notes, started_at
                 w(f"- {name}, {tool}: per handover (a typical one): unary RPCs {json.dumps(t['unary'], sort_keys=True)}, "
                   f"watch requests {t['watch_requests']}, watch events {t['watch_events']}; "
                   f"watchers registered afterwards {t['watchers']}")
+    w("")
+    for name, l in loads.items():
+        w(f"- {name}: {l['seconds']:.0f} s, machine {l['machine_busy'] * 100:.0f} % busy, "
+          f"load {l['load1_start']:.2f} → {l['load1_end']:.2f}")
+    w("")
+    return "\n".join(lines)
+
+
+PG_FIGURES = ["uncontended", "uncontended_exit", "handover", "failover", "overlap_kill", "pss", "rss", "distinct",
+              "anon", "cpu"]
+
+
+def report_postgres(args, argv, info, results, extras, loads, failures, notes, started_at, finished_at, raw_path):
+    """The PostgreSQL report: leader-exec on PostgreSQL beside leader-exec on etcd, same runs."""
+    smoke = args.smoke
+    lines = []
+    w = lines.append
+
+    def med(key, tool="postgres", digits=2):
+        values = results.get(key, {}).get(tool)
+        return f"{median(values):.{digits}f}" if values else "–"
+
+    w("# Benchmarks: leader-exec on PostgreSQL and on etcd" + (" (smoke run: not a measurement)" if smoke else ""))
+    w("")
+    w("Generated by `bench/run.py --store postgres` — edit the runner, not this file. The same leader-exec")
+    w("binary runs against a PostgreSQL server and against a single-member etcd, both started by the runner")
+    w("on loopback, in alternation (PostgreSQL, etcd, PostgreSQL, …), with the same timing profile and")
+    w("the same child (`bench/stamp.rs`) as in BENCHMARKS.md, whose figures for etcd and `etcdctl lock`")
+    w("come from a separate run. Figures are measured from outside the tool, as there.")
+    w("")
+    w("## Reproduce")
+    w("")
+    w("From the repository root, as root (the runner starts PostgreSQL as the `postgres` user with")
+    w("`runuser`), with `postgresql`, `etcd-server`, `etcd-client`, Rust and Python 3.11 installed:")
+    w("")
+    w("    " + " ".join(["python3", "bench/run.py", *(shlex.quote(a) for a in argv)]))
+    w("")
+    w("PostgreSQL: `initdb -A trust --no-sync` and `pg_ctl start` as the postgres user on a temporary")
+    w("directory (`--etcd-data`, default /dev/shm), TCP on a free loopback port, `fsync=off` (like etcd's")
+    w("data on tmpfs: the figures measure the tool, not the disk). leader-exec connects with")
+    w("`sslmode=disable` and an `application_name` per lease, by which the runner counts the sessions that")
+    w("`LISTEN` (one per instance standing in line). Raw values in")
+    w(f"`{raw_path.relative_to(ROOT) if raw_path.is_relative_to(ROOT) else raw_path}`.")
+    w("")
+    w("## Machine and versions")
+    w("")
+    w(f"- {info['cpu']}, {info['cores']} cores, {info['memory_gb']} GB, Linux {info['kernel']}")
+    w(f"- leader-exec: {info['leader_exec']}")
+    w(f"- {info.get('postgres', 'PostgreSQL: unknown')}; etcd: {info['etcd']}")
+    w(f"- run {started_at:%Y-%m-%d %H:%M} – {finished_at:%H:%M} UTC; timing profile: `{' '.join(LE_TIMING)}`;"
+      f" {args.fast_runs} uncontended runs, {args.runs} of the others, a handover run is a chain of"
+      f" {args.chain} handovers")
+    busy = [l["machine_busy"] for l in loads.values()]
+    if busy:
+        w(f"- machine load while measuring (all CPUs, everything running on the machine, the benchmark "
+          f"included): {min(busy) * 100:.0f} – {max(busy) * 100:.0f} % busy")
+    w("")
+    w("## Results")
+    w("")
+    w("median (min – max) over the runs; ratio = PostgreSQL median / etcd median.")
+    w("")
+    w("| figure | leader-exec on PostgreSQL | leader-exec on etcd | ratio |")
+    w("|---|---|---|---|")
+    figures = {f.key: f for f in FIGURES}
+    for key in PG_FIGURES:
+        fig = figures[key]
+        pg = results.get(key, {}).get("postgres", [])
+        et = results.get(key, {}).get("leader-exec", [])
+        if not pg and not et:
+            continue
+        title = fig.title.format(n=args.waiters) + (f" ({fig.unit})" if fig.unit else "")
+        ratio = f"{median(pg) / median(et):.2f}" if pg and et and median(et) > 0 else "–"
+        w(f"| {title} | {summary(pg, fig.digits)} | {summary(et, fig.digits)} | {ratio} |")
+    w("")
+    for note in notes:
+        w(f"- {note}")
+    if failures:
+        w("")
+        w("Failed runs (left out of the table):")
+        w("")
+        for f in failures:
+            w(f"- {f}")
+        w("")
+    if not smoke:
+        w("## What differs between the stores")
+        w("")
+        w(f"**Uncontended start.** On PostgreSQL leader-exec opens a session, checks that its tables exist,")
+        w(f"opens a second session that `LISTEN`s, sends one `NOTIFY` to itself to check that notifications")
+        w(f"arrive (the pgbouncer check) and makes one acquiring `UPDATE`; the renewal has a session of its")
+        w(f"own, opened at the first renewal. On etcd it grants a lease, creates its key and reads its place in")
+        w(f"line.")
+        w("")
+        w(f"**Graceful handover.** The holder's release is one `UPDATE` with a `NOTIFY` in the same statement;")
+        w(f"the waiter's listening session receives it and the waiter tries after a random delay within its")
+        w(f"spread: at least min(retry period / 8, 20 ms) — 20 ms with this profile, 10 ms on average — and")
+        w(f"5 ms per session listening on the table's channel when more listen. The delay is what keeps")
+        w(f"hundreds of waiters from trying at once (tests/postgres_only.rs); it is most of the difference")
+        w(f"here ({med('handover', digits=2)} ms median against {med('handover', 'leader-exec')} ms on etcd, where")
+        w(f"the one waiter watching its predecessor's key reads the line once more and starts).")
+        w("")
+        w(f"**Crash failover.** Nobody releases the row: the waiter reads it again when the expiry the")
+        w(f"server reported runs out (`expires_at - now()`, on the server's clock) and takes it with one")
+        w(f"`UPDATE`. The row expires {TTL_S} s after the last renewal, i.e. between ttl − retry period and")
+        w(f"ttl after the kill; PostgreSQL has no lease reaper, so there is no lag like etcd's expiry check")
+        w(f"(BENCHMARKS.md, crash failover).")
+        w("")
+        w(f"**Memory and CPU while holding.** The same two processes; on PostgreSQL the main one keeps three")
+        w(f"sessions (requests, the listening one, renewals) and renews with one `UPDATE` every")
+        w(f"{RETRY_PERIOD_S:g} s. The server's own processes are not counted, as etcd's are not.")
+        w("")
+    w("## Details")
     w("")
     for name, l in loads.items():
         w(f"- {name}: {l['seconds']:.0f} s, machine {l['machine_busy'] * 100:.0f} % busy, "

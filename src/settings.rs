@@ -604,11 +604,25 @@ fn postgres_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connect
     let mut kept = Vec::new();
     let mut sslmode = "prefer".to_owned();
     let mut sslrootcert: Option<PathBuf> = None;
+    let mut listen = true;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "sslmode" => sslmode = value.to_owned(),
             "sslrootcert" => sslrootcert = Some(PathBuf::from(percent_decode(value))),
+            // Not libpq's: whether waiters LISTEN (off behind pgbouncer in transaction mode).
+            "leader_exec_listen" => {
+                listen = match value {
+                    "on" => true,
+                    "off" => false,
+                    other => {
+                        return Err(Failure::usage(format!(
+                            "--endpoints: leader_exec_listen={} is not on or off",
+                            other.escape_debug()
+                        )));
+                    }
+                }
+            }
             _ => kept.push(pair.to_owned()),
         }
     }
@@ -689,6 +703,7 @@ fn postgres_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connect
             config,
             tls,
             shown: shown.clone(),
+            listen,
         })),
         endpoints: vec![shown],
         connect_timeout: args.connect_timeout,

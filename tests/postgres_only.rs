@@ -463,3 +463,122 @@ while :; do sleep 0.05; done"#;
     assert!(b_start.time() > term.time());
     assert_one_at_a_time(&scratch.history());
 }
+
+/// A timing whose TTL (10 s) is far longer than its retry period (2 s, the polling interval of
+/// a waiter that does not listen): a handover in well under the TTL cannot be the expiry.
+const SLOW_TTL: [&str; 8] = [
+    "--ttl",
+    "10s",
+    "--renew-deadline",
+    "6s",
+    "--retry-period",
+    "2s",
+    "--kill-after",
+    "1s",
+];
+
+/// Sessions of leader-exec whose last statement was a LISTEN.
+fn listening_sessions(pg: &Postgres) -> i64 {
+    pg.psql(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leader-exec' AND query LIKE 'LISTEN%'",
+    )
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// Leader a waits for a go file; b and c wait behind it. Returns the handover from a's end to
+/// the next start, the LISTEN sessions seen while b and c waited, and every stderr.
+fn handover_with(endpoint: &str, lease: &str, pg: &Postgres) -> (Duration, i64, Vec<String>) {
+    let scratch = Scratch::new();
+    let go = scratch.path("go");
+    let job_a = format!(
+        r#"while [ ! -e '{go}' ]; do sleep 0.05; done"#,
+        go = go.display()
+    );
+    let mut args = vec!["-v", "--endpoints", endpoint, "--lease", lease];
+    args.extend(SLOW_TTL);
+    let mut a = Instance::start(&args, &scratch.job("a", &job_a));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let mut b = Instance::start(&args, &scratch.job("b", "sleep 0.3"));
+    let mut c = Instance::start(&args, &scratch.job("c", "sleep 0.3"));
+    assert!(wait_for(Duration::from_secs(10), || campaigning(&b)
+        && campaigning(&c)));
+    // Past the first attempt of both and a probe's wait.
+    std::thread::sleep(Duration::from_millis(1500));
+    let listening = listening_sessions(pg);
+
+    std::fs::write(&go, "").unwrap();
+    for (name, instance) in [("a", &mut a), ("b", &mut b), ("c", &mut c)] {
+        assert_eq!(
+            instance.wait(Duration::from_secs(30)),
+            Some(0),
+            "{name}: {}",
+            instance.stderr()
+        );
+    }
+    let history = scratch.history();
+    assert_one_at_a_time(&history);
+    let a_end = scratch.wait_record("end", "a", Duration::ZERO).unwrap();
+    let next = history
+        .iter()
+        .filter(|r| r.kind == "start" && r.name != "a")
+        .map(Record::time)
+        .min()
+        .expect("b or c started");
+    let handover = Duration::from_nanos((next - a_end.time()) as u64);
+    eprintln!("{endpoint}: handover {handover:?}, LISTEN sessions {listening}");
+    (
+        handover,
+        listening,
+        vec![a.stderr(), b.stderr(), c.stderr()],
+    )
+}
+
+#[test]
+fn with_listening_off_in_the_url_waiters_poll_and_a_handover_comes_within_the_retry_period() {
+    let pg = Postgres::start();
+    // Only on and off are understood.
+    let bad = leader_exec()
+        .args(["--endpoints"])
+        .arg(format!("{}?leader_exec_listen=maybe", Store::endpoint(&pg)))
+        .args(["--lease", "polled", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(125));
+    let message = String::from_utf8_lossy(&bad.stderr);
+    assert!(message.contains("leader_exec_listen=maybe"), "{message}");
+
+    let endpoint = format!("{}?leader_exec_listen=off", Store::endpoint(&pg));
+    let (handover, listening, stderrs) = handover_with(&endpoint, "polled", &pg);
+    assert_eq!(listening, 0, "no session LISTENs");
+    // The waiters read the row every --retry-period (2 s): not at the 10 s expiry they saw.
+    assert!(
+        handover < Duration::from_secs(2) + SLACK,
+        "handover took {handover:?}"
+    );
+    for stderr in &stderrs {
+        assert!(!stderr.contains("did not arrive"), "{stderr}");
+    }
+    assert!(pg.held().is_empty(), "{:?}", pg.held());
+}
+
+#[test]
+fn with_listening_on_the_notify_self_test_passes_and_a_handover_is_fast() {
+    let pg = Postgres::start();
+    let endpoint = Store::endpoint(&pg);
+    let (handover, listening, stderrs) = handover_with(&endpoint, "listened", &pg);
+    // a's session and the two waiters' at least.
+    assert!(listening >= 2, "LISTEN sessions: {listening}");
+    // Woken by the release: well under the 2 s a poll could take.
+    assert!(
+        handover < Duration::from_millis(1000),
+        "handover took {handover:?}"
+    );
+    for stderr in &stderrs {
+        assert!(!stderr.contains("did not arrive"), "{stderr}");
+    }
+    assert!(pg.held().is_empty(), "{:?}", pg.held());
+}

@@ -53,6 +53,8 @@ pub struct Target {
     pub tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     /// The URL with any password removed, for messages.
     pub shown: String,
+    /// Whether waiters LISTEN (`leader_exec_listen=off` in the URL: never; they poll).
+    pub listen: bool,
 }
 
 impl std::fmt::Debug for Target {
@@ -60,6 +62,7 @@ impl std::fmt::Debug for Target {
         f.debug_struct("Target")
             .field("url", &self.shown)
             .field("tls", &self.tls.is_some())
+            .field("listen", &self.listen)
             .finish()
     }
 }
@@ -163,6 +166,15 @@ struct Heard {
     taken: i64,
     /// The TTL the last acquisition announced.
     taken_ttl_ms: i64,
+    /// This process's own probes heard back (the check that notifications arrive).
+    probes: i64,
+}
+
+/// What a listening session's driver reports to, and the probe it recognises as its own.
+struct Ears {
+    heard: watch::Sender<Heard>,
+    name: String,
+    probe: String,
 }
 
 struct Listening {
@@ -193,6 +205,15 @@ struct Shared {
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     listener: tokio::sync::Mutex<Option<Listening>>,
     heard: watch::Sender<Heard>,
+    /// Whether waiters listen: off by `leader_exec_listen=off`, or when the probe sent after
+    /// the first LISTEN never came back (pgbouncer in transaction mode). Without it they poll.
+    listening: AtomicBool,
+    /// Whether the probe has been made (once per process).
+    probed: AtomicBool,
+    /// The payload of this process's probe (`probe`, the identity and the pid).
+    probe: String,
+    /// How often a waiter that does not listen reads the row.
+    poll: Duration,
     /// The token this instance holds, 0 while it holds none (shared with its keeper).
     held: AtomicI64,
     schema_ready: Mutex<bool>,
@@ -241,6 +262,8 @@ impl Postgres {
             target.config.application_name("leader-exec");
         }
         let (heard, _) = watch::channel(Heard::default());
+        let probe = format!("probe\n{}\n{}", identity, std::process::id());
+        let listen = target.listen;
         Ok(Postgres {
             shared: Arc::new(Shared {
                 target,
@@ -266,6 +289,10 @@ impl Postgres {
                 client: tokio::sync::Mutex::new(None),
                 listener: tokio::sync::Mutex::new(None),
                 heard,
+                listening: AtomicBool::new(listen),
+                probed: AtomicBool::new(false),
+                probe,
+                poll: timing.retry_period.max(Duration::from_millis(100)),
                 held: AtomicI64::new(0),
                 schema_ready: Mutex::new(false),
             }),
@@ -288,7 +315,11 @@ impl Postgres {
     /// Opens a session; notifications (when `heard` is given) go to the waiters.
     async fn open(&self, listen: bool) -> Result<Client, StoreError> {
         let shared = &self.shared;
-        let heard = listen.then(|| (shared.heard.clone(), shared.name.clone()));
+        let heard = listen.then(|| Ears {
+            heard: shared.heard.clone(),
+            name: shared.name.clone(),
+            probe: shared.probe.clone(),
+        });
         let attempt = async {
             match &shared.target.tls {
                 None => {
@@ -415,6 +446,9 @@ impl Postgres {
     /// Makes sure the listening session is up; a new one counts as a release heard (anything
     /// may have happened while none listened).
     async fn ensure_listener(&self) -> Result<(), StoreError> {
+        if !self.shared.listening.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         let mut slot = self.shared.listener.lock().await;
         if let Some(listening) = slot.as_ref()
             && !listening.client.is_closed()
@@ -430,9 +464,64 @@ impl Postgres {
             .await
             .map_err(|_| StoreError::Transient("LISTEN got no answer".into()))?
             .map_err(classify)?;
+        if !self.shared.probed.load(Ordering::SeqCst) {
+            let arrived = self.probe().await?;
+            self.shared.probed.store(true, Ordering::SeqCst);
+            if !arrived {
+                tracing::warn!(
+                    "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
+                     waiters read the lease row every {:?} and at its expiry instead; \
+                     add leader_exec_listen=off to the URL to skip this check",
+                    self.shared.poll
+                );
+                self.shared.listening.store(false, Ordering::SeqCst);
+                return Ok(());
+            }
+        }
         self.shared.heard.send_modify(|h| h.free += 1);
         *slot = Some(Listening { client });
         Ok(())
+    }
+
+    /// Whether notifications reach the listening session: a NOTIFY on the channel, sent from
+    /// the shared session (another one), must come back within min(--retry-period, 1 s).
+    /// Other listeners on the channel ignore it.
+    async fn probe(&self) -> Result<bool, StoreError> {
+        let shared = &self.shared;
+        let mut rx = shared.heard.subscribe();
+        let before = rx.borrow_and_update().probes;
+        let wait = shared.request_timeout.min(Duration::from_secs(1));
+        let sql = "SELECT pg_notify($1, $2)::text";
+        let a = (shared.channel.clone(), shared.probe.clone());
+        self.request(|c| async move { c.query(sql, &[&a.0, &a.1]).await })
+            .await?;
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            if rx.borrow_and_update().probes > before {
+                return Ok(true);
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return Ok(false);
+                    }
+                }
+                _ = tokio::time::sleep_until(until) => {
+                    return Ok(rx.borrow().probes > before);
+                }
+            }
+        }
+    }
+
+    /// The latest instant a waiter may look next: now + `left`, or sooner when it does not
+    /// listen (then a release announces nothing to it).
+    fn look_by(&self, left: Duration) -> tokio::time::Instant {
+        let left = if self.shared.listening.load(Ordering::SeqCst) {
+            left
+        } else {
+            left.min(self.shared.poll)
+        };
+        tokio::time::Instant::now() + left
     }
 
     /// The statement a listening session ran last (how `pg_stat_activity` shows the waiters).
@@ -571,19 +660,21 @@ fn quote_literal(text: &str) -> String {
 }
 
 /// Drives a session; with `heard`, counts the releases and acquisitions of one lease name.
-async fn drive<S, T>(
-    mut connection: tokio_postgres::Connection<S, T>,
-    heard: Option<(watch::Sender<Heard>, String)>,
-) where
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>, ears: Option<Ears>)
+where
     S: AsyncRead + AsyncWrite + Unpin,
     T: AsyncRead + AsyncWrite + Unpin,
 {
     loop {
         match poll_fn(|cx| connection.poll_message(cx)).await {
             Some(Ok(AsyncMessage::Notification(n))) => {
-                let Some((heard, name)) = &heard else {
+                let Some(Ears { heard, name, probe }) = &ears else {
                     continue;
                 };
+                if n.payload() == probe {
+                    heard.send_modify(|h| h.probes += 1);
+                    continue;
+                }
                 let mut parts = n.payload().splitn(3, '\n');
                 match (parts.next(), parts.next(), parts.next()) {
                     (Some("free"), Some(n), None) if n == name => {
@@ -608,7 +699,7 @@ async fn drive<S, T>(
         }
     }
     // Whatever was announced while nobody listened is unknown: wake the waiters.
-    if let Some((heard, _)) = heard {
+    if let Some(Ears { heard, .. }) = ears {
         heard.send_modify(|h| h.free += 1);
     }
 }
@@ -711,7 +802,7 @@ impl Backend for Postgres {
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
         let shared = &self.shared;
         let mut seen = ahead.revision;
-        let mut expiry = tokio::time::Instant::now() + ahead.expires_in.unwrap_or_default();
+        let mut expiry = self.look_by(ahead.expires_in.unwrap_or_default());
         loop {
             let heard = self.wait_heard(seen, expiry).await;
             let released = heard.free > seen;
@@ -721,8 +812,7 @@ impl Backend for Postgres {
                 match self.read_row().await? {
                     Some((Some(_), _, left_ms, true)) => {
                         seen = shared.heard.borrow().free;
-                        expiry = tokio::time::Instant::now()
-                            + Duration::from_millis(left_ms.max(0) as u64);
+                        expiry = self.look_by(Duration::from_millis(left_ms.max(0) as u64));
                         continue;
                     }
                     _ => return Ok(()),
@@ -829,7 +919,7 @@ impl Backend for Postgres {
             Some((Some(_), _, left_ms, true)) => Duration::from_millis(left_ms.max(0) as u64 + 1),
             _ => Duration::from_secs(5),
         };
-        let until = tokio::time::Instant::now() + left.min(Duration::from_secs(5));
+        let until = self.look_by(left.min(Duration::from_secs(5)));
         let mut rx = self.shared.heard.subscribe();
         loop {
             let now = *rx.borrow_and_update();
