@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::election::{Backend, Election, LeaseTime, StoreError};
+use crate::election::{Backend, Election, LeaseTime};
 use crate::escape::{escape, escape_str};
-use crate::exit::Failure;
+use crate::observe::bounded;
 use crate::occurrence::{Record, State};
 
 /// A lease as `status --all` shows it.
@@ -25,22 +25,6 @@ struct Row {
     unfinished: Vec<(Vec<u8>, Record)>,
     /// Values under the records prefix that are not records.
     unreadable: Vec<Vec<u8>>,
-}
-
-async fn bounded<T>(
-    limit: Duration,
-    what: &str,
-    request: impl Future<Output = Result<T, StoreError>>,
-) -> anyhow::Result<T> {
-    match tokio::time::timeout(limit, request).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
-        Err(_) => Err(Failure::usage(format!(
-            "{what}: the store did not answer within --connect-timeout ({})",
-            humantime::format_duration(limit)
-        ))
-        .into()),
-    }
 }
 
 /// `status --all [--json]` under `prefix`. Exit 0 once read (whatever it found), 125 on error.

@@ -25,6 +25,16 @@ echo $! >> "$pids"
 echo "child a $! $(date +%s%N)" >> "$h"
 wait"#;
 
+/// The pid of the grandchild a `STUBBORN` job recorded.
+fn grandchild_of_a(scratch: &Scratch) -> i32 {
+    scratch
+        .wait_record("child", "a", Duration::from_secs(5))
+        .expect("a's grandchild started")
+        .fields[0]
+        .parse()
+        .unwrap()
+}
+
 /// Slack for a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(1);
 
@@ -176,12 +186,7 @@ fn a_stopped_supervisor_cannot_keep_the_command_alive() {
     let start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let grandchild = scratch
-        .wait_record("child", "a", Duration::from_secs(5))
-        .expect("a's grandchild started")
-        .fields[0]
-        .parse::<i32>()
-        .unwrap();
+    let grandchild = grandchild_of_a(&scratch);
     let endpoint = etcd.endpoint();
     let mut b = Instance::start(&lease_args(&endpoint, "stopsup"), &scratch.job("b", "true"));
     wait_in_line(&etcd, "stopsup");
@@ -216,12 +221,7 @@ fn killing_everything_named_leader_exec_still_kills_the_grandchild() {
     let start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let grandchild = scratch
-        .wait_record("child", "a", Duration::from_secs(5))
-        .expect("a's grandchild started")
-        .fields[0]
-        .parse::<i32>()
-        .unwrap();
+    let grandchild = grandchild_of_a(&scratch);
     let mut b = Instance::start(&lease_args(&endpoint, "pkill"), &scratch.job("b", "true"));
     wait_in_line(&etcd, "pkill");
 
