@@ -21,7 +21,7 @@
 //! The writer thread is started by [`start`], after the supervisor has been forked (the fork needs
 //! a process with one thread); lines logged before that wait in the queue.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -156,9 +156,29 @@ pub fn final_line(line: &str) {
 }
 
 /// One line in the current format, for lines that do not come from a tracing event.
-fn format_line(level: &str, event: &str, message: &str, fields: &[(&str, Value)]) -> String {
+fn format_line(
+    level: &str,
+    event: &str,
+    message: &str,
+    fields: &[(&'static str, Value)],
+) -> String {
+    let mut others = vec![("event", Value::from(event))];
+    others.extend(fields.iter().cloned());
+    render(
+        JSON.load(Ordering::Relaxed),
+        level,
+        Fields {
+            message: message.to_owned(),
+            others,
+        },
+    )
+}
+
+/// One line: a JSON object, or `TIME leader-exec[ID] LEVEL message key=value…` with the store's
+/// data escaped (`event` is for machines: the text message already says what happened).
+fn render(json: bool, level: &str, mut fields: Fields) -> String {
     let time = humantime::format_rfc3339_millis(std::time::SystemTime::now());
-    if JSON.load(Ordering::Relaxed) {
+    if json {
         let mut object = Map::new();
         object.insert("time".into(), time.to_string().into());
         object.insert("level".into(), level.into());
@@ -166,14 +186,33 @@ fn format_line(level: &str, event: &str, message: &str, fields: &[(&str, Value)]
             object.insert("lease".into(), lease.as_str().into());
             object.insert("identity".into(), identity.as_str().into());
         }
-        object.insert("event".into(), event.into());
-        object.insert("message".into(), message.into());
-        for (name, value) in fields {
-            object.insert((*name).into(), value.clone());
+        if let Some(index) = fields.others.iter().position(|(name, _)| *name == "event") {
+            let (_, event) = fields.others.remove(index);
+            object.insert("event".into(), event);
+        }
+        object.insert("message".into(), fields.message.into());
+        for (name, value) in fields.others {
+            object.insert(name.into(), value);
         }
         format!("{}\n", Value::Object(object))
     } else {
-        format!("{time} {} {level:>5} {}\n", program(), escape(message))
+        let mut line = format!(
+            "{time} {} {level:>5} {}",
+            program(),
+            escape(&fields.message)
+        );
+        for (name, value) in fields.others.into_iter().filter(|(n, _)| *n != "event") {
+            match value {
+                Value::String(s) => {
+                    let _ = write!(line, " {name}={}", escape(&s));
+                }
+                other => {
+                    let _ = write!(line, " {name}={other}");
+                }
+            }
+        }
+        line.push('\n');
+        line
     }
 }
 
@@ -259,43 +298,13 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let time = humantime::format_rfc3339_millis(std::time::SystemTime::now());
-        let level = event.metadata().level().as_str();
         let mut fields = Fields::default();
         event.record(&mut fields);
-        if self.json {
-            let mut object = Map::new();
-            object.insert("time".into(), time.to_string().into());
-            object.insert("level".into(), level.into());
-            if let Some((lease, identity)) = CONTEXT.get() {
-                object.insert("lease".into(), lease.as_str().into());
-                object.insert("identity".into(), identity.as_str().into());
-            }
-            if let Some(index) = fields.others.iter().position(|(name, _)| *name == "event") {
-                let (_, event) = fields.others.remove(index);
-                object.insert("event".into(), event);
-            }
-            object.insert("message".into(), fields.message.into());
-            for (name, value) in fields.others {
-                object.insert(name.into(), value);
-            }
-            writeln!(writer, "{}", Value::Object(object))
-        } else {
-            write!(
-                writer,
-                "{time} {} {level:>5} {}",
-                program(),
-                escape(&fields.message)
-            )?;
-            // The message already says what happened; `event` is for machines.
-            for (name, value) in fields.others.into_iter().filter(|(n, _)| *n != "event") {
-                match value {
-                    Value::String(s) => write!(writer, " {name}={}", escape(&s))?,
-                    other => write!(writer, " {name}={other}")?,
-                }
-            }
-            writeln!(writer)
-        }
+        writer.write_str(&render(
+            self.json,
+            event.metadata().level().as_str(),
+            fields,
+        ))
     }
 }
 #[derive(Default)]

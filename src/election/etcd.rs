@@ -415,18 +415,12 @@ impl Backend for Etcd {
         let mut leases = self.client.lease_client();
         let ttl = retention.as_secs_f64().ceil() as i64;
         let lease = leases.grant(ttl, None).await.map_err(classify)?.id();
-        // The fence: our election key, with the create-revision that is our token.
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                candidacy.key.as_str(),
-                CompareOp::Equal,
-                candidacy.token,
-            )])
-            .and_then([TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(lease)).map(|o| o.with_prev_key()),
-            )]);
+        let txn = fenced_put(
+            candidacy,
+            key,
+            value,
+            PutOptions::new().with_lease(lease).with_prev_key(),
+        );
         let outcome = self.client.kv_client().txn(txn).await.map_err(classify);
         match &outcome {
             Ok(response) if response.succeeded() => {
@@ -530,17 +524,8 @@ impl Backend for Etcd {
         key: &str,
         value: Vec<u8>,
     ) -> Result<bool, StoreError> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                candidacy.key.as_str(),
-                CompareOp::Equal,
-                candidacy.token,
-            )])
-            .and_then([TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(candidacy.lease_id.unwrap_or_default())),
-            )]);
+        let lease = candidacy.lease_id.unwrap_or_default();
+        let txn = fenced_put(candidacy, key, value, PutOptions::new().with_lease(lease));
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
         Ok(response.succeeded())
     }
@@ -584,6 +569,18 @@ impl Backend for Etcd {
             Err(e) => Err(classify(e)),
         }
     }
+}
+
+/// A put that commits only while `candidacy` still holds its election key with the
+/// create-revision that is its token (the fence).
+fn fenced_put(candidacy: &Candidacy, key: &str, value: Vec<u8>, options: PutOptions) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(
+            candidacy.key.as_str(),
+            CompareOp::Equal,
+            candidacy.token,
+        )])
+        .and_then([TxnOp::put(key, value, Some(options))])
 }
 
 /// Renews one lease over a keep-alive stream that is recreated after every failure.
