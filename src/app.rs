@@ -6,6 +6,7 @@ use crate::cli::{self, Cli, LogFormat, Subcommand};
 use crate::clock::BootClock;
 use crate::election::etcd::{self, Etcd};
 use crate::election::postgres::{PgTiming, Postgres};
+use crate::election::zookeeper::{ZkTiming, ZooKeeper};
 use crate::election::{Backend, Backoff};
 use crate::exit::{self, Failure};
 use crate::observe;
@@ -191,6 +192,26 @@ async fn lead_or_wait(
             .map_err(|e| Failure::usage(e.to_string()))?;
             lead_with(settings, &backend, supervisor, &mut signals).await
         }
+        Store::ZooKeeper(target) => {
+            let t = &settings.timing;
+            let timing = ZkTiming {
+                ttl: t.ttl,
+                needed: t
+                    .renew_deadline
+                    .saturating_add(t.kill_after)
+                    .saturating_add(t.margin()),
+                connect_timeout: settings.connection.connect_timeout,
+            };
+            let backend = ZooKeeper::new(
+                (**target).clone(),
+                &settings.prefix,
+                &settings.lease,
+                settings.identity.clone(),
+                timing,
+            )
+            .map_err(|e| Failure::usage(e.to_string()))?;
+            lead_with(settings, &backend, supervisor, &mut signals).await
+        }
     }
 }
 
@@ -226,6 +247,22 @@ fn postgres_for(
         connect_timeout: connection.connect_timeout,
     };
     Postgres::new(target.clone(), prefix, lease, String::new(), timing)
+        .map_err(|e| Failure::usage(e.to_string()).into())
+}
+
+/// A ZooKeeper backend for the subcommands: a session of its own, held only while they run.
+fn zookeeper_for(
+    target: &crate::election::zookeeper::Target,
+    prefix: &str,
+    lease: &str,
+    connection: &Connection,
+) -> anyhow::Result<ZooKeeper> {
+    let timing = ZkTiming {
+        ttl: std::time::Duration::from_secs(10),
+        needed: std::time::Duration::ZERO,
+        connect_timeout: connection.connect_timeout,
+    };
+    ZooKeeper::new(target.clone(), prefix, lease, String::new(), timing)
         .map_err(|e| Failure::usage(e.to_string()).into())
 }
 
@@ -265,6 +302,10 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
             }
             Store::Postgres(target) => {
                 let backend = postgres_for(target, &scope.prefix, &scope.lease, &connection)?;
+                serve(&backend, subcommand, &scope, &connection, &mut signals).await
+            }
+            Store::ZooKeeper(target) => {
+                let backend = zookeeper_for(target, &scope.prefix, &scope.lease, &connection)?;
                 serve(&backend, subcommand, &scope, &connection, &mut signals).await
             }
         }
@@ -312,6 +353,10 @@ fn status_all(election: cli::ElectionArgs, etcd: cli::EtcdArgs, json: bool) -> a
             }
             Store::Postgres(target) => {
                 let backend = postgres_for(target, &prefix, "", &connection)?;
+                crate::fleet::status_all(&backend, &prefix, json, limit).await
+            }
+            Store::ZooKeeper(target) => {
+                let backend = zookeeper_for(target, &prefix, "", &connection)?;
                 crate::fleet::status_all(&backend, &prefix, json, limit).await
             }
         }

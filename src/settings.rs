@@ -183,6 +183,8 @@ pub enum Store {
     Etcd,
     /// `postgres://` or `postgresql://`.
     Postgres(Box<crate::election::postgres::Target>),
+    /// `zk://HOST:PORT[,HOST:PORT…][/chroot]`.
+    ZooKeeper(Box<crate::election::zookeeper::Target>),
 }
 
 /// How to reach the store.
@@ -498,6 +500,9 @@ fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
     if endpoints.iter().any(|e| is_postgres_url(e)) {
         return postgres_connection(endpoints, args);
     }
+    if endpoints.iter().any(|e| is_zookeeper_url(e)) {
+        return zookeeper_connection(endpoints, args);
+    }
     for e in &endpoints {
         validate_endpoint(e)?;
     }
@@ -566,6 +571,78 @@ fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
         connect_timeout: args.connect_timeout,
         tls,
         credentials,
+    })
+}
+
+fn is_zookeeper_url(endpoint: &str) -> bool {
+    endpoint.to_ascii_lowercase().starts_with("zk://")
+}
+
+/// `--endpoints zk://HOST:PORT[,HOST:PORT…][/chroot]`: ZooKeeper's connect string behind a
+/// scheme. The list was split at commas, which also separate its hosts: it is one URL again.
+/// `--user NAME` with a password (`--password-file`, `LEADER_EXEC_PASSWORD`) authenticates with
+/// the `digest` scheme; TLS is not supported with ZooKeeper.
+fn zookeeper_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connection, Failure> {
+    if !is_zookeeper_url(&endpoints[0])
+        || endpoints.len() > 1 && endpoints[1..].iter().any(|e| e.contains("://"))
+    {
+        return Err(Failure::usage(
+            "--endpoints: give one zk:// URL (several hosts go inside it: zk://a:2181,b:2181/chroot), not a mix of stores",
+        ));
+    }
+    if args.connect_timeout.is_zero() {
+        return Err(Failure::usage("--connect-timeout must be greater than 0"));
+    }
+    if args.cacert.is_some() || args.cert.is_some() || args.key.is_some() {
+        return Err(Failure::usage(
+            "--cacert/--cert/--key: TLS is not supported with ZooKeeper; reach it over a trusted network",
+        ));
+    }
+    let url = endpoints.join(",");
+    let rest = &url["zk://".len()..];
+    let (hosts, chroot) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if hosts.split(',').any(|h| h.trim().is_empty()) {
+        return Err(Failure::usage(format!(
+            "--endpoints {}: a host is empty; write zk://HOST:PORT[,HOST:PORT…][/chroot]",
+            url.escape_debug()
+        )));
+    }
+    for host in hosts.split(',') {
+        if host.contains('@') {
+            return Err(Failure::usage(
+                "--endpoints: credentials do not go in a zk:// URL; use --user and --password-file",
+            ));
+        }
+        let port_ok = host.rsplit_once(':').is_some_and(|(name, port)| {
+            !name.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !port_ok {
+            return Err(Failure::usage(format!(
+                "--endpoints: {} is not HOST:PORT",
+                host.escape_debug()
+            )));
+        }
+    }
+    if chroot == "/" || chroot.ends_with('/') && !chroot.is_empty() || chroot.contains("//") {
+        return Err(Failure::usage(format!(
+            "--endpoints: the chroot {} must be an absolute path without a trailing '/'",
+            chroot.escape_debug()
+        )));
+    }
+    let credentials = credentials(args.user, args.password_file)?;
+    Ok(Connection {
+        store: Store::ZooKeeper(Box::new(crate::election::zookeeper::Target {
+            connect: format!("{hosts}{chroot}"),
+            shown: url.clone(),
+            digest: credentials.map(|c| format!("{}:{}", c.user, c.password)),
+        })),
+        endpoints: vec![url],
+        connect_timeout: args.connect_timeout,
+        tls: None,
+        credentials: None,
     })
 }
 

@@ -17,6 +17,7 @@
 
 pub mod etcd;
 pub mod postgres;
+pub mod zookeeper;
 
 use std::fmt;
 use std::time::Duration;
