@@ -81,7 +81,7 @@ fn zookeeper_harness_starts_restarts_and_reads() {
 
     // Frozen: connections are accepted by the kernel but nothing answers.
     zk.freeze();
-    assert_eq!(state_of(zk.pid()), Some('T'));
+    assert!(wait_for(Duration::from_secs(2), || state_of(zk.pid()) == Some('T')));
     assert_eq!(zk.srvr(), None);
     zk.thaw();
     assert!(wait_for(Duration::from_secs(10), || zk
@@ -105,7 +105,11 @@ fn zookeeper_harness_start_with_sets_more_configuration() {
     let conf = zk.four_letter_word("conf");
     // `conf` is not in the whitelist: ZooKeeper says so instead of answering.
     assert!(conf.is_some_and(|c| c.contains("not executed because it is not in the whitelist")));
-    assert!(zk.four_letter_word("mntr").unwrap().contains("zk_server_state\tstandalone"));
+    assert!(
+        zk.four_letter_word("mntr")
+            .unwrap()
+            .contains("zk_server_state\tstandalone")
+    );
 }
 
 #[test]
@@ -132,10 +136,18 @@ fn zookeeper_harness_curator_latches_take_turns() {
         latches[1].lines()
     );
     // Both stand in line before we look again.
-    assert!(wait_for(Duration::from_secs(10), || Store::claims(&zk, "interop") == 2));
+    assert!(wait_for(Duration::from_secs(10), || Store::claims(
+        &zk, "interop"
+    ) == 2));
     std::thread::sleep(Duration::from_secs(1));
     let leaders: Vec<usize> = (0..2).filter(|&i| latches[i].count("leader") > 0).collect();
-    assert_eq!(leaders.len(), 1, "{:?} {:?}", latches[0].lines(), latches[1].lines());
+    assert_eq!(
+        leaders.len(),
+        1,
+        "{:?} {:?}",
+        latches[0].lines(),
+        latches[1].lines()
+    );
     let leader = leaders[0];
     let other = 1 - leader;
     let ids = ["a", "b"];
