@@ -1,5 +1,6 @@
-//! Test harness: a real etcd on free loopback ports, a TCP proxy the test can cut or freeze,
-//! leader-exec instances, and child scripts that report what happened to a history file.
+//! Test harness: a real etcd (or PostgreSQL, or ZooKeeper) on free loopback ports, a TCP proxy
+//! the test can cut or freeze, leader-exec instances, child scripts that report what happened to
+//! a history file, and a Curator LeaderLatch participant for ZooKeeper interoperability.
 
 #![allow(dead_code)]
 
@@ -1241,6 +1242,560 @@ impl Store for Postgres {
             .filter(|l| !l.is_empty())
             .map(str::to_owned)
             .collect()
+    }
+}
+
+/// What the standalone ZooKeeper server needs on its class path besides its configuration
+/// directory (log4j.properties): zookeeper.jar, whose manifest names the rest (zookeeper-jute,
+/// netty, metrics-core, snappy-java, commons-io, slf4j-api, ...), and the log4j binding for slf4j.
+pub const ZOOKEEPER_CLASSPATH: &str =
+    "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar";
+
+/// JVM options for short-lived test servers: C1 only and the serial collector start and restart
+/// faster on a small machine; a small heap.
+const JVM_OPTIONS: [&str; 3] = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m"];
+
+/// A standalone ZooKeeper server (Debian's zookeeper 3.8) on a free loopback port, with its data in
+/// a temporary directory; killed when dropped. Its log (warnings and errors) goes to
+/// `zookeeper.log` in that directory, and shows in the panic message when it does not start.
+pub struct ZooKeeper {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// More zoo.cfg lines (a later line overrides an earlier one).
+    extra: String,
+}
+
+/// A node's data, czxid (the zxid of its creation) and ephemeral owner (0 for a persistent node).
+pub type ZNode = (Vec<u8>, i64, i64);
+
+impl ZooKeeper {
+    pub fn start() -> ZooKeeper {
+        ZooKeeper::start_with("")
+    }
+
+    /// Starts with more zoo.cfg lines, e.g. `"maxSessionTimeout=4000\n"`; they come after the
+    /// defaults, and ZooKeeper keeps the last value of a key.
+    pub fn start_with(extra_cfg_lines: &str) -> ZooKeeper {
+        let dir = tempfile::Builder::new()
+            .prefix("leader-exec-zk")
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::write(
+            dir.path().join("log4j.properties"),
+            format!(
+                "log4j.rootLogger=WARN, FILE\n\
+                 log4j.appender.FILE=org.apache.log4j.FileAppender\n\
+                 log4j.appender.FILE.File={}\n\
+                 log4j.appender.FILE.layout=org.apache.log4j.PatternLayout\n\
+                 log4j.appender.FILE.layout.ConversionPattern=%d{{ISO8601}} %-5p [%t] %c{{1}}: %m%n\n",
+                dir.path().join("zookeeper.log").display()
+            ),
+        )
+        .unwrap();
+        let mut zk = ZooKeeper {
+            port: 0,
+            dir,
+            child: None,
+            extra: extra_cfg_lines.to_owned(),
+        };
+        // A free port can be taken between the probe and the server's bind: try a few times. A
+        // server that cannot bind exits; one that neither serves nor exits is a failure.
+        for _ in 0..5 {
+            zk.port = free_port();
+            zk.write_config();
+            zk.spawn();
+            if zk.wait_ready(Duration::from_secs(30)) {
+                return zk;
+            }
+            if zk.running() {
+                let log = zk.log();
+                zk.kill();
+                panic!("ZooKeeper did not serve within 30 s:\n{log}");
+            }
+            zk.kill();
+        }
+        panic!("ZooKeeper did not start:\n{}", zk.log());
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("zoo.cfg")
+    }
+
+    fn write_config(&self) {
+        let config = format!(
+            "tickTime=500\n\
+             dataDir={data}\n\
+             clientPort={port}\n\
+             clientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=ruok,srvr,mntr,cons,stat\n\
+             minSessionTimeout=1000\n\
+             maxSessionTimeout=30000\n\
+             forceSync=no\n\
+             {extra}\n",
+            data = self.dir.path().join("data").display(),
+            port = self.port,
+            extra = self.extra,
+        );
+        std::fs::write(self.config_path(), config).unwrap();
+    }
+
+    fn spawn(&mut self) {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("zookeeper.out"))
+            .unwrap();
+        let mut command = Command::new("java");
+        command
+            .args(JVM_OPTIONS)
+            .arg("-cp")
+            .arg(format!(
+                "{}:{ZOOKEEPER_CLASSPATH}",
+                self.dir.path().display()
+            ))
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(self.config_path())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        // Should the test process die, the server dies with it (the signal fires when the spawning
+        // thread ends; a test's thread outlives the server it started).
+        // SAFETY: prctl is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .expect("java is installed (apt-get install openjdk-17-jdk-headless zookeeper)");
+        self.child = Some(child);
+    }
+
+    /// Whether the JVM runs (stopped counts as running).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Waits until `srvr` says `Mode: standalone`; false at the timeout or if the JVM exits.
+    pub fn wait_ready(&mut self, timeout: Duration) -> bool {
+        wait_for(timeout, || {
+            self.srvr().is_some_and(|s| s.contains("Mode: standalone")) || !self.running()
+        }) && self.running()
+    }
+
+    /// A four-letter word (`srvr`, `ruok`, `mntr`, `cons`, `stat`): sends it, reads the answer to
+    /// EOF. None if the server cannot be reached or does not answer within a second.
+    pub fn four_letter_word(&self, word: &str) -> Option<String> {
+        let mut stream =
+            TcpStream::connect_timeout(&self.addr(), Duration::from_millis(500)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        stream.write_all(word.as_bytes()).ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        Some(answer)
+    }
+
+    pub fn srvr(&self) -> Option<String> {
+        self.four_letter_word("srvr")
+    }
+
+    /// The server's log so far (warnings and errors, and the JVM's own output).
+    pub fn log(&self) -> String {
+        let mut log =
+            std::fs::read_to_string(self.dir.path().join("zookeeper.log")).unwrap_or_default();
+        log.push_str(
+            &std::fs::read_to_string(self.dir.path().join("zookeeper.out")).unwrap_or_default(),
+        );
+        log
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// `zk://127.0.0.1:PORT`, the `--endpoints` value leader-exec takes.
+    pub fn endpoint(&self) -> String {
+        format!("zk://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:PORT`, a connect string for ZooKeeper clients.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// SIGKILL; returns once the JVM is reaped.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port and data; returns once it serves.
+    /// Sessions survive (their timeouts restart when the server loads them), so do their
+    /// ephemeral nodes until a session expires.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        if !self.wait_ready(Duration::from_secs(30)) {
+            panic!("ZooKeeper did not come back:\n{}", self.log());
+        }
+    }
+
+    /// SIGSTOP: the process hangs, connections stay open and nothing answers.
+    pub fn freeze(&self) {
+        kill(Pid::from_raw(self.pid()), Signal::SIGSTOP).unwrap();
+    }
+
+    pub fn thaw(&self) {
+        kill(Pid::from_raw(self.pid()), Signal::SIGCONT).unwrap();
+    }
+
+    /// Runs `body` with a fresh session (2 s timeout) on a current-thread runtime. The session is
+    /// closed afterwards, unless `detached`: then it is abandoned and expires on the server after
+    /// its timeout, as a crashed client's would.
+    fn session<T>(
+        &self,
+        detached: bool,
+        body: impl AsyncFnOnce(&zookeeper_client::Client) -> T,
+    ) -> T {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut connector =
+                zookeeper_client::Client::connector().with_session_timeout(Duration::from_secs(2));
+            if detached {
+                connector = connector.with_detached();
+            }
+            let client = tokio::time::timeout(
+                Duration::from_secs(10),
+                connector.connect(&self.connect_string()),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("no ZooKeeper session within 10 s:\n{}", self.log()))
+            .unwrap_or_else(|e| panic!("ZooKeeper session: {e}\n{}", self.log()));
+            let out = body(&client).await;
+            let mut state = client.state_watcher();
+            drop(client);
+            if !detached {
+                // Dropping the client queues the close; let it reach the server before the
+                // runtime (and the session's task) goes away.
+                let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                    while !state.peek_state().is_terminated() {
+                        state.changed().await;
+                    }
+                })
+                .await;
+            }
+            out
+        })
+    }
+
+    /// The children of `path`, sorted; empty if there is no such node.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        self.session(false, async |client| {
+            match client.list_children(path).await {
+                Ok(mut children) => {
+                    children.sort();
+                    children
+                }
+                Err(zookeeper_client::Error::NoNode) => Vec::new(),
+                Err(e) => panic!("list_children {path}: {e}"),
+            }
+        })
+    }
+
+    /// `path`'s data, czxid and ephemeral owner (a session id, 0 for a persistent node); None if
+    /// there is no such node.
+    pub fn data(&self, path: &str) -> Option<ZNode> {
+        self.session(false, async |client| match client.get_data(path).await {
+            Ok((data, stat)) => Some((data, stat.czxid, stat.ephemeral_owner)),
+            Err(zookeeper_client::Error::NoNode) => None,
+            Err(e) => panic!("get_data {path}: {e}"),
+        })
+    }
+
+    /// Deletes `path` (any version); false if there was no such node.
+    pub fn delete(&self, path: &str) -> bool {
+        self.session(false, async |client| {
+            match client.delete(path, None).await {
+                Ok(()) => true,
+                Err(zookeeper_client::Error::NoNode) => false,
+                Err(e) => panic!("delete {path}: {e}"),
+            }
+        })
+    }
+
+    /// Creates `path` with `data`, and its missing parents (persistent, empty); returns its czxid.
+    /// Not `persistent`: an ephemeral node of a session that is abandoned, not closed, so the node
+    /// stays until the server expires that session (2 s after this returns), as a crashed
+    /// client's node would.
+    pub fn create(&self, path: &str, data: &[u8], persistent: bool) -> i64 {
+        use zookeeper_client::{Acls, CreateMode};
+        let mode = if persistent {
+            CreateMode::Persistent
+        } else {
+            CreateMode::Ephemeral
+        };
+        self.session(!persistent, async |client| {
+            let parent = &path[..path.rfind('/').expect("an absolute path")];
+            if !parent.is_empty() {
+                client
+                    .mkdir(
+                        parent,
+                        &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("mkdir {parent}: {e}"));
+            }
+            let (stat, _) = client
+                .create(path, data, &mode.with_acls(Acls::anyone_all()))
+                .await
+                .unwrap_or_else(|e| panic!("create {path}: {e}"));
+            stat.czxid
+        })
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The sequence number of a LeaderLatch candidate node (`_c_<id>-latch-<10 digits>`): the digits
+/// after the last `latch-`. The lowest leads.
+pub fn latch_sequence(node: &str) -> Option<u64> {
+    node.rsplit_once("latch-")?.1.parse().ok()
+}
+
+impl Store for ZooKeeper {
+    const NAME: &'static str = "zookeeper";
+
+    fn start() -> Self {
+        ZooKeeper::start()
+    }
+
+    fn endpoint(&self) -> String {
+        ZooKeeper::endpoint(self)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        ZooKeeper::addr(self)
+    }
+
+    fn endpoint_via(&self, proxy: &Proxy) -> String {
+        format!("zk://127.0.0.1:{}", proxy.port)
+    }
+
+    fn restart(&mut self) {
+        ZooKeeper::restart(self)
+    }
+
+    /// The candidates (Curator LeaderLatch layout: ephemeral-sequential children of
+    /// `/leader-exec/LEASE`), leader and waiters.
+    fn claims(&self, lease: &str) -> usize {
+        self.children(&format!("/leader-exec/{lease}")).len()
+    }
+
+    /// Every candidate node of every election (`/leader-exec/*/*`; the `.occurrences` and
+    /// `.leaders` trees are not elections).
+    fn held(&self) -> Vec<String> {
+        self.session(false, async |client| {
+            let mut held = Vec::new();
+            let elections = match client.list_children("/leader-exec").await {
+                Ok(elections) => elections,
+                Err(zookeeper_client::Error::NoNode) => return held,
+                Err(e) => panic!("list_children /leader-exec: {e}"),
+            };
+            for election in elections.iter().filter(|e| !e.starts_with('.')) {
+                let path = format!("/leader-exec/{election}");
+                match client.list_children(&path).await {
+                    Ok(candidates) => {
+                        held.extend(candidates.into_iter().map(|c| format!("{path}/{c}")))
+                    }
+                    Err(zookeeper_client::Error::NoNode) => {}
+                    Err(e) => panic!("list_children {path}: {e}"),
+                }
+            }
+            held.sort();
+            held
+        })
+    }
+}
+
+/// The class path of tests/zk/CuratorLatch.java: curator-recipes.jar, whose manifest names
+/// curator-framework, curator-client, guava, zookeeper and zookeeper-jute (and zookeeper.jar's
+/// manifest the rest), and slf4j-nop to keep Curator's and ZooKeeper's logging quiet.
+pub const CURATOR_CLASSPATH: &str =
+    "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
+
+/// A Curator LeaderLatch participant (tests/zk/CuratorLatch.java, run by the JDK's source
+/// launcher): what a Java service using Curator's recipe would do on the same election node.
+/// Its stdout lines (`started`, `leader`, `notleader`, `participants ...`, `leaderid ...`) are
+/// collected as they come; closing its stdin closes the latch and ends it. Killed when dropped.
+///
+/// Measured with Curator 5.4 against this harness's server (3 s sessions): every connection loss,
+/// even a 1 s restart, prints `notleader` then `leader` again (Curator's standard error policy
+/// treats SUSPENDED as lost leadership). With the server down longer than the session timeout,
+/// the latch reconnects on a new session and prints `leader` while its node still belongs to the
+/// old session, which the restarted server expires a few seconds later: the node is gone, the latch
+/// still says it leads, and getParticipants() is empty.
+pub struct CuratorLatch {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<thread::JoinHandle<()>>,
+    stderr: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl CuratorLatch {
+    /// Starts a participant with id `id` on election node `path` (e.g. `/leader-exec/NAME`),
+    /// connecting to `connect` (`127.0.0.1:PORT`; a `zk://` prefix is accepted). Returns at once;
+    /// `wait_for("started", ..)` to know it runs (the JVM compiles the source first, ≈ 2 s).
+    pub fn start(connect: &str, path: &str, id: &str) -> CuratorLatch {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = dir.path().join("stderr");
+        let mut child = Command::new("java")
+            .args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx128m"])
+            .args(["-cp", CURATOR_CLASSPATH])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/zk/CuratorLatch.java"))
+            .args([connect, path, id])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("java is installed (apt-get install openjdk-17-jdk-headless libcurator-recipes-java)");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let reader = thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        CuratorLatch {
+            child,
+            stdin,
+            lines,
+            reader: Some(reader),
+            stderr,
+            _dir: dir,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Every line it printed so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// What it wrote to stderr (Java exceptions).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits until it has printed `line`; false after `timeout`.
+    pub fn wait_for(&self, line: &str, timeout: Duration) -> bool {
+        wait_for(timeout, || {
+            self.lines.lock().unwrap().iter().any(|l| l == line)
+        })
+    }
+
+    /// How many times it printed `line`.
+    pub fn count(&self, line: &str) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| *l == line)
+            .count()
+    }
+
+    /// Asks for `LeaderLatch.getParticipants()` and `getLeader()`: the participants' ids in the
+    /// latch's order, and the leader's id (empty if none). Panics after 10 s without an answer.
+    pub fn ask_participants(&mut self) -> (Vec<String>, String) {
+        let before = self.lines.lock().unwrap().len();
+        let stdin = self.stdin.as_mut().expect("not closed");
+        stdin.write_all(b"participants\n").unwrap();
+        stdin.flush().unwrap();
+        let mut answer = None;
+        wait_for(Duration::from_secs(10), || {
+            let lines = self.lines.lock().unwrap();
+            let new = &lines[before.min(lines.len())..];
+            if let Some(error) = new.iter().find(|l| l.starts_with("error ")) {
+                panic!("CuratorLatch: {error}");
+            }
+            let participants = new.iter().find_map(|l| l.strip_prefix("participants"));
+            let leader = new.iter().find_map(|l| l.strip_prefix("leaderid"));
+            if let (Some(participants), Some(leader)) = (participants, leader) {
+                answer = Some((
+                    participants
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                    leader.trim().to_owned(),
+                ));
+            }
+            answer.is_some()
+        });
+        answer.unwrap_or_else(|| {
+            panic!(
+                "CuratorLatch did not answer: {:?}\n{}",
+                self.lines(),
+                self.stderr()
+            )
+        })
+    }
+
+    /// Closes its stdin (it closes the latch, deleting its node, and the client) and waits for it
+    /// to exit (killed after 20 s).
+    pub fn close(&mut self) -> Option<ExitStatus> {
+        drop(self.stdin.take());
+        wait_for(Duration::from_secs(20), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        let status = self.child.try_wait().ok().flatten();
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        status
+    }
+}
+
+impl Drop for CuratorLatch {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

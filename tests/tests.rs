@@ -1,11 +1,12 @@
-//! Integration tests: every one starts its own store (etcd, or PostgreSQL for the tests that run
-//! against every store) on free loopback ports and runs the real
+//! Integration tests: every one starts its own store (etcd, or PostgreSQL and ZooKeeper for the
+//! tests that run against every store) on free loopback ports and runs the real
 //! leader-exec binary; facts are observed from outside (what children recorded, which pids are
 //! alive, exit codes, what etcd holds).
 
 mod harness;
 
-/// The store-independent tests: each runs once per store (`etcd::NAME`, `postgres::NAME`).
+/// The store-independent tests: each runs once per store (`etcd::NAME`, `postgres::NAME`,
+/// `zookeeper::NAME`).
 /// One list; a test joins it by taking `<S: Store>` instead of `#[test]`.
 macro_rules! store_independent {
     ($($module:ident :: $test:ident),* $(,)?) => {
@@ -14,6 +15,9 @@ macro_rules! store_independent {
         }
         mod postgres {
             $( #[test] fn $test() { crate::$module::$test::<crate::harness::Postgres>(); } )*
+        }
+        mod zookeeper {
+            $( #[test] fn $test() { crate::$module::$test::<crate::harness::ZooKeeper>(); } )*
         }
     };
 }
@@ -57,3 +61,4 @@ mod operator;
 mod postgres_only;
 mod rough_edges;
 mod signals;
+mod zookeeper_only;
