@@ -501,6 +501,26 @@ impl Scratch {
         found
     }
 
+    /// Waits until the `n`th (from 1) record of `kind` from `name` is in the history.
+    pub fn wait_record_nth(
+        &self,
+        kind: &str,
+        name: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Option<Record> {
+        let mut found = None;
+        wait_for(timeout, || {
+            found = self
+                .history()
+                .into_iter()
+                .filter(|r| r.kind == kind && r.name == name)
+                .nth(n - 1);
+            found.is_some()
+        });
+        found
+    }
+
     /// A `sh -c` job that records its start (token, pid, time), checks that no process of an
     /// earlier job is still alive at that instant (recording `overlap` otherwise), runs `body`,
     /// and records its end. `$h` is the history file and `$pids` the file of every job pid.

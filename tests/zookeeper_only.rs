@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use crate::harness::*;
 
 #[test]
@@ -192,4 +194,278 @@ fn zookeeper_harness_curator_latches_take_turns() {
     assert!(Store::held(&zk).is_empty());
     assert_eq!(Store::claims(&zk, "interop"), 0);
     eprintln!("Curator handover after close (JVM exit included): {handover:?}");
+}
+
+/// A job that records TERM (and then ends) so a test can tell a grace period from a SIGKILL.
+const STOPPABLE: &str = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
+while :; do sleep 0.1; done"#;
+
+fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
+    let out = leader_exec()
+        .args([
+            "status",
+            "--json",
+            "--lease",
+            lease,
+            "--endpoints",
+            endpoint,
+        ])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).expect("status --json")
+}
+
+#[test]
+fn deleting_the_leaders_node_kills_its_command_at_once() {
+    // The store says the claim is gone: the next candidate may lead already, so no grace.
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let mut a = Instance::start(
+        &lease_args(&endpoint, "deleted"),
+        &scratch.job("a", STOPPABLE),
+    );
+    let start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let nodes = zk.children("/leader-exec/deleted");
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let deleted = Instant::now();
+    assert!(zk.delete(&format!("/leader-exec/deleted/{}", nodes[0])));
+    assert!(
+        wait_for(RENEW_DEADLINE, || !group_alive(start.pid())),
+        "the command's group outlived the deleted node"
+    );
+    let took = deleted.elapsed();
+    assert!(took < KILL_AFTER, "took {took:?}");
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(75), "{}", a.stderr());
+    assert!(
+        scratch.wait_record("term", "a", Duration::ZERO).is_none(),
+        "the command got the grace period on a claim the store said was gone"
+    );
+    assert!(Store::held(&zk).is_empty(), "{:?}", Store::held(&zk));
+}
+
+#[test]
+fn a_session_that_expires_while_cut_off_is_replaced_and_recampaign_opens_a_new_one() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let proxy = Proxy::start(zk.addr());
+    let via_proxy = zk.endpoint_via(&proxy);
+    let endpoint = zk.endpoint();
+    let mut args = lease_args(&via_proxy, "expiry");
+    args.extend(["--recampaign", "--identity", "host-a"]);
+    let mut a = Instance::start(&args, &scratch.job("a", "sleep 30"));
+    let a1 = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let first_session = status_json(&endpoint, "expiry")["leader"]["lease_id"].clone();
+    assert!(first_session.is_string(), "{first_session}");
+    let mut b_args = lease_args(&endpoint, "expiry");
+    b_args.extend(["--identity", "host-b"]);
+    let mut b = Instance::start(&b_args, &scratch.job("b", "sleep 2"));
+    assert!(wait_for(Duration::from_secs(10), || Store::claims(
+        &zk, "expiry"
+    ) == 2));
+
+    // Cut off for longer than the session timeout: the server expires a's session (3 s after
+    // the last request it received) and b leads; a stopped its command before that.
+    proxy.cut();
+    let cut = Instant::now();
+    let b_start = scratch
+        .wait_record("start", "b", Duration::from_secs(15))
+        .expect("b took over");
+    assert!(
+        cut.elapsed() >= RENEW_DEADLINE,
+        "b started {:?} after the cut, before a's deadline",
+        cut.elapsed()
+    );
+    assert!(!group_alive(a1.pid()), "a's command still runs beside b's");
+    assert!(b_start.token() > a1.token());
+    assert!(a.running(), "--recampaign: a campaigns again");
+    proxy.heal();
+
+    // a comes back with a new session, behind b, and leads again after b's command ends.
+    let a2 = scratch
+        .wait_record_nth("start", "a", 2, Duration::from_secs(20))
+        .expect("a led again");
+    assert!(a2.token() > b_start.token());
+    let second_session = status_json(&endpoint, "expiry")["leader"]["lease_id"].clone();
+    assert!(second_session.is_string(), "{second_session}");
+    assert_ne!(
+        first_session, second_session,
+        "the expired session came back"
+    );
+    assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());
+    // a's command runs twice (the same job), so the history is checked here rather than by
+    // `assert_one_at_a_time`: no job started beside another, tokens grew with every start.
+    let history = scratch.history();
+    assert!(history.iter().all(|r| r.kind != "overlap"), "{history:#?}");
+    let tokens: Vec<i64> = history
+        .iter()
+        .filter(|r| r.kind == "start")
+        .map(|r| r.token())
+        .collect();
+    assert_eq!(tokens.len(), 3, "{history:#?}");
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    a.signal(Signal::SIGTERM);
+    assert!(a.wait(Duration::from_secs(10)).is_some());
+}
+
+#[test]
+fn a_negotiated_timeout_too_short_for_the_flags_is_125_and_leaves_nothing() {
+    // The harness's server clamps sessions to at most 30 s.
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let out = leader_exec()
+        .args([
+            "--endpoints",
+            &endpoint,
+            "--lease",
+            "clamped",
+            "--ttl",
+            "60s",
+            "--renew-deadline",
+            "40s",
+            "--retry-period",
+            "5s",
+            "--kill-after",
+            "10s",
+            "--",
+            "touch",
+        ])
+        .arg(scratch.path("ran"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("negotiated a session timeout of 30s for --ttl 1m")
+            && stderr.contains("need 53s"),
+        "{stderr}"
+    );
+    assert!(!scratch.path("ran").exists());
+    assert!(Store::held(&zk).is_empty(), "{:?}", Store::held(&zk));
+
+    // A server that raises the timeout above --ttl: safe, said, and the job runs.
+    let zk = ZooKeeper::start_with("minSessionTimeout=4000\n");
+    let endpoint = zk.endpoint();
+    let mut args = lease_args(&endpoint, "raised");
+    args.retain(|a| *a != "-v");
+    let out = leader_exec()
+        .args(&args)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("negotiated a session timeout of 4s for --ttl 3s"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn czxid_tokens_grow_across_a_deleted_and_recreated_parent() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let run = |name: &str| -> (i64, String) {
+        let keys = scratch.path(&format!("key-{name}"));
+        let body = format!("echo \"$LEADER_KEY\" > '{}'", keys.display());
+        let mut instance = Instance::start(
+            &lease_args(&endpoint, "reparent"),
+            &scratch.job(name, &body),
+        );
+        assert_eq!(
+            instance.wait(Duration::from_secs(20)),
+            Some(0),
+            "{}",
+            instance.stderr()
+        );
+        let token = scratch
+            .wait_record("start", name, Duration::ZERO)
+            .unwrap()
+            .token();
+        let key = std::fs::read_to_string(keys).unwrap().trim().to_owned();
+        (token, key)
+    };
+    let (first_token, first_key) = run("a");
+    // The election node is empty once a released; deleting it restarts the sequence.
+    assert!(zk.children("/leader-exec/reparent").is_empty());
+    assert!(zk.delete("/leader-exec/reparent"));
+    let (second_token, second_key) = run("b");
+    // The same sequence suffix twice, the czxid token still strictly greater.
+    assert_eq!(
+        latch_sequence(&first_key),
+        latch_sequence(&second_key),
+        "{first_key} {second_key}"
+    );
+    assert!(
+        second_token > first_token,
+        "{second_token} <= {first_token}"
+    );
+}
+
+#[test]
+fn curator_and_leader_exec_share_one_line_both_ways() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let path = "/leader-exec/interop";
+    let slow = Duration::from_secs(30);
+
+    // Curator leads first: leader-exec waits behind it and runs only once it closes.
+    let mut curator = CuratorLatch::start(&zk.connect_string(), path, "curator-1");
+    assert!(curator.wait_for("leader", slow), "{:?}", curator.lines());
+    let mut args = lease_args(&endpoint, "interop");
+    args.extend(["--identity", "le-1"]);
+    let release = scratch.path("release");
+    let body = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done",
+        release.display()
+    );
+    let mut le = Instance::start(&args, &scratch.job("a", &body));
+    assert!(wait_for(Duration::from_secs(10), || Store::claims(
+        &zk, "interop"
+    ) == 2));
+    let status = status_json(&endpoint, "interop");
+    assert_eq!(status["leader"]["identity"], "curator-1", "{status}");
+    std::thread::sleep(RETRY_PERIOD * 3);
+    assert!(
+        scratch.wait_record("start", "a", Duration::ZERO).is_none(),
+        "leader-exec ran beside Curator's leader"
+    );
+    let (participants, leader) = curator.ask_participants();
+    assert_eq!(participants, vec!["curator-1", "le-1"]);
+    assert_eq!(leader, "curator-1");
+    curator.close();
+    let start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("leader-exec leads once Curator's latch closed");
+
+    // leader-exec leads: a new Curator latch sees it as the leader and waits behind it.
+    let mut curator = CuratorLatch::start(&zk.connect_string(), path, "curator-2");
+    assert!(curator.wait_for("started", slow), "{:?}", curator.lines());
+    assert!(wait_for(Duration::from_secs(10), || Store::claims(
+        &zk, "interop"
+    ) == 2));
+    let (participants, leader) = curator.ask_participants();
+    assert_eq!(participants, vec!["le-1", "curator-2"]);
+    assert_eq!(leader, "le-1");
+    assert_eq!(curator.count("leader"), 0, "{:?}", curator.lines());
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(le.wait(Duration::from_secs(10)), Some(0), "{}", le.stderr());
+    assert!(
+        !group_alive(start.pid()),
+        "leader-exec's command outlived it"
+    );
+    assert!(
+        curator.wait_for("leader", Duration::from_secs(10)),
+        "{:?}",
+        curator.lines()
+    );
+    curator.close();
 }
