@@ -450,7 +450,7 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 #[command(next_help_heading = "etcd connection")]
 pub struct EtcdArgs {
-    /// etcd endpoints, comma-separated, or one postgres:// (postgresql://) URL in libpq's form to use PostgreSQL [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
+    /// etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq's form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
     #[arg(long, value_name = "URL[,URL]", value_delimiter = ',', global = true)]
     pub endpoints: Vec<String>,
 

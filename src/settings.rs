@@ -1148,3 +1148,73 @@ mod tests {
         assert!(validate_endpoint("http://a b").is_err());
     }
 }
+
+#[cfg(test)]
+mod zookeeper_urls {
+    use super::*;
+    use clap::Parser;
+
+    fn connect(args: &[&str]) -> Result<Connection, Failure> {
+        let mut argv = vec!["leader-exec", "--lease", "x"];
+        argv.extend_from_slice(args);
+        argv.extend(["--", "true"]);
+        let cli = crate::cli::Cli::try_parse_from(argv).expect("parses");
+        Connection::from_args(cli.etcd)
+    }
+
+    fn target(args: &[&str]) -> crate::election::zookeeper::Target {
+        match connect(args).map(|c| c.store) {
+            Ok(Store::ZooKeeper(target)) => *target,
+            other => panic!("not ZooKeeper: {:?}", other.map(|_| ()).err()),
+        }
+    }
+
+    fn refused(args: &[&str]) -> String {
+        match connect(args) {
+            Err(failure) => failure.to_string(),
+            Ok(_) => panic!("{args:?} accepted"),
+        }
+    }
+
+    #[test]
+    fn a_zk_url_is_a_connect_string_with_an_optional_chroot() {
+        let t = target(&["--endpoints", "zk://zk1:2181,zk2:2181,zk3:2181/ops"]);
+        assert_eq!(t.connect, "zk1:2181,zk2:2181,zk3:2181/ops");
+        assert_eq!(t.digest, None);
+        assert_eq!(
+            target(&["--endpoints", "zk://127.0.0.1:2181"]).connect,
+            "127.0.0.1:2181"
+        );
+        assert_eq!(
+            target(&["--endpoints", "zk://a:1/deep/chroot"]).connect,
+            "a:1/deep/chroot"
+        );
+    }
+
+    #[test]
+    fn bad_zk_urls_are_refused_with_what_is_wrong() {
+        assert!(refused(&["--endpoints", "zk://a:2181,http://b:2379"]).contains("not a mix"));
+        assert!(refused(&["--endpoints", "zk://a"]).contains("is not HOST:PORT"));
+        assert!(refused(&["--endpoints", "zk://a:0"]).contains("is not HOST:PORT"));
+        assert!(refused(&["--endpoints", "zk://,a:2181"]).contains("a host is empty"));
+        assert!(refused(&["--endpoints", "zk://a:2181/ops/"]).contains("chroot"));
+        assert!(refused(&["--endpoints", "zk://a:2181/"]).contains("chroot"));
+        let secret = refused(&["--endpoints", "zk://u:hunter2@a:2181"]);
+        assert!(
+            secret.contains("credentials do not go in a zk:// URL"),
+            "{secret}"
+        );
+        assert!(!secret.contains("hunter2"), "{secret}");
+        assert!(
+            refused(&["--endpoints", "zk://a:2181", "--cacert", "/etc/hostname"])
+                .contains("TLS is not supported with ZooKeeper")
+        );
+    }
+
+    #[test]
+    fn a_user_and_password_become_digest_credentials() {
+        let t = target(&["--endpoints", "zk://a:2181", "--user", "jobs:s3cret"]);
+        assert_eq!(t.digest.as_deref(), Some("jobs:s3cret"));
+        assert!(!format!("{t:?}").contains("s3cret"));
+    }
+}
