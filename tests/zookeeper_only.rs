@@ -469,3 +469,51 @@ fn curator_and_leader_exec_share_one_line_both_ways() {
     );
     curator.close();
 }
+
+#[test]
+fn occurrence_records_are_fenced_nodes_pruned_on_read_after_their_retention() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let id = "statements/2026-11-29";
+    let run = |name: &str| {
+        let mut args = lease_args(&endpoint, "pruned");
+        args.extend(["--occurrence", id, "--occurrence-retention", "2s"]);
+        let mut instance = Instance::start(&args, &scratch.job(name, "true"));
+        assert_eq!(
+            instance.wait(Duration::from_secs(20)),
+            Some(0),
+            "{}",
+            instance.stderr()
+        );
+    };
+    run("a");
+    // One node per ID ('/' encoded), its data the expiry line then the record.
+    let records = "/leader-exec/.occurrences/pruned";
+    assert_eq!(zk.children(records), vec!["statements%2F2026-11-29"]);
+    let (data, _, owner) = zk
+        .data(&format!("{records}/statements%2F2026-11-29"))
+        .expect("the record");
+    assert_eq!(owner, 0, "records outlive the session");
+    let text = String::from_utf8(data).unwrap();
+    let (expiry, record) = text.split_once('\n').unwrap();
+    assert!(expiry.starts_with("leader-exec-expires-ms="), "{text}");
+    let record: serde_json::Value = serde_json::from_str(record).unwrap();
+    assert_eq!(record["state"], "done");
+    let status = status_json(&endpoint, "pruned");
+    assert_eq!(status["occurrences"][0]["id"], id, "{status}");
+
+    // Within the retention the occurrence does not run again.
+    run("b");
+    assert!(scratch.wait_record("start", "b", Duration::ZERO).is_none());
+    // After it, the record reads as absent: status lists nothing and the occurrence runs again.
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = status_json(&endpoint, "pruned");
+    assert_eq!(status["occurrences"], serde_json::json!([]), "{status}");
+    run("c");
+    let c = scratch
+        .wait_record("start", "c", Duration::ZERO)
+        .expect("the occurrence ran again after its record expired");
+    let a = scratch.wait_record("start", "a", Duration::ZERO).unwrap();
+    assert!(c.token() > a.token());
+}
