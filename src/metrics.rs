@@ -291,7 +291,7 @@ impl Metrics {
         let step_downs = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
             "step_downs",
-            "Times leadership ended, by reason: deadline (no renewal succeeded within --renew-deadline), expired (etcd reported the lease gone), key_deleted, signal (TERM/INT), command_exited",
+            "Times leadership ended, by reason: deadline (no renewal succeeded within --renew-deadline), expired (the store reported the lease gone), key_deleted, signal (TERM/INT), command_exited",
             step_downs.clone(),
         );
         let step_downs = STEP_DOWN_REASONS
@@ -327,7 +327,7 @@ impl Metrics {
         let fenced_rejected = Counter::default();
         registry.register(
             "fenced_writes_rejected",
-            "Occurrence records etcd refused to write because this instance no longer led",
+            "Occurrence records the store refused to write because this instance no longer led",
             fenced_rejected.clone(),
         );
         let build = Family::<Vec<(&'static str, &'static str)>, Gauge>::default();

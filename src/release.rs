@@ -52,10 +52,18 @@ pub async fn retry<B: Backend, C: Clock>(
     until: Duration,
 ) -> bool {
     let left = until.saturating_sub(clock.now());
+    let store = backend.store_name();
+    let why = if backend.restart_resets_leases() {
+        format!(
+            " ({store} restarts reset lease TTLs, so a lease left behind would stand a full TTL after {store} is back)"
+        )
+    } else {
+        String::new()
+    };
     tracing::warn!(
         event = "release-retrying",
         lease_id = candidacy.lease_id_hex(),
-        "etcd is unreachable: retrying the release for up to {} (etcd restarts reset lease TTLs, so a lease left behind would stand a full TTL after etcd is back); TERM or INT stops this",
+        "{store} is unreachable: retrying the release for up to {}{why}; TERM or INT stops this",
         humantime::format_duration(Duration::from_secs(left.as_secs()))
     );
     let mut backoff = Backoff::new();
@@ -79,7 +87,7 @@ pub async fn retry<B: Backend, C: Clock>(
                 tracing::warn!(
                     event = "released",
                     lease_id = candidacy.lease_id_hex(),
-                    "lease released once etcd answered again"
+                    "lease released once {store} answered again"
                 );
                 return true;
             }
@@ -96,7 +104,7 @@ pub async fn retry<B: Backend, C: Clock>(
                 tracing::warn!(
                     event = "release-failed",
                     error = %e,
-                    "gave up retrying the release; the lease expires on its own within the TTL after etcd is back"
+                    "gave up retrying the release; the lease expires on its own within the TTL after {store} is back"
                 );
                 return false;
             }

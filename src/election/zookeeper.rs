@@ -584,11 +584,22 @@ impl Backend for ZooKeeper {
         let Some(client) = self.session_of() else {
             return Ok(());
         };
+        // A session the client library reports ended cannot delete anything. The library also
+        // says `Expired` on its own after failing to reconnect for a whole timeout, which an
+        // ensemble without quorum has not decided yet: then the node stays until the servers
+        // expire the session. Not a release, and not reported as one.
+        let ended = || {
+            StoreError::Fatal(format!(
+                "ZooKeeper: the session {:#x} has ended; its nodes go when the servers expire it",
+                client.session_id().0
+            ))
+        };
         if client.state().is_terminated() {
-            return Ok(());
+            return Err(ended());
         }
         match client.delete(&candidacy.key, None).await {
-            Ok(()) | Err(zk::Error::NoNode | zk::Error::SessionExpired) => {}
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(zk::Error::SessionExpired) => return Err(ended()),
             Err(e) => return Err(classify(e)),
         }
         // The leader's state node is ephemeral on this session; closing the session (dropping
