@@ -1287,9 +1287,12 @@ class Context:
         return self.etcd.endpoint
 
     def request_counter(self, tool):
-        """A function counting the requests `tool`'s store has received so far, or None."""
+        """A function counting the requests `tool`'s store has received so far, in a comparison
+        with another store that can count its requests (ZooKeeper; PostgreSQL cannot); else None."""
+        if self.second is None or self.second.requests() is None:
+            return None
         if tool.store != "etcd":
-            return self.second.requests if self.second.requests() is not None else None
+            return self.second.requests
         return lambda: etcd_requests(self.etcd)
 
     def start(self, tool, endpoint, lease, child_name, mode, run_dir, extra=()):
@@ -1506,7 +1509,7 @@ def scenario_hold(ctx, tool, i, _shared):
     procs = tool_processes(a.pid, exclude={a_start["pid"]})
     # Requests reaching the store while holding: in the store comparisons (in BENCHMARKS.md the
     # 200-waiter scenario counts renewals).
-    counter = ctx.request_counter(tool) if ctx.second else None
+    counter = ctx.request_counter(tool)
     r0 = counter() if counter else None
     c0, t0 = sum(cpu_ns(p) for p in procs), mono()
     time.sleep(ctx.args.hold_seconds)
