@@ -3,9 +3,12 @@
 
     python3 bench/run.py             # full run: >= 7 runs per scenario and tool, writes BENCHMARKS.md
     python3 bench/run.py --smoke     # one run per scenario, small numbers, writes target/bench/SMOKE.md
-                                     # (and, for PostgreSQL, target/bench/SMOKE-postgres.md)
+                                     # (and target/bench/SMOKE-postgres.md, SMOKE-zookeeper.md for the
+                                     # other stores, each skipped when that store is not installed)
     python3 bench/run.py --store postgres   # leader-exec on PostgreSQL beside leader-exec on etcd,
                                             # writes bench/POSTGRES.md
+    python3 bench/run.py --store zookeeper  # leader-exec on ZooKeeper beside leader-exec on etcd,
+                                            # writes bench/ZOOKEEPER.md
 
 The runner builds leader-exec (`cargo build --release --locked`) and a tiny child program
 (bench/stamp.rs, with rustc), starts its own single-member etcd on free loopback ports (data on
@@ -38,6 +41,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import traceback
@@ -389,7 +393,47 @@ class Etcd:
         return values
 
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+# ---------------------------------------------------------------------------------------------
+# The other stores (--store postgres, --store zookeeper): leader-exec on them beside leader-exec on
+# etcd. Each is a server of the runner's own on a free loopback port, data on tmpfs when there is
+# one. What the shared code needs of a store: start/stop, its version, the endpoint leader-exec is
+# given for a lease, how many candidates stand in line for a lease, and (optionally) a count of
+# the requests it has received and how late it expires a dead client's lease. The rest is text for
+# the report.
+
+
+class SecondStore:
+    name = title = report_name = ""
+    # What the runner needs installed, and what it does to start the store (report text).
+    requirements = ""
+
+    def __init__(self, workdir, data_parent):
+        self.workdir = workdir
+        self.data_parent = data_parent
+
+    @classmethod
+    def missing(cls):
+        """Why the store cannot be started here (not installed), or None."""
+        return None
+
+    def requests(self):
+        """A count of the requests the store has received so far, or None when it has none."""
+        return None
+
+    def expiry_lag(self, count):
+        """Seconds from a lease's last request to its end, for `count` leases nobody renews; None
+        when the store has no reaper (the lease ends when a waiter looks)."""
+        return None
+
+    @classmethod
+    def setup_text(cls):
+        """How the runner starts the store and counts who stands in line (report lines)."""
+        return []
+
+    @classmethod
+    def differences_text(cls, args, results, med):
+        """The report's "What differs between the stores" paragraphs."""
+        return []
 
 
 def pg_bin():
@@ -399,17 +443,24 @@ def pg_bin():
     return found[-1].parent if found else None
 
 
-class Postgres:
+class Postgres(SecondStore):
     """A PostgreSQL server of the runner's own: initdb and pg_ctl as the postgres user (initdb
     refuses root) on a temporary directory, TCP on a free loopback port, fsync=off (like etcd's
     data on tmpfs: the figures measure the tools, not the disk)."""
 
+    name, title, report_name = "postgres", "PostgreSQL", "POSTGRES"
+    requirements = ("as root (the runner starts PostgreSQL as the `postgres` user with\n"
+                    "`runuser`), with `postgresql`, `etcd-server`, `etcd-client`, Rust and Python 3.11 installed:")
+
     def __init__(self, workdir, data_parent):
-        self.workdir = workdir
-        self.data_parent = data_parent
+        super().__init__(workdir, data_parent)
         self.dir = None
         self.port = None
         self.bin = pg_bin()
+
+    @classmethod
+    def missing(cls):
+        return None if pg_bin() else "PostgreSQL is not installed (apt-get install postgresql)"
 
     def as_postgres(self, program, *args, **kw):
         return subprocess.run(["runuser", "-u", "postgres", "--", str(self.bin / program), *args],
@@ -417,7 +468,7 @@ class Postgres:
 
     def start(self):
         if self.bin is None:
-            raise BenchError("PostgreSQL is not installed (apt-get install postgresql)")
+            raise BenchError(self.missing())
         self.dir = Path(tempfile.mkdtemp(prefix="leader-exec-bench-pg", dir=self.data_parent))
         shutil.chown(self.dir, "postgres", "postgres")
         data = self.dir / "data"
@@ -438,6 +489,10 @@ class Postgres:
         return (f"postgres://postgres@127.0.0.1:{self.port}/postgres?sslmode=disable"
                 f"&application_name={application_name}")
 
+    def endpoint(self, lease):
+        """Sessions are named after the lease, so that the runner can count who stands in line."""
+        return self.url(f"bench-{lease}")
+
     def version(self):
         if self.bin is None:
             return "not installed"
@@ -448,11 +503,11 @@ class Postgres:
                            capture_output=True, text=True, timeout=10, env=clean_env())
         return p.stdout.strip() if p.returncode == 0 else None
 
-    def listening(self, application_name):
-        """Sessions of one application name whose last statement was LISTEN: one per instance
-        of leader-exec that stands in line (or leads)."""
+    def in_line(self, lease):
+        """Sessions of the lease's application name whose last statement was LISTEN: one per
+        instance of leader-exec that stands in line (or leads)."""
         out = self.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                       f"'{application_name}' AND query LIKE 'LISTEN%'")
+                       f"'bench-{lease}' AND query LIKE 'LISTEN%'")
         return int(out) if out and out.isdigit() else 0
 
     def stop(self):
@@ -462,6 +517,372 @@ class Postgres:
             self.as_postgres("pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir = None
+
+    @classmethod
+    def setup_text(cls):
+        return [
+            "PostgreSQL: `initdb -A trust --no-sync` and `pg_ctl start` as the postgres user on a temporary",
+            "directory (`--etcd-data`, default /dev/shm), TCP on a free loopback port, `fsync=off` (like etcd's",
+            "data on tmpfs: the figures measure the tool, not the disk). leader-exec connects with",
+            "`sslmode=disable` and an `application_name` per lease, by which the runner counts the sessions that",
+            "`LISTEN` (one per instance standing in line). Raw values in",
+        ]
+
+    @classmethod
+    def differences_text(cls, args, results, med):
+        return [
+            f"**Uncontended start.** On PostgreSQL leader-exec opens a session, checks that its tables exist,",
+            f"opens a second session that `LISTEN`s, sends one `NOTIFY` to itself to check that notifications",
+            f"arrive (the pgbouncer check) and makes one acquiring `UPDATE`; the renewal has a session of its",
+            f"own, opened at the first renewal. On etcd it grants a lease, creates its key and reads its place in",
+            f"line.",
+            "",
+            f"**Graceful handover.** The holder's release is one `UPDATE` with a `NOTIFY` in the same statement;",
+            f"the waiter's listening session receives it and the waiter tries after a random delay within its",
+            f"spread: at least min(retry period / 8, 20 ms) — 20 ms with this profile, 10 ms on average — and",
+            f"5 ms per session listening on the table's channel when more listen. The delay is what keeps",
+            f"hundreds of waiters from trying at once (tests/postgres_only.rs); it is most of the difference",
+            f"here ({med('handover', digits=2)} ms median against {med('handover', 'leader-exec')} ms on etcd, where",
+            f"the one waiter watching its predecessor's key reads the line once more and starts).",
+            "",
+            f"**Crash failover.** Nobody releases the row: the waiter reads it again when the expiry the",
+            f"server reported runs out (`expires_at - now()`, on the server's clock) and takes it with one",
+            f"`UPDATE`. The row expires {TTL_S} s after the last renewal, i.e. between ttl − retry period and",
+            f"ttl after the kill; PostgreSQL has no lease reaper, so there is no lag like etcd's expiry check",
+            f"(BENCHMARKS.md, crash failover).",
+            "",
+            f"**Memory and CPU while holding.** The same two processes; on PostgreSQL the main one keeps three",
+            f"sessions (requests, the listening one, renewals) and renews with one `UPDATE` every",
+            f"{RETRY_PERIOD_S:g} s. The server's own processes are not counted, as etcd's are not.",
+            "",
+        ]
+
+
+class ZkClient:
+    """A tiny ZooKeeper client (the jute protocol over TCP), for the runner's own reads: enough to
+    list a node's children, check a node, and create an ephemeral node whose session is then left
+    to expire. Blocking, one request at a time."""
+
+    NO_NODE, NODE_EXISTS = -101, -110
+
+    def __init__(self, port, session_timeout_ms=10_000):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.xid = 0
+        # ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId, passwd, readOnly.
+        self._send(struct.pack(">iqiqi", 0, 0, session_timeout_ms, 0, 16) + bytes(16) + b"\0")
+        response = self._receive()
+        self.timeout_ms, self.session_id = struct.unpack(">iq", response[4:16])
+        if self.session_id == 0:
+            raise BenchError("ZooKeeper refused the runner's session")
+
+    def _send(self, body):
+        self.sock.sendall(struct.pack(">i", len(body)) + body)
+
+    def _read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise OSError("ZooKeeper closed the connection")
+            data += chunk
+        return data
+
+    def _receive(self):
+        return self._read(struct.unpack(">i", self._read(4))[0])
+
+    def call(self, op, payload=b""):
+        """One request; returns (error code, the reply's body). Watch events are skipped."""
+        self.xid += 1
+        self._send(struct.pack(">ii", self.xid, op) + payload)
+        while True:
+            reply = self._receive()
+            xid, _zxid, err = struct.unpack(">iqi", reply[:16])
+            if xid == self.xid:
+                return err, reply[16:]
+
+    @staticmethod
+    def text(value):
+        data = value.encode() if isinstance(value, str) else value
+        return struct.pack(">i", len(data)) + data
+
+    def children(self, path):
+        """The names of a node's children; [] when the node does not exist."""
+        err, body = self.call(8, self.text(path) + b"\0")  # getChildren, no watch
+        if err == self.NO_NODE:
+            return []
+        if err:
+            raise BenchError(f"ZooKeeper getChildren {path}: error {err}")
+        (count,), at, names = struct.unpack(">i", body[:4]), 4, []
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack(">i", body[at:at + 4])
+            names.append(body[at + 4:at + 4 + n].decode())
+            at += 4 + n
+        return names
+
+    def exists(self, path):
+        err, _ = self.call(3, self.text(path) + b"\0")
+        if err not in (0, self.NO_NODE):
+            raise BenchError(f"ZooKeeper exists {path}: error {err}")
+        return err == 0
+
+    def create(self, path, ephemeral=False):
+        """Creates `path` (open ACL); an existing node is fine."""
+        acl = struct.pack(">ii", 1, 31) + self.text("world") + self.text("anyone")
+        err, _ = self.call(1, self.text(path) + self.text(b"") + acl + struct.pack(">i", 1 if ephemeral else 0))
+        if err not in (0, self.NODE_EXISTS):
+            raise BenchError(f"ZooKeeper create {path}: error {err}")
+
+    def close(self, end_session=True):
+        """Ends the session (closeSession), or only drops the connection and leaves the session
+        to expire, as a client that was SIGKILLed does."""
+        try:
+            if end_session:
+                self.call(-11)
+        except OSError:
+            pass
+        finally:
+            self.sock.close()
+
+
+ZK_JARS = ["zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-nop", "netty-handler", "netty-common",
+           "netty-buffer", "netty-transport", "netty-codec", "netty-resolver", "netty-transport-native-epoll",
+           "netty-transport-native-unix-common", "metrics-core", "commons-io", "snappy-java"]
+ZK_JAVA = Path("/usr/share/java")
+ZK_TICK_MS = 500
+
+
+class ZooKeeper(SecondStore):
+    """A standalone ZooKeeper server of the runner's own (Debian's zookeeper package, run with
+    java directly), client port on a free loopback port, data on tmpfs when there is one,
+    forceSync=no (like etcd's data on tmpfs and PostgreSQL's fsync=off)."""
+
+    name, title, report_name = "zookeeper", "ZooKeeper", "ZOOKEEPER"
+    requirements = ("with `zookeeper` (Debian's package, and a Java runtime), `etcd-server`,\n"
+                    "`etcd-client`, Rust and Python 3.11 installed:")
+
+    def __init__(self, workdir, data_parent):
+        super().__init__(workdir, data_parent)
+        self.dir = None
+        self.port = None
+        self.proc = None
+        self.words = 0  # four-letter words the runner sent: the server counts each as a packet
+
+    @classmethod
+    def missing(cls):
+        absent = [f"{jar}.jar" for jar in ZK_JARS if not (ZK_JAVA / f"{jar}.jar").exists()]
+        if absent:
+            return (f"ZooKeeper is not installed ({', '.join(absent[:3])}{' …' if len(absent) > 3 else ''} "
+                    f"not in {ZK_JAVA}; apt-get install zookeeper)")
+        if not shutil.which("java"):
+            return "java not found, which ZooKeeper needs (apt-get install zookeeper)"
+        return None
+
+    def start(self):
+        why = self.missing()
+        if why:
+            raise BenchError(why)
+        self.dir = Path(tempfile.mkdtemp(prefix="leader-exec-bench-zk", dir=self.data_parent))
+        classpath = ":".join([str(self.dir), *(str(ZK_JAVA / f"{jar}.jar") for jar in ZK_JARS)])
+        for _ in range(5):
+            self.port = free_port()
+            (self.dir / "zoo.cfg").write_text("\n".join([
+                f"tickTime={ZK_TICK_MS}",
+                f"dataDir={self.dir / 'data'}",
+                f"clientPort={self.port}",
+                "clientPortAddress=127.0.0.1",
+                "admin.enableServer=false",
+                "4lw.commands.whitelist=ruok,srvr,mntr,cons,stat",
+                "minSessionTimeout=1000",
+                "maxSessionTimeout=30000",
+                "forceSync=no",
+            ]) + "\n")
+            with open(self.workdir / "zookeeper.log", "ab") as log:
+                self.proc = subprocess.Popen(
+                    ["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m", "-cp", classpath,
+                     "org.apache.zookeeper.server.ZooKeeperServerMain", str(self.dir / "zoo.cfg")],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=clean_env(),
+                )
+            if wait_until(self.ready, 60, step=0.1):
+                return
+            self.kill()
+        raise BenchError(f"ZooKeeper did not start (see {self.workdir / 'zookeeper.log'})")
+
+    def four(self, word):
+        """A four-letter word's answer, or None."""
+        self.words += 1
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                s.sendall(word.encode())
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            return data.decode(errors="replace")
+        except OSError:
+            return None
+
+    def ready(self):
+        if self.proc.poll() is not None:
+            return False
+        out = self.four("srvr")
+        return bool(out) and "Mode: standalone" in out
+
+    def mntr(self):
+        values = {}
+        for line in (self.four("mntr") or "").splitlines():
+            key, _, value = line.partition("\t")
+            values[key] = value
+        return values
+
+    def requests(self):
+        """Packets the server has received from clients: requests and pings, less the runner's own
+        four-letter words (this one included)."""
+        value = self.mntr().get("zk_packets_received")
+        return float(value) - self.words if value else None
+
+    def endpoint(self, lease):
+        return f"zk://127.0.0.1:{self.port}"
+
+    def in_line(self, lease):
+        """Children of the election node: one ephemeral-sequential node per candidate."""
+        client = ZkClient(self.port)
+        try:
+            return len(client.children(f"/leader-exec/{lease}"))
+        finally:
+            client.close()
+
+    def version(self):
+        srvr = self.four("srvr") if self.port else None
+        line = next((l for l in (srvr or "").splitlines() if l.startswith("Zookeeper version:")), None)
+        java = command_output(["java", "-version"]).splitlines()
+        if line:  # Debian's build leaves a placeholder for the commit: "3.8.0-${mvngit.commit.id}, built on …"
+            line = re.sub(r"-\$\{[^}]*\}", "", line.replace("Zookeeper version:", "ZooKeeper")).strip()
+        return (line or "ZooKeeper (version unknown)") + (
+            f" on {java[0]}" if java else "")
+
+    def expiry_lag(self, count):
+        """Sessions of TTL_S seconds, each with an ephemeral node, whose connection is dropped right
+        after the create (nothing else is sent): seconds from the create's answer to the node
+        being gone. The server expires sessions on tick boundaries, so up to a tick late."""
+        results = []
+        setup = ZkClient(self.port)
+        setup.create("/bench-expiry")
+        setup.close()
+
+        def one(i, delay):
+            time.sleep(delay)
+            path = f"/bench-expiry/{i}"
+            victim = ZkClient(self.port, TTL_S * 1000)
+            victim.create(path, ephemeral=True)
+            created = mono()
+            victim.close(end_session=False)
+            watcher = ZkClient(self.port)
+            try:
+                until = time.monotonic() + TTL_S + 5
+                while time.monotonic() < until:
+                    if not watcher.exists(path):
+                        results.append((mono() - created) / 1e9)
+                        break
+                    time.sleep(0.005)
+            finally:
+                watcher.close()
+
+        rng = random.Random(count)
+        threads = [threading.Thread(target=one, args=(i, rng.random())) for i in range(count)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sorted(results)
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.proc = None
+
+    def stop(self):
+        self.kill()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    @classmethod
+    def setup_text(cls):
+        return [
+            "ZooKeeper: Debian's `zookeeper` package (3.8), `ZooKeeperServerMain` run with `java` directly",
+            f"(`-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xmx256m`), standalone, `tickTime={ZK_TICK_MS}`, data in a",
+            "temporary directory (`--etcd-data`, default /dev/shm), `forceSync=no` (like etcd's data on tmpfs:",
+            "the figures measure the tool, not the disk), client port on a free loopback port, session timeouts",
+            "1 – 30 s. leader-exec gets `--endpoints zk://127.0.0.1:PORT`; the runner counts the candidates",
+            "standing in line as the children of `/leader-exec/LEASE` (a tiny client of its own), and the",
+            "requests reaching the server from the `mntr` four-letter word (`zk_packets_received`). Raw values in",
+        ]
+
+    @classmethod
+    def differences_text(cls, args, results, med):
+        expiry = results.get("store_expiry", {}).get(cls.name, [])
+        expiry_text = (f"in this run a {TTL_S} s session that sent nothing more was gone {min(expiry):.2f} – "
+                       f"{max(expiry):.2f} s after its last request (median {statistics.median(expiry):.2f} s, "
+                       f"{len(expiry)} sessions)") if expiry else "(not measured in this run)"
+        return paragraphs(
+            f"**Uncontended start.** On ZooKeeper leader-exec opens a session — the session is the lease: "
+            f"`--ttl` is the session timeout it asks for, {TTL_S} s here, which the server grants as it lies "
+            f"within its 1 – 30 s bounds — makes sure the election node `/leader-exec/LEASE` exists, creates "
+            f"its ephemeral-sequential node under it and lists the children to find its place in line. On etcd "
+            f"it grants a lease, creates its key and reads its place in line.",
+
+            f"**Graceful handover.** The holder deletes its node (then its `status` node) and closes its "
+            f"session; the one waiter that watches the node just ahead of its own (Curator's `LeaderLatch` "
+            f"layout) is told of the deletion, lists the children once more and starts its command "
+            f"({med('handover')} ms median on ZooKeeper against {med('handover', 'leader-exec')} ms on etcd, where "
+            f"the one waiter watching its predecessor's key reads the line once more and starts).",
+
+            f"**Crash failover.** Nobody deletes the node: it goes when the server expires the killed leader's "
+            f"session, {TTL_S} s after the last packet the server received from it. leader-exec renews with a "
+            f"`sync` and an `exists` every retry period ({RETRY_PERIOD_S:g} s here), so the session ends between "
+            f"ttl − retry period and ttl after the kill — plus the server's lag: it expires sessions on tick "
+            f"boundaries (`tickTime`, {ZK_TICK_MS} ms here), so up to a tick late; {expiry_text}. The waiter "
+            f"watching the node is told of the deletion and starts at once.",
+
+            f"**Memory and CPU while holding.** The same two processes; on ZooKeeper the main one keeps one "
+            f"session (one TCP connection) and renews with a `sync` and an `exists` every {RETRY_PERIOD_S:g} s. "
+            f"Its client library (the `zookeeper-client` crate) also wakes every session timeout / 20 "
+            f"({TTL_S * 1000 // 20} ms here) to check the connection, and pings when it has sent nothing for "
+            f"three of those ({3 * TTL_S * 1000 // 20} ms): between two renewals a second apart one ping goes out. "
+            f"Hence {med('store_requests', digits=1)} requests per second reaching ZooKeeper (sync, exists, ping) "
+            f"against {med('store_requests', 'leader-exec', 1)} on etcd (one lease keep-alive), and more CPU "
+            f"while holding ({med('cpu')} against {med('cpu', 'leader-exec')} ms per s, still under 1 ms per s). "
+            f"\"Requests reaching the store\" counts what the server received from all clients over the CPU "
+            f"window, while only this instance ran: on ZooKeeper `zk_packets_received` from `mntr` (requests and "
+            f"pings; the runner's own four-letter words left out), on etcd every gRPC message received "
+            f"(`grpc_server_msg_received_total`: unary requests and stream messages such as lease keep-alives). "
+            f"The server's own processes are not counted, as etcd's are not.",
+        )
+
+
+STORES = {store.name: store for store in (Postgres, ZooKeeper)}
+
+
+def paragraphs(*texts, width=100):
+    """Report lines: each text wrapped to `width`, followed by an empty line."""
+    out = []
+    for text in texts:
+        out += textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) + [""]
+    return out
+
+
+def etcd_requests(etcd):
+    """gRPC messages etcd has received so far: unary requests and stream messages (keep-alives,
+    watch requests) alike."""
+    return metric_sum(etcd.metrics(), "grpc_server_msg_received_total")
 
 
 def metric_sum(metrics, name, **match):
@@ -769,19 +1190,19 @@ class LeaderExec:
         return f"/leader-exec/{lease}/"
 
 
-class PgLeaderExec(LeaderExec):
-    """The same leader-exec against the runner's PostgreSQL."""
+class StoreLeaderExec(LeaderExec):
+    """The same leader-exec against the runner's other store (PostgreSQL, ZooKeeper); its results
+    are keyed by the store's name."""
 
-    store = "postgres"
+    def __init__(self, binary, store):
+        super().__init__(binary, store.name, f"leader-exec on {store.title}")
+        self.store = store.name
 
-    def __init__(self, binary):
-        super().__init__(binary, "postgres", "leader-exec on PostgreSQL")
 
-
-# Scenarios run against PostgreSQL (--store postgres): the others measure etcd-specific paths
-# (the proxy scans etcd's gRPC frames; requests are counted from etcd's /metrics) or are covered by
-# the tests (200 waiters: tests/postgres_only.rs).
-PG_SCENARIOS = ("uncontended", "handover", "crash", "hold")
+# Scenarios run against another store (--store postgres, --store zookeeper): the others measure
+# etcd-specific paths (the proxy scans etcd's gRPC frames; requests are counted from etcd's
+# /metrics) or are covered by the tests (200 waiters: tests/postgres_only.rs).
+STORE_SCENARIOS = ("uncontended", "handover", "crash", "hold")
 
 
 # The scraper of the --scraped tool: requests per second, and the longest it runs for one instance.
@@ -841,11 +1262,11 @@ class Etcdctl:
 
 
 class Context:
-    def __init__(self, args, workdir, etcd, stamp, pg=None):
+    def __init__(self, args, workdir, etcd, stamp, second=None):
         self.args = args
         self.workdir = workdir
         self.etcd = etcd
-        self.pg = pg
+        self.second = second  # the other store (a SecondStore), when one is measured
         self.stamp = str(stamp)
         self.procs = Procs(stamp)
         self.seq = 0
@@ -860,11 +1281,19 @@ class Context:
         return f"{scenario}-{i}-{self.seq}"
 
     def endpoint(self, tool, lease):
-        """The store's endpoint for `tool`; PostgreSQL sessions are named after the lease, so that
-        the runner can count who stands in line for it."""
-        if tool.store == "postgres":
-            return self.pg.url(f"bench-{lease}")
+        """The store's endpoint for `tool` (PostgreSQL's names the lease: see Postgres.endpoint)."""
+        if tool.store != "etcd":
+            return self.second.endpoint(lease)
         return self.etcd.endpoint
+
+    def request_counter(self, tool):
+        """A function counting the requests `tool`'s store has received so far, in a comparison
+        with another store that can count its requests (ZooKeeper; PostgreSQL cannot); else None."""
+        if self.second is None or self.second.requests() is None:
+            return None
+        if tool.store != "etcd":
+            return self.second.requests
+        return lambda: etcd_requests(self.etcd)
 
     def start(self, tool, endpoint, lease, child_name, mode, run_dir, extra=()):
         history = run_dir / "history"
@@ -877,9 +1306,9 @@ class Context:
         return r
 
     def wait_in_line(self, tool, lease, count, timeout=15):
-        if tool.store == "postgres":
+        if tool.store != "etcd":
             def standing():
-                return self.pg.listening(f"bench-{lease}") >= count
+                return self.second.in_line(lease) >= count
         else:
             def standing():
                 return self.etcd.count_prefix(tool.prefix(lease)) >= count
@@ -1078,9 +1507,14 @@ def scenario_hold(ctx, tool, i, _shared):
     a_start = ctx.started(h, "a")
     time.sleep(1.5)  # past start-up and the first renewal
     procs = tool_processes(a.pid, exclude={a_start["pid"]})
+    # Requests reaching the store while holding: in the store comparisons (in BENCHMARKS.md the
+    # 200-waiter scenario counts renewals).
+    counter = ctx.request_counter(tool)
+    r0 = counter() if counter else None
     c0, t0 = sum(cpu_ns(p) for p in procs), mono()
     time.sleep(ctx.args.hold_seconds)
     c1, t1 = sum(cpu_ns(p) for p in procs), mono()
+    r1 = counter() if counter else None
     if tool_processes(a.pid, exclude={a_start["pid"]}) != procs:
         raise BenchError(f"{tool.label} started or lost a process while holding (see {d})")
     mem = [memory_kb(p) for p in procs]
@@ -1099,6 +1533,7 @@ def scenario_hold(ctx, tool, i, _shared):
         "anon": sum(a for _, _, a in mem) / 1024,
         **({"distinct": distinct} if distinct is not None else {}),
         "cpu": (c1 - c0) / 1e6 / ((t1 - t0) / 1e9),
+        **({"store_requests": (r1 - r0) / ((t1 - t0) / 1e9)} if counter else {}),
         "_per_process_rss_pss_anon_mb": [[round(v / 1024, 2) for v in m] for m in mem],
     }
 
@@ -1434,11 +1869,11 @@ def main():
     ap.add_argument("--out", help="report file (default BENCHMARKS.md, smoke target/bench/SMOKE.md)")
     ap.add_argument("--etcd-data", default=default_etcd_data(),
                     help="parent directory of etcd's data dir (default /dev/shm, a tmpfs, when it has room)")
-    ap.add_argument("--store", choices=["etcd", "postgres"],
-                    help="etcd (default): leader-exec beside etcdctl lock, writes BENCHMARKS.md; postgres: "
-                    "leader-exec on a PostgreSQL server of the runner's own beside leader-exec on etcd, in "
-                    "the scenarios " + ", ".join(PG_SCENARIOS) + ", writes bench/POSTGRES.md. "
-                    "A smoke run without --store runs both")
+    ap.add_argument("--store", choices=["etcd", *STORES],
+                    help="etcd (default): leader-exec beside etcdctl lock, writes BENCHMARKS.md; postgres, "
+                    "zookeeper: leader-exec on a server of the runner's own beside leader-exec on etcd, in "
+                    "the scenarios " + ", ".join(STORE_SCENARIOS) + ", writes bench/POSTGRES.md or "
+                    "bench/ZOOKEEPER.md. A smoke run without --store runs them all")
     ap.add_argument("--seed", type=int, default=6, help="seed for the kill/cut phases")
     ap.add_argument("--report-from", metavar="JSON",
                     help="measure nothing: write the report again from the raw results of an earlier run")
@@ -1453,20 +1888,19 @@ def main():
     args.handovers = args.handovers or (2 if smoke else 5)
     args.hold_seconds = args.hold_seconds or (2.0 if smoke else 10.0)
     only = set(args.only.split(",")) if args.only else None
-    # A full run measures one store; the smoke run goes through both, so that neither path rots.
-    stores = [args.store] if args.store else (["etcd", "postgres"] if smoke else ["etcd"])
+    # A full run measures one store; the smoke run goes through all, so that no path rots.
+    stores = [args.store] if args.store else (["etcd", *STORES] if smoke else ["etcd"])
     for tool in ("etcd", "etcdctl", "rustc"):
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} not found (apt-get install etcd-server etcd-client; rustup)")
-    if args.store == "postgres" and pg_bin() is None:
-        sys.exit("bench: PostgreSQL not found (apt-get install postgresql)")
+    if args.store in STORES and STORES[args.store].missing():
+        sys.exit(f"bench: {STORES[args.store].missing()}")
 
     binary = build(args)
     failed = False
     for store in stores:
-        if store == "postgres" and pg_bin() is None:
-            print("bench: PostgreSQL is not installed (apt-get install postgresql): its smoke run is skipped",
-                  file=sys.stderr, flush=True)
+        if store in STORES and STORES[store].missing():
+            print(f"bench: {STORES[store].missing()}: its smoke run is skipped", file=sys.stderr, flush=True)
             continue
         failed |= measure(args, binary, store, only)
     if failed:
@@ -1476,10 +1910,12 @@ def main():
 def report_path(args, store):
     """Where a store's report goes: --out names the report of the store measured (of etcd in a
     smoke run of both)."""
-    if store == "postgres":
-        if args.out and args.store == "postgres":
+    if store in STORES:
+        if args.out and args.store == store:
             return Path(args.out)
-        return ROOT / "target" / "bench" / "SMOKE-postgres.md" if args.smoke else ROOT / "bench" / "POSTGRES.md"
+        if args.smoke:
+            return ROOT / "target" / "bench" / f"SMOKE-{store}.md"
+        return ROOT / "bench" / f"{STORES[store].report_name}.md"
     if args.out:
         return Path(args.out)
     return ROOT / "target" / "bench" / "SMOKE.md" if args.smoke else ROOT / "BENCHMARKS.md"
@@ -1487,15 +1923,16 @@ def report_path(args, store):
 
 def measure(args, binary, store, only):
     """Runs the scenarios against one store and writes its report; returns whether a run failed.
-    etcd: leader-exec and etcdctl lock (and a --baseline or --scraped third tool). PostgreSQL:
-    leader-exec on PostgreSQL and leader-exec on etcd, in alternation, in PG_SCENARIOS."""
+    etcd: leader-exec and etcdctl lock (and a --baseline or --scraped third tool). Another store
+    (PostgreSQL, ZooKeeper): leader-exec on it and leader-exec on etcd, in alternation, in
+    STORE_SCENARIOS."""
     smoke = args.smoke
     out = report_path(args, store)
     (ROOT / "target" / "bench").mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=ROOT / "target" / "bench"))
     stamp = build_stamp(workdir)
     etcd = Etcd(workdir, args.etcd_data)
-    pg = Postgres(workdir, args.etcd_data) if store == "postgres" else None
+    second = STORES[store](workdir, args.etcd_data) if store in STORES else None
     le, ctl = LeaderExec(binary), Etcdctl()
     extra = [LeaderExec(Path(args.baseline).resolve(), "baseline", "leader-exec (baseline)")] if args.baseline else []
     if args.scraped:
@@ -1504,7 +1941,7 @@ def measure(args, binary, store, only):
         args.baseline_note = args.baseline_note or (
             f"the same binary serving metrics, with a scraper GETting /metrics {SCRAPE_RATE} times a second "
             f"(step-down and hold scenarios only)")
-    ctx = Context(args, workdir, etcd, stamp, pg)
+    ctx = Context(args, workdir, etcd, stamp, second)
     rng = random.Random(args.seed)
     results = {}  # figure → tool → [values]
     extras = {}  # scenario → tool → [dict of diagnostics]
@@ -1513,20 +1950,19 @@ def measure(args, binary, store, only):
     failures = []
     started_at = datetime.datetime.now(datetime.timezone.utc)
     info = machine_info(binary)  # before measuring: the commit measured is the one checked out now
-    if pg:
-        info["postgres"] = pg.version()
     print(f"bench: work dir {workdir}", file=sys.stderr, flush=True)
     try:
         etcd.start()
-        if pg:
-            pg.start()
+        if second:
+            second.start()
+            info[second.name] = second.version()
         for name, fn, both, quick in SCENARIOS:
             if only and name not in only:
                 continue
-            if pg:
-                if name not in PG_SCENARIOS:
+            if second:
+                if name not in STORE_SCENARIOS:
                     continue
-                tools = [PgLeaderExec(binary), le]
+                tools = [StoreLeaderExec(binary, second), le]
             else:
                 tools = ([le, ctl] if both else [le]) + [
                     t for t in extra if not isinstance(t, ScrapedLeaderExec) or name in SCRAPED_SCENARIOS
@@ -1542,12 +1978,20 @@ def measure(args, binary, store, only):
                 holder = ctx.start(le, etcd.endpoint, lease, "a", "hold", d)
                 a = ctx.started(History(d / "history"), "a")
                 shared["check_holder"] = {"lease": lease, "token": a["token"]}
-            if name == "crash" and not pg:
+            if name == "crash" and not second:
                 # etcd's own share of a crash failover, for the notes: leases nobody renews.
                 try:
                     results["etcd_expiry"] = {"etcd": etcd_expiry_lag(etcd, 3 if smoke else 20)}
                 except Exception as e:  # noqa: BLE001 - recorded
                     failures.append(f"etcd expiry reference: {e}")
+            if name == "crash" and second:
+                # The other store's own share, where it expires leases by itself.
+                try:
+                    lag = second.expiry_lag(3 if smoke else 20)
+                    if lag is not None:
+                        results["store_expiry"] = {second.name: lag}
+                except Exception as e:  # noqa: BLE001 - recorded
+                    failures.append(f"{second.title} expiry reference: {e}")
             busy0, load0, t0 = machine_busy(), os.getloadavg()[0], time.monotonic()
             runs = args.fast_runs if quick else args.runs
             for i in range(runs):
@@ -1582,16 +2026,16 @@ def measure(args, binary, store, only):
     finally:
         ctx.procs.cleanup()
         etcd.stop()
-        if pg:
-            pg.stop()
+        if second:
+            second.stop()
     finished_at = datetime.datetime.now(datetime.timezone.utc)
     raw = {"args": vars(args), "argv": sys.argv[1:], "store": store, "machine": info, "results": results,
            "extras": extras, "loads": loads, "failures": failures, "notes": notes,
            "started_at": started_at.isoformat(), "finished_at": finished_at.isoformat()}
     out.parent.mkdir(parents=True, exist_ok=True)
-    raw_path = (out.with_suffix(".json") if (smoke or args.out or pg) else ROOT / "bench" / "results.json")
+    raw_path = (out.with_suffix(".json") if (smoke or args.out or second) else ROOT / "bench" / "results.json")
     raw_path.write_text(json.dumps(raw, indent=1, default=str) + "\n")
-    write_report = report_postgres if pg else report
+    write_report = store_report(STORES[store]) if second else report
     out.write_text(write_report(args, sys.argv[1:], info, results, extras, loads, failures, notes, started_at,
                                 finished_at, raw_path))
     print(f"bench: wrote {out} and {raw_path}", file=sys.stderr)
@@ -1627,6 +2071,10 @@ def notes_section(args, results, extras):
     w("leader-exec on PostgreSQL, beside leader-exec on etcd in the same runs (uncontended start,")
     w("handover, crash failover, memory and CPU while holding): [bench/POSTGRES.md](bench/POSTGRES.md),")
     w("written by `python3 bench/run.py --store postgres`.")
+    w("")
+    w("leader-exec on ZooKeeper, beside leader-exec on etcd in the same runs (the same scenarios, and the")
+    w("requests reaching the store while holding): [bench/ZOOKEEPER.md](bench/ZOOKEEPER.md), written by")
+    w("`python3 bench/run.py --store zookeeper`.")
     w("")
     w(f"**Uncontended start.** The runner reads CLOCK_MONOTONIC and spawns `TOOL … -- stamp`; the figure ends")
     w(f"at the child's own start record. Both tools connect, grant a lease and create their key; etcdctl's")
@@ -1775,7 +2223,7 @@ def rerender(raw_path, out):
     out = Path(out) if out else report_path(args, store)
     written = datetime.datetime.fromtimestamp(raw_path.stat().st_mtime, datetime.timezone.utc)
     when = [datetime.datetime.fromisoformat(raw[k]) if k in raw else written for k in ("started_at", "finished_at")]
-    write_report = report_postgres if store == "postgres" else report
+    write_report = store_report(STORES[store]) if store in STORES else report
     out.write_text(write_report(args, raw.get("argv", []), raw["machine"], raw["results"], raw["extras"],
                           raw["loads"], raw["failures"], raw["notes"], *when, raw_path.resolve()))
     print(f"bench: wrote {out} from {raw_path}", file=sys.stderr)
@@ -1917,47 +2365,56 @@ def report(args, argv, info, results, extras, loads, failures, notes, started_at
     return "\n".join(lines)
 
 
-PG_FIGURES = ["uncontended", "uncontended_exit", "handover", "failover", "overlap_kill", "pss", "rss", "distinct",
-              "anon", "cpu"]
+STORE_FIGURES = ["uncontended", "uncontended_exit", "handover", "failover", "overlap_kill", "pss", "rss", "distinct",
+                 "anon", "cpu", "store_requests"]
+
+# Figures only the store comparisons measure.
+STORE_ONLY_FIGURES = [
+    Figure("store_requests", "requests reaching the store per second while holding idle", "1/s", "report", digits=1),
+]
 
 
-def report_postgres(args, argv, info, results, extras, loads, failures, notes, started_at, finished_at, raw_path):
-    """The PostgreSQL report: leader-exec on PostgreSQL beside leader-exec on etcd, same runs."""
+def store_report(store):
+    """The report writer for another store (a SecondStore class)."""
+    def write(*a):
+        return report_store(store, *a)
+    return write
+
+
+def report_store(store, args, argv, info, results, extras, loads, failures, notes, started_at, finished_at,
+                 raw_path):
+    """Another store's report: leader-exec on it beside leader-exec on etcd, same runs."""
     smoke = args.smoke
     lines = []
     w = lines.append
 
-    def med(key, tool="postgres", digits=2):
+    def med(key, tool=store.name, digits=2):
         values = results.get(key, {}).get(tool)
         return f"{median(values):.{digits}f}" if values else "–"
 
-    w("# Benchmarks: leader-exec on PostgreSQL and on etcd" + (" (smoke run: not a measurement)" if smoke else ""))
+    w(f"# Benchmarks: leader-exec on {store.title} and on etcd" + (" (smoke run: not a measurement)" if smoke else ""))
     w("")
-    w("Generated by `bench/run.py --store postgres` — edit the runner, not this file. The same leader-exec")
-    w("binary runs against a PostgreSQL server and against a single-member etcd, both started by the runner")
-    w("on loopback, in alternation (PostgreSQL, etcd, PostgreSQL, …), with the same timing profile and")
+    w(f"Generated by `bench/run.py --store {store.name}` — edit the runner, not this file. The same leader-exec")
+    w(f"binary runs against a {store.title} server and against a single-member etcd, both started by the runner")
+    w(f"on loopback, in alternation ({store.title}, etcd, {store.title}, …), with the same timing profile and")
     w("the same child (`bench/stamp.rs`) as in BENCHMARKS.md, whose figures for etcd and `etcdctl lock`")
     w("come from a separate run. Figures are measured from outside the tool, as there.")
     w("")
     w("## Reproduce")
     w("")
-    w("From the repository root, as root (the runner starts PostgreSQL as the `postgres` user with")
-    w("`runuser`), with `postgresql`, `etcd-server`, `etcd-client`, Rust and Python 3.11 installed:")
+    w("From the repository root, " + store.requirements)
     w("")
     w("    " + " ".join(["python3", "bench/run.py", *(shlex.quote(a) for a in argv)]))
     w("")
-    w("PostgreSQL: `initdb -A trust --no-sync` and `pg_ctl start` as the postgres user on a temporary")
-    w("directory (`--etcd-data`, default /dev/shm), TCP on a free loopback port, `fsync=off` (like etcd's")
-    w("data on tmpfs: the figures measure the tool, not the disk). leader-exec connects with")
-    w("`sslmode=disable` and an `application_name` per lease, by which the runner counts the sessions that")
-    w("`LISTEN` (one per instance standing in line). Raw values in")
+    for line in store.setup_text():
+        w(line)
     w(f"`{raw_path.relative_to(ROOT) if raw_path.is_relative_to(ROOT) else raw_path}`.")
     w("")
     w("## Machine and versions")
     w("")
     w(f"- {info['cpu']}, {info['cores']} cores, {info['memory_gb']} GB, Linux {info['kernel']}")
     w(f"- leader-exec: {info['leader_exec']}")
-    w(f"- {info.get('postgres', 'PostgreSQL: unknown')}; etcd: {info['etcd']}")
+    w(f"- {info.get(store.name, store.title + ': unknown')}; etcd: {info['etcd']}")
     w(f"- run {started_at:%Y-%m-%d %H:%M} – {finished_at:%H:%M} UTC; timing profile: `{' '.join(LE_TIMING)}`;"
       f" {args.fast_runs} uncontended runs, {args.runs} of the others, a handover run is a chain of"
       f" {args.chain} handovers")
@@ -1968,20 +2425,20 @@ def report_postgres(args, argv, info, results, extras, loads, failures, notes, s
     w("")
     w("## Results")
     w("")
-    w("median (min – max) over the runs; ratio = PostgreSQL median / etcd median.")
+    w(f"median (min – max) over the runs; ratio = {store.title} median / etcd median.")
     w("")
-    w("| figure | leader-exec on PostgreSQL | leader-exec on etcd | ratio |")
+    w(f"| figure | leader-exec on {store.title} | leader-exec on etcd | ratio |")
     w("|---|---|---|---|")
-    figures = {f.key: f for f in FIGURES}
-    for key in PG_FIGURES:
+    figures = {f.key: f for f in FIGURES + STORE_ONLY_FIGURES}
+    for key in STORE_FIGURES:
         fig = figures[key]
-        pg = results.get(key, {}).get("postgres", [])
+        other = results.get(key, {}).get(store.name, [])
         et = results.get(key, {}).get("leader-exec", [])
-        if not pg and not et:
+        if not other and not et:
             continue
         title = fig.title.format(n=args.waiters) + (f" ({fig.unit})" if fig.unit else "")
-        ratio = f"{median(pg) / median(et):.2f}" if pg and et and median(et) > 0 else "–"
-        w(f"| {title} | {summary(pg, fig.digits)} | {summary(et, fig.digits)} | {ratio} |")
+        ratio = f"{median(other) / median(et):.2f}" if other and et and median(et) > 0 else "–"
+        w(f"| {title} | {summary(other, fig.digits)} | {summary(et, fig.digits)} | {ratio} |")
     w("")
     for note in notes:
         w(f"- {note}")
@@ -1995,30 +2452,8 @@ def report_postgres(args, argv, info, results, extras, loads, failures, notes, s
     if not smoke:
         w("## What differs between the stores")
         w("")
-        w(f"**Uncontended start.** On PostgreSQL leader-exec opens a session, checks that its tables exist,")
-        w(f"opens a second session that `LISTEN`s, sends one `NOTIFY` to itself to check that notifications")
-        w(f"arrive (the pgbouncer check) and makes one acquiring `UPDATE`; the renewal has a session of its")
-        w(f"own, opened at the first renewal. On etcd it grants a lease, creates its key and reads its place in")
-        w(f"line.")
-        w("")
-        w(f"**Graceful handover.** The holder's release is one `UPDATE` with a `NOTIFY` in the same statement;")
-        w(f"the waiter's listening session receives it and the waiter tries after a random delay within its")
-        w(f"spread: at least min(retry period / 8, 20 ms) — 20 ms with this profile, 10 ms on average — and")
-        w(f"5 ms per session listening on the table's channel when more listen. The delay is what keeps")
-        w(f"hundreds of waiters from trying at once (tests/postgres_only.rs); it is most of the difference")
-        w(f"here ({med('handover', digits=2)} ms median against {med('handover', 'leader-exec')} ms on etcd, where")
-        w(f"the one waiter watching its predecessor's key reads the line once more and starts).")
-        w("")
-        w(f"**Crash failover.** Nobody releases the row: the waiter reads it again when the expiry the")
-        w(f"server reported runs out (`expires_at - now()`, on the server's clock) and takes it with one")
-        w(f"`UPDATE`. The row expires {TTL_S} s after the last renewal, i.e. between ttl − retry period and")
-        w(f"ttl after the kill; PostgreSQL has no lease reaper, so there is no lag like etcd's expiry check")
-        w(f"(BENCHMARKS.md, crash failover).")
-        w("")
-        w(f"**Memory and CPU while holding.** The same two processes; on PostgreSQL the main one keeps three")
-        w(f"sessions (requests, the listening one, renewals) and renews with one `UPDATE` every")
-        w(f"{RETRY_PERIOD_S:g} s. The server's own processes are not counted, as etcd's are not.")
-        w("")
+        for line in store.differences_text(args, results, med):
+            w(line)
     w("## Details")
     w("")
     for name, l in loads.items():
