@@ -988,6 +988,12 @@ pub trait Store: Sized {
     /// Whatever is still held anywhere: etcd, election keys and leases; PostgreSQL, rows with an
     /// unexpired holder. Empty once every instance has released.
     fn held(&self) -> Vec<String>;
+
+    /// SIGSTOP: the server hangs, connections stay open and nothing answers.
+    fn freeze(&self);
+
+    /// SIGCONT after `freeze`.
+    fn thaw(&self);
 }
 
 impl Store for Etcd {
@@ -1025,6 +1031,14 @@ impl Store for Etcd {
             .collect();
         held.extend(self.leases().into_iter().map(|l| format!("lease {l}")));
         held
+    }
+
+    fn freeze(&self) {
+        Etcd::freeze(self)
+    }
+
+    fn thaw(&self) {
+        Etcd::thaw(self)
     }
 }
 
@@ -1262,6 +1276,14 @@ impl Store for Postgres {
             .filter(|l| !l.is_empty())
             .map(str::to_owned)
             .collect()
+    }
+
+    fn freeze(&self) {
+        Postgres::freeze(self)
+    }
+
+    fn thaw(&self) {
+        Postgres::thaw(self)
     }
 }
 
@@ -1905,6 +1927,14 @@ impl Store for ZooKeeper {
             held.sort();
             held
         })
+    }
+
+    fn freeze(&self) {
+        ZooKeeper::freeze(self)
+    }
+
+    fn thaw(&self) {
+        ZooKeeper::thaw(self)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Fault-injection suite: the faults that break leader election in practice, injected over many
 //! trials with randomised timing, against real etcd processes on loopback, with the safety
-//! property checked on a history recorded by the jobs themselves (see `history.rs`).
+//! property checked on a history recorded by the jobs themselves (see `history.rs`). The
+//! store-neutral scenarios run against a standalone ZooKeeper server as well (ids `z…`).
 //!
 //! Each scenario is one test; they run one at a time (a lock), so that timing measurements are
 //! not distorted by each other. By default every scenario runs `SHORT_TRIALS` trials, which is
@@ -24,7 +25,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use harness::{Cluster, Etcd};
+use harness::{Cluster, Etcd, ZooKeeper};
 use trial::Trial;
 
 /// Trials per scenario when `LEADER_EXEC_CHAOS_TRIALS` is not set.
@@ -187,17 +188,17 @@ fn scenario_2b_leaders_proxy_frozen_briefly() {
 
 #[test]
 fn scenario_3_etcd_sigstopped_past_the_renew_deadline() {
-    scenario("3", Etcd::start, scenarios::etcd_sigstop);
+    scenario("3", Etcd::start, scenarios::store_sigstop);
 }
 
 #[test]
 fn scenario_3b_etcd_sigstopped_briefly() {
-    scenario("3b", Etcd::start, scenarios::etcd_sigstop_brief);
+    scenario("3b", Etcd::start, scenarios::store_sigstop_brief);
 }
 
 #[test]
 fn scenario_4_etcd_restarted_within_the_renew_deadline() {
-    scenario("4", Etcd::start, scenarios::etcd_restart);
+    scenario("4", Etcd::start, scenarios::store_restart);
 }
 
 #[test]
@@ -250,4 +251,59 @@ fn scenario_9_supervisor_sigstopped_then_proxy_frozen() {
 #[test]
 fn scenario_10_every_process_named_leader_exec_sigkilled() {
     scenario("10", Etcd::start, scenarios::pkill_by_name);
+}
+
+// The same faults against a standalone ZooKeeper server, whose session is the lease: a leader that
+// stops renewing keeps its node until the server expires its session, a timeout after the last
+// request it received. Not run against ZooKeeper: 5a and 5b (an etcd cluster's members; the
+// ZooKeeper ensemble has tests of its own), 7 (reads the token with etcdctl), and 6b, 8, 9, 10,
+// whose faults are leader-exec's own processes and whose store side (a release, or a session that
+// expires) the rows here already cover.
+
+#[test]
+fn scenario_z1_zookeeper_leaders_proxy_cut() {
+    scenario("z1", ZooKeeper::start, |zk, ctx| {
+        scenarios::proxy_fault(zk, ctx, false)
+    });
+}
+
+#[test]
+fn scenario_z2_zookeeper_leaders_proxy_frozen() {
+    scenario("z2", ZooKeeper::start, |zk, ctx| {
+        scenarios::proxy_fault(zk, ctx, true)
+    });
+}
+
+#[test]
+fn scenario_z1b_zookeeper_leaders_proxy_cut_briefly() {
+    scenario("z1b", ZooKeeper::start, |zk, ctx| {
+        scenarios::brief_proxy_fault(zk, ctx, false)
+    });
+}
+
+#[test]
+fn scenario_z2b_zookeeper_leaders_proxy_frozen_briefly() {
+    scenario("z2b", ZooKeeper::start, |zk, ctx| {
+        scenarios::brief_proxy_fault(zk, ctx, true)
+    });
+}
+
+#[test]
+fn scenario_z3_zookeeper_sigstopped_past_the_renew_deadline() {
+    scenario("z3", ZooKeeper::start, scenarios::store_sigstop);
+}
+
+#[test]
+fn scenario_z3b_zookeeper_sigstopped_briefly() {
+    scenario("z3b", ZooKeeper::start, scenarios::store_sigstop_brief);
+}
+
+#[test]
+fn scenario_z4_zookeeper_restarted_within_the_renew_deadline() {
+    scenario("z4", ZooKeeper::start, scenarios::store_restart);
+}
+
+#[test]
+fn scenario_z6_leader_exec_sigkilled_on_zookeeper() {
+    scenario("z6", ZooKeeper::start, scenarios::leader_exec_sigkill);
 }

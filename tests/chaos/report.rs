@@ -111,6 +111,55 @@ pub const SCENARIOS: &[Info] = &[
         timing: FAST,
         asserts: "the supervisor is not among them; command and grandchild dead within 2 s, group gone, before the next command starts",
     },
+    // The store-neutral scenarios against a standalone ZooKeeper server (`z` + the etcd row's id).
+    Info {
+        id: "z1",
+        fault: "ZooKeeper: leader's proxy cut until another instance leads (its session expires on the server)",
+        timing: FAST,
+        asserts: "the old leader exits 75",
+    },
+    Info {
+        id: "z1b",
+        fault: "ZooKeeper: leader's proxy cut briefly (0.1 s up to the short-fault limit), then healed; the client resumes its session",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "z2",
+        fault: "ZooKeeper: leader's proxy frozen (black hole) until another instance leads",
+        timing: FAST,
+        asserts: "the old leader exits 75",
+    },
+    Info {
+        id: "z2b",
+        fault: "ZooKeeper: leader's proxy frozen briefly (0.1 s up to the short-fault limit), then healed",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "z3",
+        fault: "ZooKeeper SIGSTOPped for 1.8–4 s, then SIGCONT; sessions whose timeout ran out meanwhile (the waiters' too) expire once it runs",
+        timing: FAST,
+        asserts: "the old leader exits 75",
+    },
+    Info {
+        id: "z3b",
+        fault: "ZooKeeper SIGSTOPped briefly (0.1 s up to the short-fault limit; a GC pause), then SIGCONT",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "z4",
+        fault: "ZooKeeper SIGKILLed and restarted on the same data (sessions survive a restart), faster than the renew deadline",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+    },
+    Info {
+        id: "z6",
+        fault: "ZooKeeper: leader-exec SIGKILLed; its command has a grandchild in its group; the next leader waits for the session to expire",
+        timing: FAST,
+        asserts: "command and grandchild dead within 2 s, group gone, before the next command starts",
+    },
 ];
 
 pub struct Row {
@@ -167,7 +216,12 @@ fn spread(values: &[Duration]) -> String {
 
 fn notes(row: &Row) -> String {
     let s = &row.stats;
-    match row.id {
+    // A ZooKeeper row measures what the etcd row of the same number does.
+    let (store, id) = match row.id.strip_prefix('z') {
+        Some(id) => ("ZooKeeper", id),
+        None => ("etcd", row.id),
+    };
+    match id {
         "1b" | "2b" | "3b" | "4" | "5a" | "5b" => {
             let limit = duration(info(row.id).timing.short_fault());
             let mut note = format!(
@@ -183,7 +237,7 @@ fn notes(row: &Row) -> String {
                     s.long_faults
                 );
             }
-            if row.id == "5a" {
+            if id == "5a" {
                 let _ = write!(note, "; that member was the raft leader in {}", s.tally);
             }
             note
@@ -193,7 +247,7 @@ fn notes(row: &Row) -> String {
             spread(&s.reactions)
         ),
         "3" => format!(
-            "etcd frozen {}; old command signalled {} after the fault began",
+            "{store} frozen {}; old command signalled {} after the fault began",
             spread(&s.outages),
             spread(&s.reactions)
         ),
@@ -326,8 +380,9 @@ const HEADER: &str = "# Reliability
 leader-exec promises that, for one lease, the commands of different instances never run at the
 same time and that their tokens strictly increase (README, \"The safety argument\"). This page is
 the evidence: the faults that break leader election in practice, injected over many trials with
-randomised timing against real etcd processes, with the promise checked on a history that the
-commands themselves wrote.
+randomised timing against real etcd processes (and, for the faults that are not etcd's own, a
+real ZooKeeper server: the rows `z…`), with the promise checked on a history that the commands
+themselves wrote.
 
 The table below was produced by:
 
@@ -346,7 +401,8 @@ const METHOD: &str = "
 ## How a trial works
 
 Each trial starts three `leader-exec` instances on a fresh lease at once. Every instance reaches
-etcd through TCP proxies of its own on loopback (one per etcd member), which the runner can
+the store through TCP proxies of its own on loopback (one per etcd member; one in front of the
+ZooKeeper server), which the runner can
 *cut* (reset every connection, refuse new ones), *freeze* (accept, forward nothing) and *heal*.
 Each instance runs the same bash job, which appends to a shared history file:
 
@@ -363,7 +419,7 @@ part of two renewal cycles (so the fault lands anywhere in the lease cycle), inj
 observes what must happen, and writes `fault KIND BEGIN END short|long`. At the end it writes
 `teardown`, heals and resumes everything, stops every instance with SIGTERM, waits until every
 pid of every job (and its process group) is gone and writes `gone NAME T` for each. Faults touch
-only what the runner started (etcd processes, proxies, leader-exec instances and their
+only what the runner started (etcd and ZooKeeper processes, proxies, leader-exec instances and their
 descendants), all on loopback; every wait is bounded.
 
 ## What the checker verifies on every history

@@ -2,6 +2,10 @@
 //! first leader's job and a full line, waits a random part of two renewal cycles (so that faults
 //! land anywhere in the lease cycle), injects its fault, observes from outside what must happen,
 //! tears down and checks the history.
+//!
+//! The functions generic over `Store` are the store-neutral faults: `main.rs` runs them against
+//! etcd and against a standalone ZooKeeper server. The rest inspect etcd (scenario 7 reads its
+//! token with etcdctl) or need an etcd cluster (5a, 5b).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -9,15 +13,15 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::Ctx;
-use crate::harness::{Cluster, Etcd, Proxy, alive, group_alive, now_ns, wait_for};
+use crate::harness::{Cluster, Etcd, Proxy, Store, alive, group_alive, now_ns, wait_for};
 use crate::history::Verdict;
 use crate::trial::{FAST, JobKind, STEADY, Start, Trial, current_token, token_is_current};
 
 /// Generous bound for what should take well under a second, on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(5);
 
-fn single(etcd: &Etcd, ctx: &Ctx, timing: crate::trial::Timing, kind: JobKind) -> Trial {
-    Trial::start(&[etcd.addr()], &etcd.endpoint(), &ctx.lease, timing, kind)
+fn single<S: Store>(store: &S, ctx: &Ctx, timing: crate::trial::Timing, kind: JobKind) -> Trial {
+    Trial::start(store, &ctx.lease, timing, kind)
 }
 
 /// Waits for the next leader's job after `first`'s: the failover.
@@ -34,9 +38,9 @@ fn elapsed_ns(since: u128) -> Duration {
 
 /// Scenarios 1 and 2: the leader's proxies cut (every connection reset, new ones refused) or
 /// frozen (accepted, nothing forwarded) until another instance leads, then healed.
-pub fn proxy_fault(etcd: &mut Etcd, ctx: &mut Ctx, freeze: bool) {
-    let mut trial = single(etcd, ctx, FAST, JobKind::Stoppable);
-    let first = trial.elected();
+pub fn proxy_fault<S: Store>(store: &mut S, ctx: &mut Ctx, freeze: bool) {
+    let mut trial = single(store, ctx, FAST, JobKind::Stoppable);
+    let first = trial.elected(store);
     ctx.phase(&trial);
     let begin = now_ns();
     let leader = trial.contender(&first.name);
@@ -57,10 +61,10 @@ pub fn proxy_fault(etcd: &mut Etcd, ctx: &mut Ctx, freeze: bool) {
 
 /// Scenarios 1b and 2b: the leader's proxies cut or frozen briefly (100 ms up to the short-fault
 /// limit), then healed: leadership is kept and the command left alone.
-pub fn brief_proxy_fault(etcd: &mut Etcd, ctx: &mut Ctx, freeze: bool) {
+pub fn brief_proxy_fault<S: Store>(store: &mut S, ctx: &mut Ctx, freeze: bool) {
     let timing = STEADY;
-    let mut trial = single(etcd, ctx, timing, JobKind::Stoppable);
-    let first = trial.elected();
+    let mut trial = single(store, ctx, timing, JobKind::Stoppable);
+    let first = trial.elected(store);
     ctx.phase(&trial);
     let hold = ctx.between(Duration::from_millis(100), timing.short_fault());
     let begin = now_ns();
@@ -81,22 +85,27 @@ pub fn brief_proxy_fault(etcd: &mut Etcd, ctx: &mut Ctx, freeze: bool) {
     ctx.kept(&mut trial, &first, down, outage, short);
 }
 
-/// Scenario 3: etcd SIGSTOPped for longer than the renew deadline (up to a second past the TTL),
-/// then resumed. Every instance loses contact; the leader steps down at its deadline.
-pub fn etcd_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {
+/// Scenario 3: the store SIGSTOPped for longer than the renew deadline (up to a second past the
+/// TTL), then resumed. Every instance loses contact; the leader steps down at its deadline.
+///
+/// ZooKeeper (z3): once resumed, the server expires every session whose timeout ran out while it
+/// was stopped (its clock ran on), the waiters' too; they campaign again on new sessions, and one
+/// of them leads. What is asserted holds all the same: the old leader exits 75, a next leader
+/// starts, and the history is safe.
+pub fn store_sigstop<S: Store>(store: &mut S, ctx: &mut Ctx) {
     let timing = FAST;
-    let mut trial = single(etcd, ctx, timing, JobKind::Stoppable);
-    let first = trial.elected();
+    let mut trial = single(store, ctx, timing, JobKind::Stoppable);
+    let first = trial.elected(store);
     ctx.phase(&trial);
     let shortest = timing.renew_deadline + Duration::from_millis(300);
     let hold = ctx.between(shortest, timing.ttl + Duration::from_secs(1));
     let begin = now_ns();
     {
-        let _frozen = Frozen::new(etcd);
+        let _frozen = Frozen::new(store);
         // The fault's duration.
         std::thread::sleep(hold);
     }
-    trial.fault("etcd-sigstop", begin, now_ns(), false);
+    trial.fault(&format!("{}-sigstop", S::NAME), begin, now_ns(), false);
     ctx.stats.outages.push(hold);
     next_leader(&trial, &first);
     trial.expect_exit(&first.name, 75);
@@ -105,56 +114,58 @@ pub fn etcd_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {
     ctx.stepped_down(&trial, &verdict, &first, begin);
 }
 
-/// Scenario 3b: etcd SIGSTOPped briefly (100 ms up to the short-fault limit), as in an fsync
-/// stall, then resumed: leadership is kept and the command left alone.
-pub fn etcd_sigstop_brief(etcd: &mut Etcd, ctx: &mut Ctx) {
+/// Scenario 3b: the store SIGSTOPped briefly (100 ms up to the short-fault limit), as in an fsync
+/// or garbage-collection stall, then resumed: leadership is kept and the command left alone.
+/// (ZooKeeper, z3b: far shorter than the session timeout, so no session expires.)
+pub fn store_sigstop_brief<S: Store>(store: &mut S, ctx: &mut Ctx) {
     let timing = STEADY;
-    let mut trial = single(etcd, ctx, timing, JobKind::Stoppable);
-    let first = trial.elected();
+    let mut trial = single(store, ctx, timing, JobKind::Stoppable);
+    let first = trial.elected(store);
     ctx.phase(&trial);
     let hold = ctx.between(Duration::from_millis(100), timing.short_fault());
     let begin = now_ns();
     let down = Instant::now();
     {
-        let _frozen = Frozen::new(etcd);
+        let _frozen = Frozen::new(store);
         // The fault's duration.
         std::thread::sleep(hold);
     }
     let outage = down.elapsed();
     let short = outage <= timing.short_fault();
-    trial.fault("etcd-sigstop", begin, now_ns(), short);
+    trial.fault(&format!("{}-sigstop", S::NAME), begin, now_ns(), short);
     ctx.kept(&mut trial, &first, down, outage, short);
 }
 
-/// Thaws etcd when dropped, also when a trial fails.
-struct Frozen<'a>(&'a Etcd);
+/// Thaws the store when dropped, also when a trial fails.
+struct Frozen<'a, S: Store>(&'a S);
 
-impl<'a> Frozen<'a> {
-    fn new(etcd: &'a Etcd) -> Self {
-        etcd.freeze();
-        Frozen(etcd)
+impl<'a, S: Store> Frozen<'a, S> {
+    fn new(store: &'a S) -> Self {
+        store.freeze();
+        Frozen(store)
     }
 }
 
-impl Drop for Frozen<'_> {
+impl<S: Store> Drop for Frozen<'_, S> {
     fn drop(&mut self) {
         self.0.thaw();
     }
 }
 
-/// Scenario 4: etcd killed and started again on the same data, faster than the renew deadline:
-/// leadership is kept and the command left alone.
-pub fn etcd_restart(etcd: &mut Etcd, ctx: &mut Ctx) {
+/// Scenario 4: the store killed and started again on the same data, faster than the renew
+/// deadline: leadership is kept and the command left alone. (ZooKeeper, z4: sessions survive a
+/// restart, with their timeouts started afresh, and the clients resume them on reconnecting.)
+pub fn store_restart<S: Store>(store: &mut S, ctx: &mut Ctx) {
     let timing = STEADY;
-    let mut trial = single(etcd, ctx, timing, JobKind::Stoppable);
-    let first = trial.elected();
+    let mut trial = single(store, ctx, timing, JobKind::Stoppable);
+    let first = trial.elected(store);
     ctx.phase(&trial);
     let begin = now_ns();
     let down = Instant::now();
-    etcd.restart();
+    store.restart();
     let outage = down.elapsed();
     let short = outage <= timing.short_fault();
-    trial.fault("etcd-restart", begin, now_ns(), short);
+    trial.fault(&format!("{}-restart", S::NAME), begin, now_ns(), short);
     ctx.kept(&mut trial, &first, down, outage, short);
 }
 
@@ -171,14 +182,15 @@ pub fn member_kill(cluster: &mut Cluster, ctx: &mut Ctx, raft_leader: bool) {
         panic!("the cluster is not healthy before the trial");
     }
     let targets: Vec<SocketAddr> = (0..cluster.size()).map(|i| cluster.addr(i)).collect();
-    let mut trial = Trial::start(
+    let mut trial = Trial::start_via(
         &targets,
+        Proxy::endpoint,
         &cluster.endpoints(),
         &ctx.lease,
         timing,
         JobKind::Stoppable,
     );
-    let first = trial.elected();
+    let first = trial.elected_in_cluster();
     ctx.phase(&trial);
     let current_raft_leader = cluster.raft_leader();
     let member = if raft_leader {
@@ -222,9 +234,9 @@ pub fn member_kill(cluster: &mut Cluster, ctx: &mut Ctx, raft_leader: bool) {
 
 /// Scenario 6: leader-exec SIGKILLed. Its command and the grandchild in the command's group die
 /// with it at once, long before the next leader starts.
-pub fn leader_exec_sigkill(etcd: &mut Etcd, ctx: &mut Ctx) {
-    let mut trial = single(etcd, ctx, FAST, JobKind::WithGrandchild);
-    let first = trial.elected();
+pub fn leader_exec_sigkill<S: Store>(store: &mut S, ctx: &mut Ctx) {
+    let mut trial = single(store, ctx, FAST, JobKind::WithGrandchild);
+    let first = trial.elected(store);
     let grandchild = trial.wait_spawn(&first.name, SLACK);
     ctx.phase(&trial);
     let begin = now_ns();
@@ -263,9 +275,9 @@ fn parent_of(pid: i32) -> Option<i32> {
 /// Scenario 6b: leader-exec's supervising process (the command's parent) SIGKILLed. The command
 /// dies of its death signal, leader-exec kills the rest of the group itself, and only then
 /// releases the lease (exiting non-zero), so the next leader starts early but after the group.
-pub fn supervisor_sigkill(etcd: &mut Etcd, ctx: &mut Ctx) {
-    let mut trial = single(etcd, ctx, FAST, JobKind::WithGrandchild);
-    let first = trial.elected();
+pub fn supervisor_sigkill<S: Store>(store: &mut S, ctx: &mut Ctx) {
+    let mut trial = single(store, ctx, FAST, JobKind::WithGrandchild);
+    let first = trial.elected(store);
     let grandchild = trial.wait_spawn(&first.name, SLACK);
     let instance = trial.contender(&first.name).instance.pid();
     let supervisor = parent_of(first.pid)
@@ -303,10 +315,10 @@ pub fn supervisor_sigkill(etcd: &mut Etcd, ctx: &mut Ctx) {
 /// Scenario 7: leader-exec SIGSTOPped for longer than the TTL. It cannot stop its command, so the
 /// next leader's command overlaps with it: the fencing token is the defence. The new token is
 /// larger, the store calls the old one stale, and the resumed instance stops its command at once.
-pub fn leader_exec_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {
+pub fn leader_exec_sigstop(store: &mut Etcd, ctx: &mut Ctx) {
     let timing = FAST;
-    let mut trial = single(etcd, ctx, timing, JobKind::Stoppable);
-    let first = trial.elected();
+    let mut trial = single(store, ctx, timing, JobKind::Stoppable);
+    let first = trial.elected(store);
     ctx.phase(&trial);
     let begin = now_ns();
     let stopped = Instant::now();
@@ -323,7 +335,7 @@ pub fn leader_exec_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {
             next.token, first.token
         ));
     }
-    let endpoints = etcd.endpoint();
+    let endpoints = store.endpoint();
     let current = current_token(&endpoints, &trial.lease);
     if current != Some(next.token) {
         trial.fail(format!(
@@ -383,10 +395,10 @@ pub fn leader_exec_sigstop(etcd: &mut Etcd, ctx: &mut Ctx) {
 ///
 /// Scenario 9 (`stop_supervisor`): the same with leader-exec's supervising process SIGSTOPped
 /// first: the signals must reach the group without its help.
-pub fn term_ignoring_group(etcd: &mut Etcd, ctx: &mut Ctx, stop_supervisor: bool) {
+pub fn term_ignoring_group<S: Store>(store: &mut S, ctx: &mut Ctx, stop_supervisor: bool) {
     let timing = FAST;
-    let mut trial = single(etcd, ctx, timing, JobKind::IgnoresTerm);
-    let first = trial.elected();
+    let mut trial = single(store, ctx, timing, JobKind::IgnoresTerm);
+    let first = trial.elected(store);
     let grandchild = trial.wait_spawn(&first.name, SLACK);
     let supervisor =
         parent_of(first.pid).unwrap_or_else(|| trial.fail("the command has no parent"));
@@ -445,9 +457,9 @@ pub fn term_ignoring_group(etcd: &mut Etcd, ctx: &mut Ctx, stop_supervisor: bool
 /// Scenario 10: what `pkill -9 leader-exec`, `pkill -9 -f leader-exec` and `killall -9
 /// leader-exec` kill among the leader's processes, SIGKILLed at once. The supervisor is not among
 /// them (its name and command line are `lx-supervisor`), so it kills the command's group.
-pub fn pkill_by_name(etcd: &mut Etcd, ctx: &mut Ctx) {
-    let mut trial = single(etcd, ctx, FAST, JobKind::WithGrandchild);
-    let first = trial.elected();
+pub fn pkill_by_name<S: Store>(store: &mut S, ctx: &mut Ctx) {
+    let mut trial = single(store, ctx, FAST, JobKind::WithGrandchild);
+    let first = trial.elected(store);
     let grandchild = trial.wait_spawn(&first.name, SLACK);
     let instance = trial.contender(&first.name).instance.pid();
     ctx.phase(&trial);

@@ -1,5 +1,5 @@
-//! One trial: three leader-exec instances on one lease, each reaching etcd through proxies of its
-//! own (one per etcd member), running jobs that write the history; and the teardown that stops
+//! One trial: three leader-exec instances on one lease, each reaching the store through proxies of
+//! its own (one per etcd member; one for PostgreSQL or a ZooKeeper server), running jobs that write the history; and the teardown that stops
 //! everything, sees every process of every job gone, and checks the history.
 
 use std::fmt::Display;
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::harness::{Instance, Proxy, alive, group_alive, leader_exec, now_ns, wait_for};
+use crate::harness::{Instance, Proxy, Store, alive, group_alive, leader_exec, now_ns, wait_for};
 use crate::history::{self, Fault, Record, Verdict};
 
 /// leader-exec's timing flags for a scenario.
@@ -148,7 +148,7 @@ pub struct Start {
     pub time: u128,
 }
 
-/// One leader-exec instance and its proxies, one per etcd member.
+/// One leader-exec instance and its proxies, one per store server (etcd member).
 pub struct Contender {
     pub name: String,
     pub proxies: Vec<Proxy>,
@@ -180,7 +180,7 @@ pub struct Trial {
     dir: Option<tempfile::TempDir>,
     pub lease: String,
     pub timing: Timing,
-    /// The store's own endpoints, for etcdctl.
+    /// The store's own endpoints (for etcdctl, when it is etcd).
     endpoints: String,
     pub contenders: Vec<Contender>,
 }
@@ -188,9 +188,24 @@ pub struct Trial {
 pub const NAMES: [&str; 3] = ["a", "b", "c"];
 
 impl Trial {
-    /// Starts one instance per name at once, each through its own proxy to every target.
-    pub fn start(
+    /// Starts one instance per name at once, each through a proxy of its own to `store`, named in
+    /// the store's own `--endpoints` form.
+    pub fn start<S: Store>(store: &S, lease: &str, timing: Timing, kind: JobKind) -> Trial {
+        Trial::start_via(
+            &[store.addr()],
+            |proxy| store.endpoint_via(proxy),
+            &store.endpoint(),
+            lease,
+            timing,
+            kind,
+        )
+    }
+
+    /// Starts one instance per name at once, each through its own proxy to every target; `via`
+    /// gives a proxy's `--endpoints` form, and an instance gets its proxies' joined by commas.
+    pub fn start_via(
         targets: &[SocketAddr],
+        via: impl Fn(&Proxy) -> String,
         endpoints: &str,
         lease: &str,
         timing: Timing,
@@ -209,11 +224,7 @@ impl Trial {
         };
         for name in NAMES {
             let proxies: Vec<Proxy> = targets.iter().map(|t| Proxy::start(*t)).collect();
-            let through = proxies
-                .iter()
-                .map(Proxy::endpoint)
-                .collect::<Vec<_>>()
-                .join(",");
+            let through = proxies.iter().map(&via).collect::<Vec<_>>().join(",");
             let script = job_script(&trial.history_path(), &trial.path("pids"), name, kind);
             let mut command = leader_exec();
             command
@@ -294,13 +305,24 @@ impl Trial {
         }
     }
 
-    /// Waits for the first leader's job to start and for every instance to stand in line.
-    pub fn elected(&self) -> Start {
+    /// Waits for the first leader's job to start and for every instance to stand in line, as
+    /// `store` counts its candidates.
+    pub fn elected<S: Store>(&self, store: &S) -> Start {
+        self.elected_when(|| Some(store.claims(&self.lease)))
+    }
+
+    /// The same on an etcd cluster: etcdctl counts the candidate keys through the trial's
+    /// endpoints.
+    pub fn elected_in_cluster(&self) -> Start {
+        self.elected_when(|| self.candidates())
+    }
+
+    fn elected_when(&self, mut candidates: impl FnMut() -> Option<usize>) -> Start {
         let first = self
             .wait_start(&[], Duration::from_secs(15))
             .unwrap_or_else(|| self.fail("no instance was elected"));
         let all = self.contenders.len();
-        if !wait_for(Duration::from_secs(15), || self.candidates() == Some(all)) {
+        if !wait_for(Duration::from_secs(15), || candidates() == Some(all)) {
             self.fail(format!("not all {all} instances joined the line"));
         }
         first
