@@ -1795,9 +1795,7 @@ impl ZooKeeperEnsemble {
     /// Member `i`'s `Mode:` as `srvr` gives it (`leader`, `follower`); None if it is down or
     /// does not serve (no quorum).
     pub fn mode(&self, i: usize) -> Option<String> {
-        if self.members[i].child.is_none() {
-            return None;
-        }
+        self.members[i].child.as_ref()?;
         srvr_mode(&self.four_letter_word(i, "srvr")?)
     }
 
