@@ -2047,7 +2047,50 @@ def measure(args, binary, store, only):
     return False
 
 
-def notes_section(args, results, extras):
+# The figures every store's run measures: BENCHMARKS.md's table of leader-exec on each store.
+EACH_STORE_FIGURES = ["uncontended", "handover", "failover", "pss", "cpu"]
+
+
+def run_times(raw, raw_path):
+    """When a stored run started and finished (the file's time for a run that did not record it)."""
+    written = datetime.datetime.fromtimestamp(raw_path.stat().st_mtime, datetime.timezone.utc)
+    return [datetime.datetime.fromisoformat(raw[k]) if k in raw else written for k in ("started_at", "finished_at")]
+
+
+def each_store_table(results, started_at):
+    """Report lines: leader-exec on each store, etcd from this run and every other store from the
+    raw results of its own run (bench/POSTGRES.json, ...); a store without them is left out, and
+    so is the table when no other store has any."""
+    columns = [("etcd", results, "leader-exec", started_at, "this file's run")]
+    reports = []
+    for store in STORES.values():
+        raw_path = ROOT / "bench" / f"{store.report_name}.json"
+        if not raw_path.exists():
+            continue
+        raw = json.loads(raw_path.read_text())
+        columns.append((store.title, raw["results"], store.name, run_times(raw, raw_path)[0],
+                        f"`{raw_path.relative_to(ROOT)}`"))
+        reports.append(f"bench/{store.report_name}.md")
+    if not reports:
+        return []
+    out = paragraphs("**leader-exec on each store.** Median (min – max) over each store's runs.")
+    out.append("| figure | " + " | ".join(title for title, *_ in columns) + " |")
+    out.append("|---|" + "---|" * len(columns))
+    figures = {f.key: f for f in FIGURES}
+    for key in EACH_STORE_FIGURES:
+        fig = figures[key]
+        values = [res.get(key, {}).get(tool, []) for _, res, tool, _, _ in columns]
+        if any(values):
+            out.append(f"| {fig.title} ({fig.unit}) | " + " | ".join(summary(v, fig.digits) for v in values) + " |")
+    out.append("")
+    runs = ", ".join(f"{title} on {when:%Y-%m-%d} ({source})" for title, _, _, when, source in columns)
+    return out + paragraphs(
+        f"Each column comes from its own run — {runs} — so the machine's load differs between the"
+        f" columns; the per-store reports ({', '.join(reports)}) compare each store with etcd within one"
+        f" run, which is the fairer comparison.")
+
+
+def notes_section(args, results, extras, started_at):
     """What each figure measures, and why it is what it is. Numbers in here come from this run."""
 
     def med(key, tool="leader-exec", digits=2):
@@ -2076,6 +2119,7 @@ def notes_section(args, results, extras):
     w("requests reaching the store while holding): [bench/ZOOKEEPER.md](bench/ZOOKEEPER.md), written by")
     w("`python3 bench/run.py --store zookeeper`.")
     w("")
+    out.extend(each_store_table(results, started_at))
     w(f"**Uncontended start.** The runner reads CLOCK_MONOTONIC and spawns `TOOL … -- stamp`; the figure ends")
     w(f"at the child's own start record. Both tools connect, grant a lease and create their key; etcdctl's")
     w(f"lock recipe reads the owner in the same transaction (2 requests), leader-exec reads its place in line")
@@ -2221,8 +2265,7 @@ def rerender(raw_path, out):
     if not hasattr(args, "store"):
         args.store = None
     out = Path(out) if out else report_path(args, store)
-    written = datetime.datetime.fromtimestamp(raw_path.stat().st_mtime, datetime.timezone.utc)
-    when = [datetime.datetime.fromisoformat(raw[k]) if k in raw else written for k in ("started_at", "finished_at")]
+    when = run_times(raw, raw_path)
     write_report = store_report(STORES[store]) if store in STORES else report
     out.write_text(write_report(args, raw.get("argv", []), raw["machine"], raw["results"], raw["extras"],
                           raw["loads"], raw["failures"], raw["notes"], *when, raw_path.resolve()))
@@ -2341,7 +2384,7 @@ def report(args, argv, info, results, extras, loads, failures, notes, started_at
               f" ({lo2:.2f} – {hi2:.2f})")
         w("")
     elif not smoke:
-        lines.extend(notes_section(args, results, extras))
+        lines.extend(notes_section(args, results, extras, started_at))
     w("## Details")
     w("")
     for name, per_tool in extras.items():
