@@ -391,6 +391,36 @@ impl ZooKeeper {
         }
     }
 
+    /// Writes `path` fenced: `create` when it does not exist, `replace` when it does. Which one
+    /// applies is read from the answers (a node may appear or go in between). `Ok(false)`: the
+    /// fence said no.
+    async fn create_or_replace(
+        &self,
+        client: &zk::Client,
+        candidacy: &Candidacy,
+        path: &str,
+        create: impl Fn(&mut zk::CheckWriter<'_>) -> Result<(), zk::Error>,
+        replace: impl Fn(&mut zk::CheckWriter<'_>) -> Result<(), zk::Error>,
+    ) -> Result<bool, StoreError> {
+        for _ in 0..3 {
+            match self.fenced(client, candidacy, &create).await? {
+                Ok(()) => return Ok(true),
+                Err(zk::Error::RuntimeInconsistent) => return Ok(false),
+                Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(classify(e)),
+            }
+            match self.fenced(client, candidacy, &replace).await? {
+                Ok(()) => return Ok(true),
+                Err(zk::Error::RuntimeInconsistent) => return Ok(false),
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(classify(e)),
+            }
+        }
+        Err(StoreError::Transient(format!(
+            "ZooKeeper: {path} kept appearing and disappearing"
+        )))
+    }
+
     fn session_of(&self) -> Option<zk::Client> {
         self.session.lock().expect("not poisoned").clone()
     }
@@ -682,30 +712,14 @@ impl Backend for ZooKeeper {
         Self::ensure_parent(&client, &path, CreateMode::Persistent).await?;
         let data = with_expiry(&value, retention);
         let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
-        // Create, or replace: which one is read from the answer (a record may appear between).
-        for _ in 0..3 {
-            let created = self
-                .fenced(&client, candidacy, |w| w.add_create(&path, &data, &options))
-                .await?;
-            match created {
-                Ok(()) => return Ok(true),
-                Err(zk::Error::RuntimeInconsistent) => return Ok(false),
-                Err(zk::Error::NodeExists) => {}
-                Err(e) => return Err(classify(e)),
-            }
-            let replaced = self
-                .fenced(&client, candidacy, |w| w.add_set_data(&path, &data, None))
-                .await?;
-            match replaced {
-                Ok(()) => return Ok(true),
-                Err(zk::Error::RuntimeInconsistent) => return Ok(false),
-                Err(zk::Error::NoNode) => {}
-                Err(e) => return Err(classify(e)),
-            }
-        }
-        Err(StoreError::Transient(format!(
-            "ZooKeeper: {path} kept appearing and disappearing"
-        )))
+        self.create_or_replace(
+            &client,
+            candidacy,
+            &path,
+            |w| w.add_create(&path, &data, &options),
+            |w| w.add_set_data(&path, &data, None),
+        )
+        .await
     }
 
     async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
@@ -812,36 +826,19 @@ impl Backend for ZooKeeper {
         let path = self.path_of(key);
         Self::ensure_parent(&client, &path, CreateMode::Persistent).await?;
         let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-        for _ in 0..3 {
-            let created = self
-                .fenced(&client, candidacy, |w| {
-                    w.add_create(&path, &value, &options)
-                })
-                .await?;
-            match created {
-                Ok(()) => return Ok(true),
-                Err(zk::Error::RuntimeInconsistent) => return Ok(false),
-                Err(zk::Error::NodeExists) => {}
-                Err(e) => return Err(classify(e)),
-            }
-            // A node from this session is rewritten; one from an earlier leader's session is
-            // replaced, so that it goes with this session.
-            let replaced = self
-                .fenced(&client, candidacy, |w| {
-                    w.add_delete(&path, None)?;
-                    w.add_create(&path, &value, &options)
-                })
-                .await?;
-            match replaced {
-                Ok(()) => return Ok(true),
-                Err(zk::Error::RuntimeInconsistent) => return Ok(false),
-                Err(zk::Error::NoNode) => {}
-                Err(e) => return Err(classify(e)),
-            }
-        }
-        Err(StoreError::Transient(format!(
-            "ZooKeeper: {path} kept appearing and disappearing"
-        )))
+        // A node from an earlier leader's session is replaced, not rewritten, so that it goes
+        // with this session.
+        self.create_or_replace(
+            &client,
+            candidacy,
+            &path,
+            |w| w.add_create(&path, &value, &options),
+            |w| {
+                w.add_delete(&path, None)?;
+                w.add_create(&path, &value, &options)
+            },
+        )
+        .await
     }
 
     fn restart_resets_leases(&self) -> bool {
