@@ -42,6 +42,7 @@ store_independent! {
     operator::status_shows_the_leader_or_exits_3,
     operator::check_tells_current_from_stale_tokens,
     operator::watch_reports_each_change_and_survives_a_store_restart,
+    rough_edges::resign_moves_leadership_only_from_the_named_token,
     // An occurrence runs once.
     cron::six_staggered_hosts_run_an_occurrence_once,
     // Bad input.
