@@ -30,18 +30,7 @@ fn starts(scratch: &Scratch) -> Vec<Record> {
 
 /// The record etcd holds for an occurrence, as `status --json` shows it.
 fn occurrence(endpoint: &str, lease: &str, id: &str) -> Option<Value> {
-    let out = leader_exec()
-        .args([
-            "status",
-            "--json",
-            "--lease",
-            lease,
-            "--endpoints",
-            endpoint,
-        ])
-        .output()
-        .unwrap();
-    let status: Value = serde_json::from_slice(&out.stdout).expect("status --json");
+    let status = status_json(endpoint, lease);
     status["occurrences"]
         .as_array()
         .unwrap()

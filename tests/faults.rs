@@ -141,20 +141,7 @@ pub fn a_store_restart_shorter_than_the_deadline_leaves_the_command_alone<S: Sto
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started")
         .pid();
-    let status = || -> serde_json::Value {
-        let out = leader_exec()
-            .args([
-                "status",
-                "--json",
-                "--lease",
-                "restart",
-                "--endpoints",
-                &endpoint,
-            ])
-            .output()
-            .unwrap();
-        serde_json::from_slice(&out.stdout).expect("status --json")
-    };
+    let status = || status_json(&endpoint, "restart");
     let lease_id_before = status()["leader"]["lease_id"].clone();
 
     let down = Instant::now();

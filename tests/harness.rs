@@ -2097,6 +2097,27 @@ impl Drop for CuratorLatch {
     }
 }
 
+/// `leader-exec status --json` for `lease` (exit 0 with a leader, 3 without; the JSON either way).
+pub fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
+    let out = leader_exec()
+        .args([
+            "status",
+            "--json",
+            "--lease",
+            lease,
+            "--endpoints",
+            endpoint,
+        ])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// Whether `instance` has joined the election (its log says it campaigns): a store-independent
 /// "it stands in line".
 pub fn campaigning(instance: &Instance) -> bool {

@@ -200,21 +200,6 @@ fn zookeeper_harness_curator_latches_take_turns() {
 const STOPPABLE: &str = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
 while :; do sleep 0.1; done"#;
 
-fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
-    let out = leader_exec()
-        .args([
-            "status",
-            "--json",
-            "--lease",
-            lease,
-            "--endpoints",
-            endpoint,
-        ])
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).expect("status --json")
-}
-
 #[test]
 fn deleting_the_leaders_node_kills_its_command_at_once() {
     // The store says the claim is gone: the next candidate may lead already, so no grace.
