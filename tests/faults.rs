@@ -203,26 +203,32 @@ fn a_dead_member_in_the_endpoint_list_costs_nothing() {
 
 #[test]
 fn deleting_the_leaders_key_kills_its_command_at_once() {
-    // The store says the claim is gone: the next candidate may lead already, so there is no
-    // grace period: SIGKILL at once, not --kill-signal.
     let etcd = Etcd::start();
+    a_deleted_claim_kills_its_command_at_once(&etcd, || {
+        let out = etcd.ctl(&["del", "--prefix", "/leader-exec/deleted/"]);
+        assert!(out.status.success());
+    });
+}
+
+/// The store says the claim is gone (`delete` removes the leader's claim on lease `deleted`
+/// behind its back): the next candidate may lead already, so there is no grace period: SIGKILL
+/// at once, not --kill-signal.
+pub fn a_deleted_claim_kills_its_command_at_once<S: Store>(store: &S, delete: impl FnOnce()) {
     let scratch = Scratch::new();
-    let job = STOPPABLE;
     let mut a = Instance::start(
-        &lease_args(&etcd.endpoint(), "deleted"),
-        &scratch.job("a", job),
+        &lease_args(&store.endpoint(), "deleted"),
+        &scratch.job("a", STOPPABLE),
     );
     let start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
     let deleted = Instant::now();
-    let out = etcd.ctl(&["del", "--prefix", "/leader-exec/deleted/"]);
-    assert!(out.status.success());
+    delete();
     assert!(
         wait_for(RENEW_DEADLINE, || !group_alive(start.pid())),
-        "the command's group outlived the deleted key"
+        "the command's group outlived the deleted claim"
     );
-    // Well before a renew deadline (the watch on our own key noticed), and well before the
+    // Well before a renew deadline (the watch on our own claim noticed), and well before the
     // 1 s grace of --kill-after: the TERM trap never ran.
     let took = deleted.elapsed();
     assert!(took < KILL_AFTER, "took {took:?}");
@@ -231,5 +237,5 @@ fn deleting_the_leaders_key_kills_its_command_at_once() {
         scratch.wait_record("term", "a", Duration::ZERO).is_none(),
         "the command got the grace period on a claim the store said was gone"
     );
-    assert!(etcd.leases().is_empty(), "{:?}", etcd.leases());
+    assert!(store.held().is_empty(), "{:?}", store.held());
 }

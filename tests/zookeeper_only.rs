@@ -196,39 +196,14 @@ fn zookeeper_harness_curator_latches_take_turns() {
     eprintln!("Curator handover after close (JVM exit included): {handover:?}");
 }
 
-/// A job that records TERM (and then ends) so a test can tell a grace period from a SIGKILL.
-const STOPPABLE: &str = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
-while :; do sleep 0.1; done"#;
-
 #[test]
 fn deleting_the_leaders_node_kills_its_command_at_once() {
-    // The store says the claim is gone: the next candidate may lead already, so no grace.
     let zk = ZooKeeper::start();
-    let scratch = Scratch::new();
-    let endpoint = zk.endpoint();
-    let mut a = Instance::start(
-        &lease_args(&endpoint, "deleted"),
-        &scratch.job("a", STOPPABLE),
-    );
-    let start = scratch
-        .wait_record("start", "a", Duration::from_secs(10))
-        .expect("a started");
-    let nodes = zk.children("/leader-exec/deleted");
-    assert_eq!(nodes.len(), 1, "{nodes:?}");
-    let deleted = Instant::now();
-    assert!(zk.delete(&format!("/leader-exec/deleted/{}", nodes[0])));
-    assert!(
-        wait_for(RENEW_DEADLINE, || !group_alive(start.pid())),
-        "the command's group outlived the deleted node"
-    );
-    let took = deleted.elapsed();
-    assert!(took < KILL_AFTER, "took {took:?}");
-    assert_eq!(a.wait(Duration::from_secs(5)), Some(75), "{}", a.stderr());
-    assert!(
-        scratch.wait_record("term", "a", Duration::ZERO).is_none(),
-        "the command got the grace period on a claim the store said was gone"
-    );
-    assert!(Store::held(&zk).is_empty(), "{:?}", Store::held(&zk));
+    crate::faults::a_deleted_claim_kills_its_command_at_once(&zk, || {
+        let nodes = zk.children("/leader-exec/deleted");
+        assert_eq!(nodes.len(), 1, "{nodes:?}");
+        assert!(zk.delete(&format!("/leader-exec/deleted/{}", nodes[0])));
+    });
 }
 
 #[test]
