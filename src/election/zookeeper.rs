@@ -314,21 +314,6 @@ impl ZooKeeper {
         &path[..path.rfind('/').unwrap_or(0)]
     }
 
-    async fn ensure_parent(
-        client: &zk::Client,
-        path: &str,
-        mode: CreateMode,
-    ) -> Result<(), StoreError> {
-        let parent = Self::parent(path);
-        if parent.is_empty() {
-            return Ok(());
-        }
-        client
-            .mkdir(parent, &mode.with_acls(Acls::anyone_all()))
-            .await
-            .map_err(classify)
-    }
-
     /// Children of the election in line; empty when the election node does not exist.
     async fn line(client: &zk::Client, election: &str) -> Result<(Vec<String>, i64), StoreError> {
         match client.get_children(election).await {
@@ -407,6 +392,17 @@ impl ZooKeeper {
                 Ok(()) => return Ok(true),
                 Err(zk::Error::RuntimeInconsistent) => return Ok(false),
                 Err(zk::Error::NodeExists) => {}
+                // The parents are made on the first write that needs them, not before every one.
+                Err(zk::Error::NoNode) => {
+                    client
+                        .mkdir(
+                            Self::parent(path),
+                            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                        )
+                        .await
+                        .map_err(classify)?;
+                    continue;
+                }
                 Err(e) => return Err(classify(e)),
             }
             match self.fenced(client, candidacy, &replace).await? {
@@ -709,7 +705,6 @@ impl Backend for ZooKeeper {
             return Ok(false);
         };
         let path = self.path_of(key);
-        Self::ensure_parent(&client, &path, CreateMode::Persistent).await?;
         let data = with_expiry(&value, retention);
         let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
         self.create_or_replace(
@@ -824,7 +819,6 @@ impl Backend for ZooKeeper {
             return Ok(false);
         };
         let path = self.path_of(key);
-        Self::ensure_parent(&client, &path, CreateMode::Persistent).await?;
         let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
         // A node from an earlier leader's session is replaced, not rewritten, so that it goes
         // with this session.
