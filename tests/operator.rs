@@ -69,6 +69,16 @@ pub fn status_shows_the_leader_or_exits_3<S: Store>() {
     assert_eq!(json["candidates"], candidates);
     let leader = &json["leader"];
     assert_eq!(leader["identity"], "host-a:1");
+    // The leader's state, written fenced beside the election, beside the command's start.
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            status_json(&endpoint, "stat")["leader"]["since"].is_string()
+        }),
+        "no since: {json}"
+    );
+    let json = status_json(&endpoint, "stat");
+    let leader = &json["leader"];
+    assert_eq!(leader["command"], "running", "{json}");
     assert_eq!(leader["token"], token);
     match (S::NAME, leader["lease_id"].as_str()) {
         // The leader's ephemeral node, owned by its session; ZooKeeper cannot tell another
