@@ -326,7 +326,12 @@ async fn serve<B: Backend>(
             Subcommand::Status(args) => observe::status(backend, scope, args.json, limit).await,
             Subcommand::Check(args) => observe::check(backend, &args.token, limit).await,
             Subcommand::Resign(args) => {
-                crate::resign::resign(backend, scope, args.token.as_deref(), limit).await
+                let request = crate::resign::Request {
+                    token: args.token.as_deref(),
+                    force: args.force,
+                    timeout: args.timeout,
+                };
+                crate::resign::resign(backend, scope, request, limit, signals).await
             }
             Subcommand::Watch(args) => {
                 observe::watch(backend, scope, args.json, limit, signals).await

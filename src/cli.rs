@@ -42,7 +42,8 @@ into a newline, so a crontab line writes it as \\%):
 Who leads, since which token, and the recent occurrences:
   leader-exec status --lease statement-job
 
-Move leadership to the next host in line, from anywhere (the leader stops its command and exits 75):
+Move leadership to the next host in line, from anywhere (the leader stops its command as on TERM,
+releases, and exits 75):
   leader-exec resign --lease outbox-relay --token 42";
 
 pub const CHILD_ENVIRONMENT: &str = "\
@@ -84,8 +85,9 @@ N        the command ran and exited with status N
 127      the command was not found
 status:  0 there is a leader, 3 there is none, 125 error
 check:   0 the token is the current leader's, 1 it is not (stale), 125 error
-resign:  0 resigned, 1 --token given and not the current leader's (nothing deleted), 3 no
-         leader, 125 error
+resign:  0 the leader handed over (--force: its claim was deleted), 1 --token given and not
+         the current leader's (nothing asked or deleted), 3 no leader, 124 the leader did not
+         hand over within --timeout (frozen host? see --force), 125 error
 watch:   0 when interrupted (INT/TERM), 125 error";
 
 pub const SIGNALS: &str = "\
@@ -245,14 +247,18 @@ pub enum Subcommand {
     /// For jobs that check their fencing token before each unit of work:
     ///   leader-exec check --lease x --token "$LEADER_TOKEN" || exit 75
     Check(CheckArgs),
-    /// Make the current leader step down now, from any host: delete its election key.
+    /// Hand leadership over to the next instance in line, from any host, without an overlap.
     ///
-    /// The key is deleted in one etcd transaction only if it still has the leader's token (its
-    /// create-revision), so a leader that changed in between is never resigned by mistake. The
-    /// leader notices at once, SIGKILLs its command's group and exits 75 (or campaigns again with
-    /// --recampaign, at the back of the line); the next instance in line takes over. Exit
-    /// status: 0 resigned, 1 --token given and not the current leader's (nothing deleted), 3 no
-    /// leader, 125 error.
+    /// Asks the current leader, through a request in the store that only that leader's token
+    /// answers (written only while that token still leads), to hand over. The leader stops its
+    /// command exactly as on TERM (--kill-signal, --kill-after, then SIGKILL to the whole group),
+    /// releases its claim only once the group is gone, and exits 75 (or, with --recampaign,
+    /// campaigns again at the back of the line); the next command never starts beside the old
+    /// one. `resign` waits until the claim is gone. A leader that does not answer within
+    /// --timeout (a frozen host) is named, and `resign` exits 124; --force then deletes its
+    /// claim at once. Exit status: 0 handed over (--force: deleted), 1 --token given and not the
+    /// current leader's (nothing asked or deleted), 3 no leader, 124 no handover within
+    /// --timeout, 125 error.
     Resign(ResignArgs),
     /// Write the man page and shell completions into DIR (for packaging).
     #[command(hide = true, name = "generate-assets")]
@@ -293,6 +299,20 @@ pub struct ResignArgs {
     /// Resign only if T is still the current leader's token (as `status` shows it).
     #[arg(long, value_name = "T")]
     pub token: Option<String>,
+
+    /// Do not ask: delete the leader's claim at once (fenced on its token). This can overlap:
+    /// the next instance may start its command before the old leader has stopped its own (on
+    /// etcd and ZooKeeper the old leader SIGKILLs its group as soon as it sees the claim gone;
+    /// on PostgreSQL it learns at its next renewal, up to --retry-period later; a frozen leader
+    /// not until it runs again). For a leader that does not answer a plain `resign`.
+    #[arg(long)]
+    pub force: bool,
+
+    /// How long to wait for the leader to hand over before giving up (exit 124). Default: the
+    /// leader's --kill-after + 2 x its --retry-period + 5 s, as it records them in the store
+    /// (4s + 2 x 2s + 5s = 13s for a leader that records none). The request expires then.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "force")]
+    pub timeout: Option<Duration>,
 }
 
 /// Which election: shared by the run form and the subcommands.

@@ -21,6 +21,12 @@ pub fn key(scope: &Scope) -> String {
     format!("{}.leaders/{}", scope.prefix, scope.lease)
 }
 
+/// Where `resign` asks the leader to hand over: `PREFIX .resign/NAME`, outside every election's
+/// key range like [`key`], so that no tool reading the election takes a request for a candidate.
+pub fn handover_key(scope: &Scope) -> String {
+    format!("{}.resign/{}", scope.prefix, scope.lease)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Command {
@@ -40,6 +46,12 @@ pub struct State {
     pub command: Command,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_until: Option<String>,
+    /// The leader's `--kill-after` and `--retry-period` in milliseconds: how long a handover
+    /// (`resign`) may take it, which `resign` waits for by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_period_ms: Option<u64>,
 }
 
 impl State {
@@ -50,7 +62,16 @@ impl State {
             since: rfc3339(since),
             command,
             hold_until: None,
+            kill_after_ms: None,
+            retry_period_ms: None,
         }
+    }
+
+    /// With the timing a handover takes this leader (see `kill_after_ms`).
+    pub fn with_timing(mut self, kill_after: Duration, retry_period: Duration) -> Self {
+        self.kill_after_ms = u64::try_from(kill_after.as_millis()).ok();
+        self.retry_period_ms = u64::try_from(retry_period.as_millis()).ok();
+        self
     }
 
     pub fn from_json(bytes: &[u8]) -> Option<State> {

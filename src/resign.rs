@@ -1,31 +1,61 @@
-//! `leader-exec resign`: move leadership away from the current leader without logging into its
-//! host.
+//! `leader-exec resign`: hand leadership over to the next instance in line, from any host,
+//! without an overlap.
 //!
-//! It deletes the leader's election key in one transaction that compares the key's
-//! create-revision (the leader's token), so it deletes exactly the leader it read, or nothing:
-//! a leader that changed in between is never resigned by mistake. The leader notices the
-//! deletion through the watch it keeps on its own key and treats it like every certain loss:
-//! SIGKILL to the command's group at once, release, exit 75 (or campaign again with
-//! `--recampaign`). The next candidate in line takes over as its watch sees the key go.
+//! `resign` does not take the claim away; it asks. It writes a request under
+//! `PREFIX .resign/NAME` (outside every election, so no tool reading the election takes it for
+//! a candidate) that names the leader's token, fenced by the leader's own claim: the write
+//! commits only while that token still leads, so a request can never reach a later leader,
+//! and it expires on its own when `resign` stops waiting. The leader watches that key (etcd),
+//! or reads it once per `--retry-period` (PostgreSQL, ZooKeeper). On a request for its own
+//! token it stops its command exactly as on a forwarded TERM (`--kill-signal`, `--kill-after`,
+//! SIGKILL to the group), keeps renewing its claim meanwhile, releases the claim only once the
+//! whole group is gone, and exits 75. The next instance cannot start before that release (or
+//! the lease's expiry), so the old and new commands never overlap.
 //!
-//! Exit codes: 0 resigned, 1 `--token` given and not the current leader's (or the leader changed
-//! while resigning: nothing deleted), 3 no leader, 125 error.
+//! `resign` then waits until the claim is gone and exits 0. A leader that does not answer
+//! within `--timeout` (a frozen host: SIGSTOP, a paused VM, cut off from the store) is named
+//! and `resign` exits 124; `--force` deletes the claim at once — today's forced takeover,
+//! which can overlap, and says so.
+//!
+//! Exit codes: 0 handed over (or, with `--force`, deleted), 1 `--token` given and not the
+//! current leader's (or the leader changed meanwhile: nothing asked or deleted), 3 no leader,
+//! 124 no handover within `--timeout`, 125 error.
 
 use std::io::Write as _;
 use std::time::Duration;
 
-use crate::election::Backend;
+use crate::election::{Backend, Leader};
 use crate::escape::{escape, escape_str};
 use crate::exit::Failure;
+use crate::leadership;
 use crate::observe::{self, STATUS_NO_LEADER};
 use crate::settings::Scope;
+use crate::signals::{self, Signals};
 
-/// The leader was resigned.
+/// The leader handed over (or, with `--force`, its claim was deleted).
 pub const RESIGNED: u8 = 0;
 /// `--token` is not the current leader's, or the leader changed while resigning.
 pub const NOT_CURRENT: u8 = 1;
 /// There is no leader to resign (same as `status`).
 pub const NO_LEADER: u8 = STATUS_NO_LEADER;
+/// The leader did not hand over within `--timeout` (timeout(1)'s code).
+pub const TIMED_OUT: u8 = 124;
+
+/// A leader that records no timing (an older leader-exec) is assumed to run with the defaults.
+const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(4);
+const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// Beyond the leader's own timing: a release retried, a loaded host, the look that sees it.
+const SLACK: Duration = Duration::from_secs(5);
+/// How often `resign` looks whether the claim is gone, besides the store's change
+/// notifications (a store that announces nothing: a leader whose lease simply expired).
+const LOOK: Duration = Duration::from_millis(500);
+
+/// What `resign` was asked to do.
+pub struct Request<'a> {
+    pub token: Option<&'a str>,
+    pub force: bool,
+    pub timeout: Option<Duration>,
+}
 
 /// Parses `--token` like `check` does.
 fn parse_token(token: &str) -> anyhow::Result<i64> {
@@ -39,13 +69,26 @@ fn parse_token(token: &str) -> anyhow::Result<i64> {
     }
 }
 
+/// How long a leader with this timing may take to hand over: it sees the request within a
+/// retry period, its command gets `--kill-after`, then SIGKILL, and its release (or the look
+/// that sees it) takes about another retry period.
+fn handover_bound(kill_after: Duration, retry_period: Duration) -> Duration {
+    kill_after
+        .saturating_add(retry_period.saturating_mul(2))
+        .saturating_add(SLACK)
+}
+
 pub async fn resign<B: Backend>(
     backend: &B,
     scope: &Scope,
-    token: Option<&str>,
+    request: Request<'_>,
     limit: Duration,
+    signals: &mut Signals,
 ) -> anyhow::Result<u8> {
-    let wanted = token.map(parse_token).transpose()?;
+    let wanted = request.token.map(parse_token).transpose()?;
+    if request.timeout == Some(Duration::ZERO) {
+        return Err(Failure::usage("--timeout 0s: give the leader some time, like 30s").into());
+    }
     let observation = observe::observe_once(backend, limit).await?;
     let Some(leader) = observation.leader else {
         tracing::warn!(
@@ -62,12 +105,124 @@ pub async fn resign<B: Backend>(
             event = "stale",
             token = wanted,
             current = leader.token,
-            "token {wanted} is not the current leader's (the current leader, {}, has token {}); nothing deleted",
+            "token {wanted} is not the current leader's (the current leader, {}, has token {}); nothing asked or deleted",
             escape(&leader.identity),
             leader.token
         );
         return Ok(NOT_CURRENT);
     }
+    if request.force {
+        return force(backend, &leader, limit).await;
+    }
+    let bound = match request.timeout {
+        Some(timeout) => timeout,
+        None => {
+            // The leader records its timing beside its claim; a read that fails only costs
+            // the default.
+            let state = leadership::read(backend, scope, leader.token, limit)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::debug!(error = %e, "reading the leader's state failed");
+                    None
+                });
+            let ms = |v: Option<u64>, default| v.map_or(default, Duration::from_millis);
+            let kill_after = ms(state.as_ref().and_then(|s| s.kill_after_ms), DEFAULT_KILL_AFTER);
+            let retry = ms(
+                state.as_ref().and_then(|s| s.retry_period_ms),
+                DEFAULT_RETRY_PERIOD,
+            );
+            handover_bound(kill_after, retry)
+        }
+    };
+    let started = tokio::time::Instant::now();
+    let give_up_at = started + bound;
+    let key = leadership::handover_key(scope);
+    let asked = observe::bounded(
+        limit,
+        "asking the leader to hand over",
+        backend.request_handover(&leader, &key, bound),
+    )
+    .await?;
+    if !asked {
+        tracing::warn!(
+            event = "leader-changed",
+            token = leader.token,
+            "the leader with token {} ({}) left while resigning it; nothing asked",
+            leader.token,
+            escape(&leader.identity)
+        );
+        return Ok(NOT_CURRENT);
+    }
+    tracing::info!(
+        event = "handover-requested",
+        token = leader.token,
+        "asked leader {} (token {}) to hand over; waiting up to {}",
+        escape(&leader.identity),
+        leader.token,
+        humantime::format_duration(bound)
+    );
+    let mut revision = observation.revision;
+    loop {
+        // Until the claim is gone: the store's change notification or the next look, whichever
+        // comes first.
+        let look_at = (tokio::time::Instant::now() + LOOK).min(give_up_at);
+        tokio::select! {
+            _ = tokio::time::timeout_at(look_at, backend.changed_after(revision)) => {}
+            signal = signals.recv() => {
+                if signals::withdraws_candidacy(signal) {
+                    tracing::info!(event = "interrupted", signal = signal.as_str(), "interrupted; the request expires on its own");
+                    return Ok(128 + signal as u8);
+                }
+                continue;
+            }
+        }
+        let remaining = give_up_at.saturating_duration_since(tokio::time::Instant::now());
+        let look = tokio::time::timeout(remaining.max(LOOK), backend.observe()).await;
+        match look {
+            Ok(Ok(now)) => {
+                if now.leader.as_ref().map(|l| l.token) != Some(leader.token) {
+                    print_line(&format!(
+                        "resigned leader {} (token {}, key {}): handed over in {} ms\n",
+                        escape(&leader.identity),
+                        leader.token,
+                        escape(&leader.key),
+                        started.elapsed().as_millis()
+                    ));
+                    tracing::info!(event = "resigned", token = leader.token, "leader handed over");
+                    return Ok(RESIGNED);
+                }
+                revision = now.revision;
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "reading the election failed; retrying"),
+            Err(_) => tracing::debug!("reading the election took too long; retrying"),
+        }
+        if tokio::time::Instant::now() >= give_up_at {
+            return Err(Failure::new(
+                TIMED_OUT,
+                format!(
+                    "the leader {} (token {}, key {}) did not hand over within {}: its host may be frozen or cut off from the store; \
+                     `leader-exec resign --lease {} --token {} --force` deletes its claim at once (its command may then run beside the next one until it notices)",
+                    // Raw here: the final line escapes the whole message.
+                    String::from_utf8_lossy(&leader.identity),
+                    leader.token,
+                    String::from_utf8_lossy(&leader.key),
+                    humantime::format_duration(bound),
+                    crate::escape::shell_quote(&scope.lease),
+                    leader.token
+                ),
+            )
+            .into());
+        }
+    }
+}
+
+/// `--force`: deletes the leader's claim at once, in one transaction that compares its token,
+/// so it deletes exactly the leader it read, or nothing. The leader learns of it when its
+/// watch or its next renewal does — at about the moment the next instance does, or later — so
+/// the two commands can overlap: on etcd and ZooKeeper the old leader SIGKILLs its group when
+/// its watch fires (milliseconds), on PostgreSQL at its next renewal (up to a retry period),
+/// a frozen leader only when it runs again.
+async fn force<B: Backend>(backend: &B, leader: &Leader, limit: Duration) -> anyhow::Result<u8> {
     let deleted = observe::bounded(
         limit,
         "deleting the leader's key",
@@ -84,16 +239,23 @@ pub async fn resign<B: Backend>(
         );
         return Ok(NOT_CURRENT);
     }
-    tracing::info!(event = "resigned", token = leader.token, "leader resigned");
-    let line = format!(
-        "resigned leader {} (token {}, key {})\n",
+    tracing::warn!(
+        event = "resigned",
+        token = leader.token,
+        "claim deleted (--force): the next instance may start before this leader has stopped its command"
+    );
+    print_line(&format!(
+        "resigned leader {} (token {}, key {}): claim deleted (--force)\n",
         escape(&leader.identity),
         leader.token,
         escape(&leader.key)
-    );
+    ));
+    Ok(RESIGNED)
+}
+
+fn print_line(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
-    Ok(RESIGNED)
 }
 
 #[cfg(test)]
@@ -106,5 +268,17 @@ mod tests {
         for bad in ["", "0", "-3", "x", "4.2"] {
             assert!(parse_token(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_default_bound_covers_the_leaders_kill_after_and_retry_periods() {
+        assert_eq!(
+            handover_bound(DEFAULT_KILL_AFTER, DEFAULT_RETRY_PERIOD),
+            Duration::from_secs(13)
+        );
+        assert_eq!(
+            handover_bound(Duration::from_secs(60), Duration::from_millis(500)),
+            Duration::from_secs(66)
+        );
     }
 }

@@ -118,6 +118,18 @@ enum Led {
     Exit(u8),
     /// Leadership was lost and the command's group is gone.
     Lost,
+    /// `resign` asked for a handover: the command's group is gone and the claim released.
+    HandedOver,
+}
+
+/// How `--hold-at-least` ended.
+enum Held {
+    /// The hold is over or leadership was lost: release and exit with the command's status.
+    Over,
+    /// Asked to stop meanwhile: the lease is left to expire.
+    Stopped,
+    /// `resign` asked for a handover.
+    HandOver,
 }
 
 /// How a leader's occurrence begins.
@@ -221,9 +233,19 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let led = self
                 .lead(&leader, renewal.as_mut(), key_gone.as_mut())
                 .await?;
-            crate::metrics::led_ended(matches!(led, Led::Lost));
+            crate::metrics::led_ended(matches!(led, Led::Lost | Led::HandedOver));
             match led {
                 Led::Exit(code) => return Ok(code),
+                Led::HandedOver if self.settings.recampaign => {
+                    // The back of the line: etcd and ZooKeeper put a new candidacy behind every
+                    // waiter anyway; on PostgreSQL, where waiters race for the row, this pause
+                    // lets every waiter that heard the release (each tries within a retry
+                    // period) go first.
+                    tracing::info!(event = "recampaigning", "handed over; campaigning again after --retry-period (--recampaign)");
+                    tokio::time::sleep(self.settings.timing.retry_period).await;
+                    give_up_at = wait_limit(clock.now());
+                }
+                Led::HandedOver => return Ok(exit::LEADERSHIP_LOST),
                 Led::Lost if self.settings.recampaign => {
                     tracing::info!(event = "recampaigning", "campaigning again (--recampaign)");
                     give_up_at = wait_limit(clock.now());
@@ -475,7 +497,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             &settings.identity,
             since,
             leadership::Command::Running,
-        );
+        )
+        .with_timing(settings.timing.kill_after, settings.timing.retry_period);
         let state_key = leadership::key(&settings.scope());
         let announce = leadership::write(
             backend,
@@ -486,6 +509,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         );
         tokio::pin!(announce);
         let mut announced = false;
+        // `resign` asks through the store; the request names this leader's token.
+        let handover_key = leadership::handover_key(&settings.scope());
+        let handover =
+            backend.handover_requested(candidacy, &handover_key, settings.timing.retry_period);
+        tokio::pin!(handover);
+        let mut handing_over = false;
         let mut status: Option<ChildStatus> = None;
         let mut kill_at: Option<Duration> = None;
         let mut killed = false;
@@ -531,11 +560,16 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                                     Finished::Unrecorded => {}
                                 }
                             }
-                            if let Some(hold) = settings.hold_at_least
-                                && !self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), acquired + hold, since).await
-                            {
-                                // Asked to stop during the hold: leave the lease to expire.
-                                return Ok(Led::Exit(code));
+                            if handing_over {
+                                return Ok(self.handed_over(candidacy).await);
+                            }
+                            if let Some(hold) = settings.hold_at_least {
+                                match self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), handover.as_mut(), acquired + hold, since).await {
+                                    Held::Over => {}
+                                    // Asked to stop during the hold: leave the lease to expire.
+                                    Held::Stopped => return Ok(Led::Exit(code)),
+                                    Held::HandOver => return Ok(self.handed_over(candidacy).await),
+                                }
                             }
                             self.release_at_exit(candidacy).await;
                             return Ok(Led::Exit(code));
@@ -573,6 +607,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 _ = sleep_until_some(&clock, look_at) => {
                     let since_kill = kill_at.map_or(Duration::ZERO, |at| clock.now().saturating_sub(at));
                     if self.supervisor.group() == Group::Gone {
+                        if handing_over {
+                            return Ok(self.handed_over(candidacy).await);
+                        }
                         self.release_at_exit(candidacy).await;
                         let killed = ChildStatus::Signaled(Signal::SIGKILL as i32);
                         return Ok(Led::Exit(status.unwrap_or(killed).code()));
@@ -583,6 +620,20 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         return Ok(Led::Exit(128 + Signal::SIGKILL as u8));
                     }
                     look_at = Some(clock.now() + GROUP_POLL);
+                    continue;
+                }
+                // A handover is the stop a forwarded TERM starts, with --kill-signal: signal
+                // the group first, log after; the claim stays ours (renewed as ever) until the
+                // group is gone, so the next leader cannot start beside any of it.
+                () = &mut handover, if !handing_over => {
+                    handing_over = true;
+                    if kill_at.is_none() {
+                        self.supervisor.signal(settings.kill_signal);
+                        crate::metrics::stop_requested();
+                        kill_at = Some(clock.now() + settings.timing.kill_after);
+                    }
+                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "resign asked for a handover; stopping the command");
+                    notify::status(&format!("handing over lease {} (token {})", settings.lease, candidacy.token));
                     continue;
                 }
                 () = &mut announce, if !announced => {
@@ -790,12 +841,13 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Lost>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
+        mut handover: Pin<&mut impl Future<Output = ()>>,
         until: Duration,
         since: std::time::SystemTime,
-    ) -> bool {
+    ) -> Held {
         let clock = self.clock.clone();
         if clock.now() >= until {
-            return true;
+            return Held::Over;
         }
         // For `status`: holding, not running, and until when.
         let mut state = leadership::State::new(
@@ -803,7 +855,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             &self.settings.identity,
             since,
             leadership::Command::Holding,
-        );
+        )
+        .with_timing(self.settings.timing.kill_after, self.settings.timing.retry_period);
         let left = until.saturating_sub(clock.now());
         state.hold_until = Some(leadership::rfc3339(std::time::SystemTime::now() + left));
         let state_key = leadership::key(&self.settings.scope());
@@ -830,18 +883,22 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 biased;
                 lost = &mut renewal => {
                     tracing::warn!(event = "hold-ended", token = candidacy.token, reason = %lost, "leadership lost during --hold-at-least");
-                    return true;
+                    return Held::Over;
                 }
                 () = &mut key_gone => {
                     tracing::warn!(event = "hold-ended", token = candidacy.token, "our election key was deleted during --hold-at-least");
-                    return true;
+                    return Held::Over;
                 }
-                _ = clock.sleep_until(until) => return true,
+                () = &mut handover => {
+                    tracing::warn!(event = "handing-over", token = candidacy.token, "resign asked for a handover during --hold-at-least");
+                    return Held::HandOver;
+                }
+                _ = clock.sleep_until(until) => return Held::Over,
                 () = &mut announce, if !announced => announced = true,
                 signal = self.signals.recv() => {
                     if signals::stops_the_child(signal) {
                         tracing::info!(event = "hold-ended", token = candidacy.token, signal = signal.as_str(), "stopping during --hold-at-least; the lease expires on its own");
-                        return false;
+                        return Held::Stopped;
                     }
                 }
             }
@@ -966,6 +1023,24 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 _ = clock.sleep_until(clock.now() + GROUP_POLL) => {}
             }
         }
+    }
+
+    /// The end of a handover, once the command's whole group is gone: release the claim, so
+    /// that the next instance in line takes over now (with --recampaign briefly, since this
+    /// instance campaigns again; else retried as every release at exit).
+    async fn handed_over(&mut self, candidacy: &Candidacy) -> Led {
+        tracing::warn!(
+            event = "handed-over",
+            token = candidacy.token,
+            "the command's process group is gone; releasing the lease (resign)"
+        );
+        if self.settings.recampaign {
+            self.release(candidacy).await;
+        } else {
+            self.release_at_exit(candidacy).await;
+        }
+        notify::status("handed over (resign)");
+        Led::HandedOver
     }
 
     fn report_stuck(&mut self, candidacy: &Candidacy) {

@@ -38,7 +38,7 @@ pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
     assert!(wait_for(Duration::from_secs(10), || campaigning(&b)
         && etcd.claims("rs") == in_line));
 
-    // A token that is not the leader's: nothing happens.
+    // A token that is not the leader's: nothing is asked, nothing happens.
     let wrong = (a_start.token() + 1000).to_string();
     let (code, stdout, stderr) = run(&endpoint, &["resign", "--lease", "rs", "--token", &wrong]);
     assert_eq!(code, 1, "{stdout}{stderr}");
@@ -46,41 +46,55 @@ pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
         stderr.contains("is not the current leader's") && stderr.contains("host-a:1"),
         "{stderr}"
     );
-    assert!(a.running());
+    // Longer than the leader's retry period (500 ms), when it looks for requests.
+    assert!(
+        !wait_for(Duration::from_secs(2), || !a.running()
+            || scratch.wait_record("start", "b", Duration::ZERO).is_some()),
+        "a stale resign moved leadership: {}",
+        a.stderr()
+    );
     assert_eq!(etcd.claims("rs"), in_line);
-    let (code, _, stderr) = run(&endpoint, &["resign", "--lease", "rs", "--token", "x"]);
-    assert_eq!(code, 125, "{stderr}");
+    for bad in [
+        &["--token", "x"][..],
+        &["--timeout", "0s"],
+        &["--force", "--timeout", "1s"],
+    ] {
+        let (code, _, stderr) = run(&endpoint, &[&["resign", "--lease", "rs"][..], bad].concat());
+        assert_eq!(code, 125, "{bad:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{bad:?}: {stderr}");
+    }
+    assert!(a.running());
 
-    // The leader's own token: its key goes, it stops at once, the waiter takes over.
+    // The leader's own token: it stops its command and hands over; the waiter takes over.
     let token = a_start.token().to_string();
     let resigned_at = Instant::now();
     let (code, stdout, stderr) = run(&endpoint, &["resign", "--lease", "rs", "--token", &token]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stdout.contains(&format!("resigned leader host-a:1 (token {token}")),
+        stdout.contains(&format!("resigned leader host-a:1 (token {token}"))
+            && stdout.contains("handed over"),
         "{stdout}"
     );
-    assert_eq!(a.wait(Duration::from_secs(4)), Some(75), "{}", a.stderr());
+    // The claim went only after the command: resign returns after both.
     assert!(
         !alive(a_start.pid()),
-        "a's command survived the resignation"
+        "the claim was gone while a's command still ran"
     );
+    assert_eq!(a.wait(Duration::from_secs(4)), Some(75), "{}", a.stderr());
     let b_start = scratch
         .wait_record("start", "b", Duration::from_secs(4))
         .expect("b took over");
     assert!(
-        resigned_at.elapsed() < Duration::from_secs(5),
+        resigned_at.elapsed() < Duration::from_secs(6),
         "handover took {:?}",
         resigned_at.elapsed()
     );
     assert!(b_start.token() > a_start.token());
-    // PostgreSQL cannot watch a row: the next renewal finds the lease taken.
-    let why = if S::NAME == "postgres" {
-        "the store reports the lease expired"
-    } else {
-        "our election key was deleted"
-    };
-    assert!(a.stderr().contains(why), "{}", a.stderr());
+    assert!(
+        a.stderr().contains("resign asked for a handover"),
+        "{}",
+        a.stderr()
+    );
 
     // Without --token: whoever leads now.
     let (code, stdout, stderr) = run(&endpoint, &["resign", "--lease", "rs"]);
@@ -93,19 +107,8 @@ pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
     let (code, _, stderr) = run(&endpoint, &["resign", "--lease", "rs"]);
     assert_eq!(code, 3, "{stderr}");
     assert!(stderr.contains("no leader"), "{stderr}");
-    if S::NAME == "postgres" {
-        // As the README says: `resign` frees the row at once and the leader learns it at its
-        // next renewal, so the next instance may start up to a retry period before the old
-        // command is killed. Everything else holds.
-        let history: Vec<Record> = scratch
-            .history()
-            .into_iter()
-            .filter(|r| r.kind != "overlap")
-            .collect();
-        assert_one_at_a_time(&history);
-    } else {
-        assert_one_at_a_time(&scratch.history());
-    }
+    // A handover never overlaps, on every store.
+    assert_one_at_a_time(&scratch.history());
 }
 
 /// The leader's command ends while etcd is down; etcd comes back (resetting every lease's TTL).

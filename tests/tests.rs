@@ -43,6 +43,9 @@ store_independent! {
     operator::check_tells_current_from_stale_tokens,
     operator::watch_reports_each_change_and_survives_a_store_restart,
     rough_edges::resign_moves_leadership_only_from_the_named_token,
+    // resign is a handover; a frozen leader is named, --force takes over.
+    handover::resign_hands_over_only_after_the_whole_old_group_is_gone,
+    handover::resign_names_a_frozen_leader_and_force_takes_over,
     // An occurrence runs once.
     cron::six_staggered_hosts_run_an_occurrence_once,
     // Bad input.
@@ -54,6 +57,7 @@ mod cron;
 mod election;
 mod exit_codes;
 mod faults;
+mod handover;
 mod hostile;
 mod input;
 mod local_faults;

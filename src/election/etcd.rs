@@ -351,6 +351,41 @@ impl Backend for Etcd {
         }
     }
 
+    /// A watch on the request key, from the revision it was read at: a request wakes the
+    /// leader at once.
+    async fn handover_requested(&self, candidacy: &Candidacy, key: &str, _poll: Duration) {
+        let token = candidacy.token;
+        let mut backoff = Backoff::new();
+        loop {
+            let attempt = async {
+                let response = self.client.kv_client().get(key, None).await.map_err(classify)?;
+                if response
+                    .kvs()
+                    .first()
+                    .is_some_and(|kv| super::is_request_for(kv.value(), token))
+                {
+                    return Ok(());
+                }
+                let revision = header_revision(response.header())?;
+                let options = WatchOptions::new()
+                    .with_start_revision(revision + 1)
+                    .with_filters([WatchFilterType::NoDelete]);
+                self.first_event(key.as_bytes(), options, |e| {
+                    e.kv()
+                        .is_some_and(|kv| super::is_request_for(kv.value(), token))
+                })
+                .await
+            };
+            match attempt.await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching for handover requests failed; trying again");
+                    backoff.sleep().await;
+                }
+            }
+        }
+    }
+
     async fn observe(&self) -> Result<Observation, StoreError> {
         let first = GetOptions::new()
             .with_prefix()

@@ -237,6 +237,57 @@ pub trait Backend {
         value: Vec<u8>,
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
+    /// Asks `leader` to hand over (`resign`): writes the leader's token (decimal) under `key`
+    /// only while that leader still leads with that token — the write is fenced by the
+    /// leader's own claim, so a request can never reach a later leader — kept for at most
+    /// `retention`, after which readers treat it as absent. `Ok(false)`: the fence said no,
+    /// that leader no longer leads. `key` lies outside every election (`PREFIX .resign/NAME`):
+    /// other tools reading the election never take it for a candidate.
+    ///
+    /// The default is a fenced record write in the leader's name; a store whose fenced writes
+    /// also compare the writer's identity overrides it.
+    fn request_handover(
+        &self,
+        leader: &Leader,
+        key: &str,
+        retention: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> {
+        let fence = Candidacy {
+            lease_id: None,
+            // Not UTF-8 (a key some other tool wrote): no claim of ours can match it, and the
+            // lossy key matches nothing, so the fence says no.
+            key: String::from_utf8_lossy(&leader.key).into_owned(),
+            token: leader.token,
+        };
+        let value = leader.token.to_string().into_bytes();
+        async move { self.write_fenced(&fence, key, value, retention).await }
+    }
+
+    /// Completes once `key` holds a handover request for this candidacy's token (see
+    /// [`Backend::request_handover`]); a request for another token is not ours. Retries through
+    /// store outages on its own (the renewal deadline covers the time it cannot see the store).
+    ///
+    /// The default looks every `poll` (a read per look); a store that can watch a key
+    /// overrides it and wakes at once.
+    fn handover_requested(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        poll: Duration,
+    ) -> impl Future<Output = ()> {
+        let wanted = candidacy.token;
+        async move {
+            loop {
+                match self.read_record(key).await {
+                    Ok(Some(value)) if is_request_for(&value, wanted) => return,
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "reading handover requests failed"),
+                }
+                tokio::time::sleep(poll).await;
+            }
+        }
+    }
+
     /// Whether a restart of the store gives every lease a full TTL again (etcd does; PostgreSQL
     /// keeps `expires_at`).
     fn restart_resets_leases(&self) -> bool;
@@ -252,6 +303,14 @@ pub trait Backend {
 
     /// The store's name in messages ("etcd", "PostgreSQL").
     fn store_name(&self) -> &'static str;
+}
+
+/// Whether a handover request (the value under the request key) names `token`.
+pub fn is_request_for(value: &[u8], token: i64) -> bool {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|text| text.trim().parse::<i64>().ok())
+        == Some(token)
 }
 
 /// Waits until the candidacy leads (`Turn::Leading`) or is gone (`Turn::Gone`), watching only the

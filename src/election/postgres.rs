@@ -991,6 +991,40 @@ impl Backend for Postgres {
         Ok(written > 0)
     }
 
+    /// The request is a record like any other (no new column, no new table), fenced by the
+    /// lease row still holding the leader's token (not by our own identity, which `resign`
+    /// does not have), `FOR SHARE` as every fenced write. The leader reads it once per
+    /// `--retry-period`.
+    async fn request_handover(
+        &self,
+        leader: &Leader,
+        key: &str,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "INSERT INTO {records} (key, value, expires_at, lease_name, lease_token)
+             SELECT $1, $2, now() + $3::bigint * interval '1 millisecond', NULL, NULL
+             FROM {leases} WHERE name = $4 AND token = $5 AND holder IS NOT NULL
+                 AND expires_at > now() FOR SHARE
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,
+                 expires_at = EXCLUDED.expires_at, lease_name = NULL, lease_token = NULL",
+            records = self.records(),
+            leases = self.leases(),
+        );
+        let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let a = (
+            key.to_owned(),
+            leader.token.to_string().into_bytes(),
+            retention_ms,
+            self.shared.name.clone(),
+            leader.token,
+        );
+        let written = self
+            .request(|c| async move { c.execute(&sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await })
+            .await?;
+        Ok(written > 0)
+    }
+
     async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
         let sql = format!(
             "SELECT key, value FROM {records} r WHERE starts_with(key, $1) AND {visible} ORDER BY key",
