@@ -65,7 +65,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -s V -l version -d
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "status" -d 'Show the current leader: identity, token, key, lease time left, number of candidates'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "watch" -d 'Print one line (or JSON object) per leadership change, until interrupted'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "check" -d 'Exit 0 if TOKEN is the current leader\'s token, 1 if it is not (stale), 125 on error'
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "resign" -d 'Make the current leader step down now, from any host: delete its election key'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "resign" -d 'Hand leadership over to the next instance in line, from any host, without an overlap'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
@@ -113,6 +113,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s v -l v
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l token -d 'Resign only if T is still the current leader\'s token (as `status` shows it)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l timeout -d 'How long to wait for the leader to hand over before giving up (exit 124). Default: the leader\'s --kill-after + 2 x its --retry-period + 5 s, as it records them in the store (4s + 2 x 2s + 5s = 13s for a leader that records none). The request expires then' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
@@ -124,6 +125,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l user 
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l password-file -d 'Read the etcd or PostgreSQL password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l force -d 'Do not ask: delete the leader\'s claim at once (fenced on its token). This can overlap: the next instance may start its command before the old leader has stopped its own (on etcd and ZooKeeper the old leader SIGKILLs its group as soon as it sees the claim gone; on PostgreSQL it learns at its next renewal, up to --retry-period later; a frozen leader not until it runs again). For a leader that does not answer a plain `resign`'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -5,8 +5,8 @@
 //! `PREFIX .resign/NAME` (outside every election, so no tool reading the election takes it for
 //! a candidate) that names the leader's token, fenced by the leader's own claim: the write
 //! commits only while that token still leads, so a request can never reach a later leader,
-//! and it expires on its own when `resign` stops waiting. The leader watches that key (etcd),
-//! or reads it once per `--retry-period` (PostgreSQL, ZooKeeper). On a request for its own
+//! and it expires on its own when `resign` stops waiting. The leader watches that key (etcd,
+//! ZooKeeper), or reads it once per `--retry-period` (PostgreSQL). On a request for its own
 //! token it stops its command exactly as on a forwarded TERM (`--kill-signal`, `--kill-after`,
 //! SIGKILL to the group), keeps renewing its claim meanwhile, releases the claim only once the
 //! whole group is gone, and exits 75. The next instance cannot start before that release (or
@@ -126,7 +126,10 @@ pub async fn resign<B: Backend>(
                     None
                 });
             let ms = |v: Option<u64>, default| v.map_or(default, Duration::from_millis);
-            let kill_after = ms(state.as_ref().and_then(|s| s.kill_after_ms), DEFAULT_KILL_AFTER);
+            let kill_after = ms(
+                state.as_ref().and_then(|s| s.kill_after_ms),
+                DEFAULT_KILL_AFTER,
+            );
             let retry = ms(
                 state.as_ref().and_then(|s| s.retry_period_ms),
                 DEFAULT_RETRY_PERIOD,
@@ -188,7 +191,11 @@ pub async fn resign<B: Backend>(
                         escape(&leader.key),
                         started.elapsed().as_millis()
                     ));
-                    tracing::info!(event = "resigned", token = leader.token, "leader handed over");
+                    tracing::info!(
+                        event = "resigned",
+                        token = leader.token,
+                        "leader handed over"
+                    );
                     return Ok(RESIGNED);
                 }
                 revision = now.revision;

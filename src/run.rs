@@ -241,7 +241,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     // waiter anyway; on PostgreSQL, where waiters race for the row, this pause
                     // lets every waiter that heard the release (each tries within a retry
                     // period) go first.
-                    tracing::info!(event = "recampaigning", "handed over; campaigning again after --retry-period (--recampaign)");
+                    tracing::info!(
+                        event = "recampaigning",
+                        "handed over; campaigning again after --retry-period (--recampaign)"
+                    );
                     tokio::time::sleep(self.settings.timing.retry_period).await;
                     give_up_at = wait_limit(clock.now());
                 }
@@ -856,7 +859,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             since,
             leadership::Command::Holding,
         )
-        .with_timing(self.settings.timing.kill_after, self.settings.timing.retry_period);
+        .with_timing(
+            self.settings.timing.kill_after,
+            self.settings.timing.retry_period,
+        );
         let left = until.saturating_sub(clock.now());
         state.hold_until = Some(leadership::rfc3339(std::time::SystemTime::now() + left));
         let state_key = leadership::key(&self.settings.scope());

@@ -96,7 +96,10 @@ pub fn resign_hands_over_only_after_the_whole_old_group_is_gone<S: Store>() {
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
     let a_grandchild = grandchild(&scratch, "a");
-    let mut b = Instance::start(&args(&endpoint, "ho", "host-b:2"), &scratch.job("b", "true"));
+    let mut b = Instance::start(
+        &args(&endpoint, "ho", "host-b:2"),
+        &scratch.job("b", "true"),
+    );
     wait_in_line(&store, &b, "ho");
 
     let asked_ns = now_ns();
@@ -114,7 +117,10 @@ pub fn resign_hands_over_only_after_the_whole_old_group_is_gone<S: Store>() {
         "the claim was gone while a's group still ran (after {took:?})"
     );
     // The command ignores TERM: it got --kill-after (2 s) before SIGKILL, not SIGKILL at once.
-    assert!(took >= Duration::from_millis(1500), "handed over in {took:?}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "handed over in {took:?}"
+    );
     assert_eq!(a.wait(Duration::from_secs(5)), Some(75), "{}", a.stderr());
 
     let b_start = scratch
@@ -167,7 +173,14 @@ pub fn resign_names_a_frozen_leader_and_force_takes_over<S: Store>() {
     let asked = Instant::now();
     let (code, stdout, stderr) = resign(
         &endpoint,
-        &["--lease", "frozen", "--token", &a_start.token().to_string(), "--timeout", "2s"],
+        &[
+            "--lease",
+            "frozen",
+            "--token",
+            &a_start.token().to_string(),
+            "--timeout",
+            "2s",
+        ],
     );
     let took = asked.elapsed();
     assert_eq!(code, 124, "{stdout}{stderr}");
@@ -177,10 +190,15 @@ pub fn resign_names_a_frozen_leader_and_force_takes_over<S: Store>() {
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("host-a:1") && stderr.contains("did not hand over") && stderr.contains("--force"),
+        stderr.contains("host-a:1")
+            && stderr.contains("did not hand over")
+            && stderr.contains("--force"),
         "{stderr}"
     );
-    assert!(alive(a_start.pid()), "a's command was stopped by a frozen leader-exec?");
+    assert!(
+        alive(a_start.pid()),
+        "a's command was stopped by a frozen leader-exec?"
+    );
     assert!(
         scratch.wait_record("start", "b", Duration::ZERO).is_none(),
         "b started while a still held its claim"
@@ -189,10 +207,19 @@ pub fn resign_names_a_frozen_leader_and_force_takes_over<S: Store>() {
     // --force deletes the claim at once and says it may overlap; the waiter takes over.
     let (code, stdout, stderr) = resign(
         &endpoint,
-        &["--lease", "frozen", "--token", &a_start.token().to_string(), "--force"],
+        &[
+            "--lease",
+            "frozen",
+            "--token",
+            &a_start.token().to_string(),
+            "--force",
+        ],
     );
     assert_eq!(code, 0, "{stdout}{stderr}");
-    assert!(stdout.contains("resigned leader host-a:1") && stdout.contains("--force"), "{stdout}");
+    assert!(
+        stdout.contains("resigned leader host-a:1") && stdout.contains("--force"),
+        "{stdout}"
+    );
     assert!(stderr.contains("may start before"), "{stderr}");
     let b_start = scratch
         .wait_record("start", "b", Duration::from_secs(10))

@@ -358,7 +358,12 @@ impl Backend for Etcd {
         let mut backoff = Backoff::new();
         loop {
             let attempt = async {
-                let response = self.client.kv_client().get(key, None).await.map_err(classify)?;
+                let response = self
+                    .client
+                    .kv_client()
+                    .get(key, None)
+                    .await
+                    .map_err(classify)?;
                 if response
                     .kvs()
                     .first()

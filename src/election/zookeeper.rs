@@ -642,6 +642,49 @@ impl Backend for ZooKeeper {
         Ok(())
     }
 
+    /// An exists-watch on the request node (it fires on its creation, a new request and its
+    /// deletion): a request wakes the leader at once, at no cost while none comes.
+    async fn handover_requested(&self, candidacy: &Candidacy, key: &str, poll: Duration) {
+        let path = self.path_of(key);
+        loop {
+            // The leader's own session; without one, its renewal and `key_gone` end leadership.
+            let Some(client) = self.session_of() else {
+                tokio::time::sleep(poll).await;
+                continue;
+            };
+            let watcher = match client.check_and_watch_stat(&path).await {
+                Ok((stat, watcher)) => {
+                    if stat.is_some() {
+                        match client.get_data(&path).await {
+                            Ok((data, _)) => {
+                                if unexpired(data)
+                                    .is_some_and(|v| super::is_request_for(&v, candidacy.token))
+                                {
+                                    return;
+                                }
+                            }
+                            Err(zk::Error::NoNode) => {}
+                            Err(e) => {
+                                tracing::debug!(error = %classify(e), "reading handover requests failed");
+                                tokio::time::sleep(poll).await;
+                                continue;
+                            }
+                        }
+                    }
+                    watcher
+                }
+                Err(e) => {
+                    tracing::debug!(error = %classify(e), "watching for handover requests failed");
+                    tokio::time::sleep(poll).await;
+                    continue;
+                }
+            };
+            if watcher.changed().await.session_state.is_terminated() {
+                tokio::time::sleep(poll).await;
+            }
+        }
+    }
+
     async fn observe(&self) -> Result<Observation, StoreError> {
         let client = self.client().await?;
         let (leader, candidates, revision) = Self::leader_of(&client, &self.election).await?;
