@@ -234,3 +234,48 @@ pub fn resign_names_a_frozen_leader_and_force_takes_over<S: Store>() {
     assert!(!alive(a_start.pid()));
     assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());
 }
+
+pub fn resign_with_recampaign_sends_the_leader_to_the_back_of_the_line<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let mut args_a = args(&endpoint, "back", "host-a:1");
+    args_a.push("--recampaign");
+    let mut a = Instance::start(&args_a, &scratch.job("a", "sleep 1000"));
+    let a_first = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let mut b = Instance::start(
+        &args(&endpoint, "back", "host-b:2"),
+        &scratch.job("b", "sleep 2"),
+    );
+    wait_in_line(&store, &b, "back");
+
+    let (code, stdout, stderr) = resign(&endpoint, &["--lease", "back"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    // The waiter goes first, not the leader that handed over (on PostgreSQL both race for the
+    // row: the handed-over leader waits a retry period before it tries).
+    let b_start = scratch
+        .wait_record("start", "b", Duration::from_secs(10))
+        .expect("b took over");
+    assert!(b_start.token() > a_first.token());
+    assert!(!alive(a_first.pid()));
+    assert!(a.running(), "a did not campaign again: {}", a.stderr());
+    // Then a, once b's command is done.
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    let a_again = scratch
+        .wait_record_nth("start", "a", 2, Duration::from_secs(10))
+        .expect("a led again after b");
+    assert!(a_again.token() > b_start.token());
+    let b_end = scratch
+        .wait_record("end", "b", Duration::ZERO)
+        .expect("b's end recorded");
+    assert!(a_again.time() > b_end.time());
+    let history = scratch.history();
+    assert!(
+        history.iter().all(|r| r.kind != "overlap"),
+        "jobs overlapped: {history:#?}"
+    );
+    a.signal(Signal::SIGTERM);
+    assert!(a.wait(Duration::from_secs(10)).is_some());
+}

@@ -46,6 +46,7 @@ store_independent! {
     // resign is a handover; a frozen leader is named, --force takes over.
     handover::resign_hands_over_only_after_the_whole_old_group_is_gone,
     handover::resign_names_a_frozen_leader_and_force_takes_over,
+    handover::resign_with_recampaign_sends_the_leader_to_the_back_of_the_line,
     // An occurrence runs once.
     cron::six_staggered_hosts_run_an_occurrence_once,
     // Bad input.
