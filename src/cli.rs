@@ -75,7 +75,8 @@ NOTIFY_SOCKET                set by systemd: receives READY=1 and STATUS= lines 
 pub const EXIT_STATUS: &str = "\
 N        the command ran and exited with status N
 128+N    the command died of signal N (also when leader-exec forwarded it)
-75       leadership was lost and the command was stopped (EX_TEMPFAIL: restart us)
+75       leadership was lost, or handed over on `resign`, and the command was stopped
+         (EX_TEMPFAIL: restart us)
 76       --if-unfinished fail refused an occurrence an earlier leader started and never
          finished: a human must decide whether to run it again
 124      not acquired: --no-wait found a leader, or --wait-timeout passed

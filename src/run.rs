@@ -8,6 +8,10 @@
 //!  withdrawn (exit 128+N/124)  SteppingDown ──group gone──▶ exit 75
 //! ```
 //!
+//! A handover asked for by `resign` is the stop a forwarded TERM starts (`--kill-signal`,
+//! `--kill-after`, SIGKILL), with the lease renewed until the group is gone; then release,
+//! exit 75 (or campaign again).
+//!
 //! One task owns the candidacy, the renewal loop and the supervisor handle, and `select!`s over
 //! lease loss, the command's events, signals and timers. Every exit path either revokes the lease
 //! or leaves it to expire; none keeps it alive.
