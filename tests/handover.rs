@@ -279,3 +279,27 @@ pub fn resign_with_recampaign_sends_the_leader_to_the_back_of_the_line<S: Store>
     a.signal(Signal::SIGTERM);
     assert!(a.wait(Duration::from_secs(10)).is_some());
 }
+
+pub fn resign_ends_a_hold_at_least<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let mut args_a = args(&endpoint, "hold", "host-a:1");
+    args_a.extend(["--hold-at-least", "10m"]);
+    let mut a = Instance::start(&args_a, &scratch.job("a", "true"));
+    scratch
+        .wait_record("end", "a", Duration::from_secs(10))
+        .expect("a's command ran");
+    let mut b = Instance::start(
+        &args(&endpoint, "hold", "host-b:2"),
+        &scratch.job("b", "true"),
+    );
+    wait_in_line(&store, &b, "hold");
+    assert!(a.running(), "a did not hold the lease: {}", a.stderr());
+
+    let (code, stdout, stderr) = resign(&endpoint, &["--lease", "hold"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(75), "{}", a.stderr());
+    assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());
+    assert_one_at_a_time(&scratch.history());
+}
