@@ -278,6 +278,16 @@ mod tests {
     }
 
     #[test]
+    fn a_request_is_for_exactly_the_token_it_names() {
+        use crate::election::is_request_for;
+        assert!(is_request_for(b"42", 42));
+        assert!(is_request_for(b"42\n", 42));
+        for other in [&b"41"[..], b"420", b"", b"x", b"\xff42"] {
+            assert!(!is_request_for(other, 42), "{other:?}");
+        }
+    }
+
+    #[test]
     fn the_default_bound_covers_the_leaders_kill_after_and_retry_periods() {
         assert_eq!(
             handover_bound(DEFAULT_KILL_AFTER, DEFAULT_RETRY_PERIOD),
