@@ -687,6 +687,22 @@ fn postgres_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connect
         match key {
             "sslmode" => sslmode = value.to_owned(),
             "sslrootcert" => sslrootcert = Some(PathBuf::from(percent_decode(value))),
+            // Only a primary: a standby (an old primary after a failover, say) answers from
+            // the past. read-write is what leader-exec always asks for (postgres.rs).
+            "target_session_attrs" => match value {
+                "read-write" | "primary" => {}
+                "any" | "read-only" | "standby" | "prefer-standby" => {
+                    return Err(Failure::usage(format!(
+                        "--endpoints: target_session_attrs={value} would allow a standby; leader-exec uses only a primary (read-write, the default)"
+                    )));
+                }
+                other => {
+                    return Err(Failure::usage(format!(
+                        "--endpoints: target_session_attrs={} is not one of read-write, primary",
+                        other.escape_debug()
+                    )));
+                }
+            },
             // Not libpq's: whether waiters LISTEN (off behind pgbouncer in transaction mode).
             "leader_exec_listen" => {
                 listen = match value {
