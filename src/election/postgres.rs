@@ -581,30 +581,36 @@ impl Postgres {
                  WHERE c.relnamespace = (SELECT oid FROM ns)
                    AND pg_catalog.starts_with(c.relname::text, $2)
              ),
-             objects(kind, name, owner) AS (
-                 SELECT CASE o.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table'
+             objects(rank, what, owner) AS (
+                 SELECT CASE WHEN o.relkind IN ('r', 'p') THEN 0 ELSE 1 END,
+                        CASE o.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table'
                             WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index'
                             WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
-                            ELSE 'relation' END,
-                        o.relname::text, o.relowner
+                            ELSE 'relation' END || ' ' || $1 || '.' || o.relname::text,
+                        o.relowner
                  FROM ours o
                  UNION ALL
-                 SELECT 'function', p.oid::pg_catalog.regprocedure::text, p.proowner
+                 SELECT 2, 'function ' || $1 || '.' || p.proname::text || '('
+                            || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')',
+                        p.proowner
                  FROM pg_catalog.pg_proc p
                  WHERE p.pronamespace = (SELECT oid FROM ns)
                    AND pg_catalog.starts_with(p.proname::text, $2)
                  UNION ALL
-                 SELECT 'function of trigger ' || t.tgname::text || ' on ' || o.relname::text
-                            || ',',
-                        p.oid::pg_catalog.regprocedure::text, p.proowner
+                 SELECT 3, 'function ' || n.nspname::text || '.' || p.proname::text || '('
+                            || pg_catalog.pg_get_function_identity_arguments(p.oid)
+                            || ') of trigger ' || t.tgname::text || ' on ' || $1 || '.'
+                            || o.relname::text,
+                        p.proowner
                  FROM pg_catalog.pg_trigger t
                  JOIN ours o ON o.oid = t.tgrelid
                  JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+                 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
                  WHERE NOT t.tgisinternal
              )
-             SELECT kind, name, pg_catalog.pg_get_userbyid(owner)::text, CURRENT_USER::text
+             SELECT what, pg_catalog.pg_get_userbyid(owner)::text, CURRENT_USER::text
              FROM objects WHERE owner NOT IN (SELECT oid FROM mine)
-             ORDER BY 1, 2";
+             ORDER BY rank, what";
         let rows = client
             .query(sql, &[&schema, &prefix])
             .await
@@ -612,22 +618,20 @@ impl Postgres {
         let Some(first) = rows.first() else {
             return Ok(());
         };
-        let (kind, name, owner, user): (String, String, String, String) =
-            (first.get(0), first.get(1), first.get(2), first.get(3));
+        let (what, owner, user): (String, String, String) =
+            (first.get(0), first.get(1), first.get(2));
         let more = match rows.len() - 1 {
             0 => String::new(),
             n => format!(" (and {n} more)"),
         };
         use crate::escape::escape_str;
         Err(StoreError::Fatal(format!(
-            "PostgreSQL: {kind} {schema}.{name} is owned by role {owner}, not by {user} or a role \
-             it is a member of{more}: not used (its owner could rewrite tokens or run code as \
-             {user}); drop it or change its owner (README: PostgreSQL, schema and ownership)",
-            schema = escape_str(&schema),
-            name = escape_str(&name),
+            "PostgreSQL: {what} is owned by role {owner}, not by {user} or a role it is a member \
+             of{more}: not used (its owner could rewrite tokens or run code as {user}); drop it \
+             or change its owner (README: PostgreSQL, schema and ownership)",
+            what = escape_str(&what),
             owner = escape_str(&owner),
             user = escape_str(&user),
-            kind = escape_str(&kind),
         )))
     }
 
