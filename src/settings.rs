@@ -1193,6 +1193,23 @@ mod zookeeper_urls {
     }
 
     #[test]
+    fn postgres_target_session_attrs_allowing_a_standby_are_refused() {
+        for attrs in ["any", "read-only", "standby", "prefer-standby"] {
+            let url = format!("postgres://db1,db2/ops?target_session_attrs={attrs}");
+            let message = refused(&["--endpoints", &url]);
+            assert!(message.contains("standby"), "{message}");
+        }
+        assert!(
+            refused(&["--endpoints", "postgres://db1/ops?target_session_attrs=x"]).contains("x")
+        );
+        for attrs in ["read-write", "primary"] {
+            let url =
+                format!("postgres://db1,db2/ops?target_session_attrs={attrs}&sslmode=disable");
+            assert!(connect(&["--endpoints", &url]).is_ok(), "{attrs}");
+        }
+    }
+
+    #[test]
     fn a_zk_url_is_a_connect_string_with_an_optional_chroot() {
         let t = target(&["--endpoints", "zk://zk1:2181,zk2:2181,zk3:2181/ops"]);
         assert_eq!(t.connect, "zk1:2181,zk2:2181,zk3:2181/ops");

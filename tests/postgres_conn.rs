@@ -204,7 +204,10 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
             "{stderr}"
         );
     };
-    refused(lead(), "table public.leader_exec_leases");
+    let superuser = "SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'";
+    let first = lead();
+    assert_eq!(pg.psql(superuser), "f\n", "mallory became a superuser");
+    refused(first, "table public.leader_exec_leases");
     assert!(!ran.exists(), "the command ran");
     refused(
         run(&[
@@ -222,7 +225,6 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
         run(&["status", "--endpoints", &endpoint, "--lease", "own"]),
         "leader_exec_leases",
     );
-    let superuser = "SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'";
     assert_eq!(pg.psql(superuser), "f\n", "mallory became a superuser");
     assert_eq!(pg.psql("SELECT count(*) FROM leader_exec_leases"), "0\n");
 

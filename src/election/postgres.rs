@@ -1,9 +1,11 @@
 //! The election on PostgreSQL: one lease row per lease name, its expiry computed by the server.
 //!
 //! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` under a transaction-scoped
-//! advisory lock so that concurrent first runs do not race in the catalog), in the connection's
-//! `search_path` schema, named from `--prefix` (`/leader-exec/` gives `leader_exec_leases` and
-//! `leader_exec_records`):
+//! advisory lock so that concurrent first runs do not race in the catalog), in the first
+//! session's `current_schema()` (every name qualified with it, every session's `search_path`
+//! pinned to it; objects there that another role owns are refused, `refuse_foreign_objects`),
+//! named from `--prefix` (`/leader-exec/` gives `leader_exec_leases` and `leader_exec_records`;
+//! every session is on a primary, never a standby: `check_session`):
 //!
 //! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
 //!   ttl_ms bigint)`: one row per lease name, never deleted, so its token never resets.
@@ -477,12 +479,9 @@ impl Postgres {
             .batch_execute(&format!("SET search_path = {}", quote_ident(schema)))
             .await
             .map_err(classify)?;
-        let on_network = shared
-            .target
-            .config
-            .get_hosts()
-            .iter()
-            .any(|h| matches!(h, Host::Tcp(_)));
+        let config = &shared.target.config;
+        let on_network = !config.get_hostaddrs().is_empty()
+            || config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
         if !encrypted
             && on_network
             && shared.target.config.get_password().is_some()
