@@ -111,6 +111,21 @@ fn a_lagging_standby_first_in_the_url_is_passed_over_by_check_status_and_run() {
     assert_eq!(code, 1, "the deposed token passed the check: {stderr}");
     let (code, _, stderr) = check(b_token);
     assert_eq!(code, 0, "the current token failed the check: {stderr}");
+    // The standby alone: no answer from it, whatever it holds (retried as an unreachable
+    // server would be, until --connect-timeout).
+    let only_standby = Store::endpoint(&standby);
+    let (code, stdout, stderr) = run(&[
+        "check",
+        "--endpoints",
+        &only_standby,
+        "--lease",
+        "standby",
+        "--token",
+        &a_token.to_string(),
+        "--connect-timeout",
+        "2s",
+    ]);
+    assert_eq!(code, 125, "{stdout}{stderr}");
     let (code, stdout, stderr) = run(&["status", "--endpoints", &both, "--lease", "standby"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("host-b"), "{stdout}");

@@ -122,6 +122,14 @@ pub fn classify(error: tokio_postgres::Error) -> StoreError {
     if lower.contains("certificate") || lower.contains("received fatal alert") {
         return StoreError::Fatal(format!("PostgreSQL: TLS: {message}"));
     }
+    if lower.contains("does not allow writes") {
+        // read-write passed over every host: standbys (or read-only servers). Worth retrying:
+        // a failover may be promoting one of them.
+        return StoreError::Transient(
+            "PostgreSQL: no primary among the hosts (each is a standby or read-only); only a primary is used"
+                .into(),
+        );
+    }
     if lower.contains("server does not support tls") || lower.contains("password missing") {
         return StoreError::Fatal(format!("PostgreSQL: {message}"));
     }
