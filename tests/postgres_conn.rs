@@ -319,3 +319,34 @@ fn a_password_sent_without_tls_is_warned_about_once_and_never_shown() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(warnings(&stderr), 1, "{stderr}");
 }
+
+#[test]
+fn tables_found_further_down_search_path_are_not_made_again_in_the_first_schema() {
+    let pg = Postgres::start();
+    let endpoint = Store::endpoint(&pg);
+    let lead = |url: &str| {
+        let mut args = vec!["--endpoints", url, "--lease", "path"];
+        args.extend(FAST);
+        args.extend(["--no-wait", "--", "sh", "-c", "echo $LEADER_TOKEN"]);
+        run(&args)
+    };
+    let (code, stdout, stderr) = lead(&endpoint);
+    assert_eq!((code, stdout.as_str()), (0, "1\n"), "{stderr}");
+    // A schema named after the role: "$user" now comes before public in the default
+    // search_path, and is where new tables would go.
+    pg.psql("CREATE SCHEMA postgres");
+    let (code, stdout, stderr) = lead(&endpoint);
+    assert_eq!(code, 125, "{stdout}{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("schema public") && stderr.contains("search_path"),
+        "{stderr}"
+    );
+    assert_eq!(
+        pg.psql("SELECT to_regclass('postgres.leader_exec_leases') IS NULL"),
+        "t\n"
+    );
+    // Told which schema, it goes on where it was: the token does not start again.
+    let (code, stdout, stderr) = lead(&format!("{endpoint}?options=-csearch_path%3Dpublic"));
+    assert_eq!((code, stdout.as_str()), (0, "2\n"), "{stderr}");
+}

@@ -476,6 +476,30 @@ impl Postgres {
                             .into(),
                     )
                 })?;
+                // Tables an earlier version found further down search_path (a schema made
+                // ahead of theirs since) would be made again here, their tokens from 1: never.
+                let found = client
+                    .query_opt(
+                        "SELECT n.nspname::text FROM pg_catalog.pg_class c
+                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                         WHERE c.oid = pg_catalog.to_regclass($1)",
+                        &[&quote_ident(&shared.leases)],
+                    )
+                    .await
+                    .map_err(classify)?
+                    .map(|r| r.get::<_, String>(0));
+                if let Some(found) = found.filter(|found| found != current) {
+                    use crate::escape::escape_str;
+                    return Err(StoreError::Fatal(format!(
+                        "PostgreSQL: {table} is in schema {found}, but the first schema of \
+                         search_path is {current}, where leader-exec would make new tables (tokens \
+                         from 1 again): put {found} first in search_path \
+                         (?options=-csearch_path%3D{found}) or move the tables",
+                        table = escape_str(&shared.leases),
+                        found = escape_str(&found),
+                        current = escape_str(current),
+                    )));
+                }
                 shared.schema.get_or_init(|| current.to_owned())
             }
         };
