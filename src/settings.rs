@@ -687,6 +687,22 @@ fn postgres_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connect
         match key {
             "sslmode" => sslmode = value.to_owned(),
             "sslrootcert" => sslrootcert = Some(PathBuf::from(percent_decode(value))),
+            // Only a primary: a standby (an old primary after a failover, say) answers from
+            // the past. read-write is what leader-exec always asks for (postgres.rs).
+            "target_session_attrs" => match value {
+                "read-write" | "primary" => {}
+                "any" | "read-only" | "standby" | "prefer-standby" => {
+                    return Err(Failure::usage(format!(
+                        "--endpoints: target_session_attrs={value} would allow a standby; leader-exec uses only a primary (read-write, the default)"
+                    )));
+                }
+                other => {
+                    return Err(Failure::usage(format!(
+                        "--endpoints: target_session_attrs={} is not one of read-write, primary",
+                        other.escape_debug()
+                    )));
+                }
+            },
             // Not libpq's: whether waiters LISTEN (off behind pgbouncer in transaction mode).
             "leader_exec_listen" => {
                 listen = match value {
@@ -1173,6 +1189,23 @@ mod zookeeper_urls {
         match connect(args) {
             Err(failure) => failure.to_string(),
             Ok(_) => panic!("{args:?} accepted"),
+        }
+    }
+
+    #[test]
+    fn postgres_target_session_attrs_allowing_a_standby_are_refused() {
+        for attrs in ["any", "read-only", "standby", "prefer-standby"] {
+            let url = format!("postgres://db1,db2/ops?target_session_attrs={attrs}");
+            let message = refused(&["--endpoints", &url]);
+            assert!(message.contains("standby"), "{message}");
+        }
+        assert!(
+            refused(&["--endpoints", "postgres://db1/ops?target_session_attrs=x"]).contains("x")
+        );
+        for attrs in ["read-write", "primary"] {
+            let url =
+                format!("postgres://db1,db2/ops?target_session_attrs={attrs}&sslmode=disable");
+            assert!(connect(&["--endpoints", &url]).is_ok(), "{attrs}");
         }
     }
 

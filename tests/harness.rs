@@ -2123,3 +2123,63 @@ pub fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
 pub fn campaigning(instance: &Instance) -> bool {
     instance.stderr().contains(" campaigning")
 }
+
+impl Postgres {
+    /// A hot standby of this server: `pg_basebackup -R` (streaming from this one), started on
+    /// a free port of its own; stopped when dropped.
+    pub fn start_standby(&self) -> Postgres {
+        let dir = tempfile::Builder::new()
+            .prefix("leader-exec-pg-standby")
+            .tempdir()
+            .unwrap();
+        let chown = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(dir.path())
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+        let out = as_postgres("pg_basebackup")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .arg("-D")
+            .arg(dir.path().join("data"))
+            .args(["-R", "-X", "stream", "--no-sync"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_basebackup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut standby = Postgres {
+            port: 0,
+            dir,
+            running: false,
+            extra: String::new(),
+        };
+        for _ in 0..5 {
+            standby.port = free_port();
+            if standby.spawn() {
+                return standby;
+            }
+        }
+        panic!("the standby did not start");
+    }
+
+    /// Stops a standby's WAL replay (SIGSTOP of its startup process): it lags, yet still
+    /// answers reads. Dropping the standby lets it go on (`kill` thaws every process first).
+    pub fn pause_replay(&self) {
+        let startup = self
+            .pids()
+            .into_iter()
+            .find(|&pid| cmdline_of(pid).contains("startup"))
+            .expect("a standby has a startup process");
+        kill(Pid::from_raw(startup), Signal::SIGSTOP).unwrap();
+    }
+}

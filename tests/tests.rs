@@ -65,6 +65,7 @@ mod input;
 mod local_faults;
 mod metrics;
 mod operator;
+mod postgres_conn;
 mod postgres_only;
 mod rough_edges;
 mod signals;

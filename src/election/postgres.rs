@@ -1,9 +1,11 @@
 //! The election on PostgreSQL: one lease row per lease name, its expiry computed by the server.
 //!
 //! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` under a transaction-scoped
-//! advisory lock so that concurrent first runs do not race in the catalog), in the connection's
-//! `search_path` schema, named from `--prefix` (`/leader-exec/` gives `leader_exec_leases` and
-//! `leader_exec_records`):
+//! advisory lock so that concurrent first runs do not race in the catalog), in the first
+//! session's `current_schema()` (every name qualified with it, every session's `search_path`
+//! pinned to it; objects there that another role owns are refused, `refuse_foreign_objects`),
+//! named from `--prefix` (`/leader-exec/` gives `leader_exec_leases` and `leader_exec_records`;
+//! every session is on a primary, never a standby: `check_session`):
 //!
 //! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
 //!   ttl_ms bigint)`: one row per lease name, never deleted, so its token never resets.
@@ -31,14 +33,16 @@
 //! `--retry-period`, and every request under a client-side timer as well.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::poll_fn;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
+use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{AsyncMessage, Client, Config};
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{AsyncMessage, Client, Config, SimpleQueryMessage, Socket};
 
 use super::{
     Ahead, Backend, Candidacy, Election, Keeper, Leader, LeaseTime, Observation, RawRecord,
@@ -117,6 +121,14 @@ pub fn classify(error: tokio_postgres::Error) -> StoreError {
     let lower = message.to_lowercase();
     if lower.contains("certificate") || lower.contains("received fatal alert") {
         return StoreError::Fatal(format!("PostgreSQL: TLS: {message}"));
+    }
+    if lower.contains("does not allow writes") {
+        // read-write passed over every host: standbys (or read-only servers). Worth retrying:
+        // a failover may be promoting one of them.
+        return StoreError::Transient(
+            "PostgreSQL: no primary among the hosts (each is a standby or read-only); only a primary is used"
+                .into(),
+        );
     }
     if lower.contains("server does not support tls") || lower.contains("password missing") {
         return StoreError::Fatal(format!("PostgreSQL: {message}"));
@@ -217,6 +229,10 @@ struct Shared {
     /// The token this instance holds, 0 while it holds none (shared with its keeper).
     held: AtomicI64,
     schema_ready: Mutex<bool>,
+    /// The schema of the tables: the first session's `current_schema()`, kept for every later
+    /// session of this process (each pins its `search_path` to it, and the table names are
+    /// qualified with it once it is known).
+    schema: OnceLock<String>,
 }
 
 /// An election on PostgreSQL, for one lease name.
@@ -261,6 +277,12 @@ impl Postgres {
         if target.config.get_application_name().is_none() {
             target.config.application_name("leader-exec");
         }
+        // Never a standby: it answers from the past (a deposed leader's row, a stale token).
+        // libpq's read-write: each host of the URL in turn, the first that accepts writes;
+        // `open` checks pg_is_in_recovery() as well. settings.rs refuses a URL asking otherwise.
+        target
+            .config
+            .target_session_attrs(TargetSessionAttrs::ReadWrite);
         let (heard, _) = watch::channel(Heard::default());
         let probe = format!("probe\n{}\n{}", identity, std::process::id());
         let listen = target.listen;
@@ -295,6 +317,7 @@ impl Postgres {
                 poll: timing.retry_period.max(Duration::from_millis(100)),
                 held: AtomicI64::new(0),
                 schema_ready: Mutex::new(false),
+                schema: OnceLock::new(),
             }),
         })
     }
@@ -305,11 +328,22 @@ impl Postgres {
     }
 
     fn leases(&self) -> String {
-        quote_ident(&self.shared.leases)
+        self.qualified(&self.shared.leases)
     }
 
     fn records(&self) -> String {
-        quote_ident(&self.shared.records)
+        self.qualified(&self.shared.records)
+    }
+
+    /// `"schema"."name"` once the first session has said which schema; before that (only in a
+    /// statement built before its session was opened) the bare name, which resolves to the
+    /// same table: the session that runs it has pinned `search_path` to that one schema, and
+    /// `ensure_schema` has made or found the table there before any statement uses it.
+    fn qualified(&self, name: &str) -> String {
+        match self.shared.schema.get() {
+            Some(schema) => format!("{}.{}", quote_ident(schema), quote_ident(name)),
+            None => quote_ident(name),
+        }
     }
 
     /// Opens a session; notifications (when `heard` is given) go to the waiters.
@@ -321,7 +355,7 @@ impl Postgres {
             probe: shared.probe.clone(),
         });
         let attempt = async {
-            match &shared.target.tls {
+            let (client, encrypted) = match &shared.target.tls {
                 None => {
                     let (client, connection) = shared
                         .target
@@ -330,19 +364,26 @@ impl Postgres {
                         .await
                         .map_err(classify)?;
                     tokio::spawn(drive(connection, heard));
-                    Ok(client)
+                    (client, false)
                 }
                 Some(tls) => {
+                    let noted = Noted {
+                        inner: tls.clone(),
+                        encrypted: Arc::new(AtomicBool::new(false)),
+                    };
+                    let encrypted = noted.encrypted.clone();
                     let (client, connection) = shared
                         .target
                         .config
-                        .connect(tls.clone())
+                        .connect(noted)
                         .await
                         .map_err(classify)?;
                     tokio::spawn(drive(connection, heard));
-                    Ok(client)
+                    (client, encrypted.load(Ordering::SeqCst))
                 }
-            }
+            };
+            self.check_session(&client, encrypted).await?;
+            Ok(client)
         };
         let limit = shared.request_timeout * 4 + Duration::from_secs(1);
         match tokio::time::timeout(limit, attempt).await {
@@ -392,6 +433,102 @@ impl Postgres {
         Err(result)
     }
 
+    /// What every new session is checked for before it is used: a primary, with `search_path`
+    /// pinned to leader-exec's schema; and, once per process, a warning when a password goes
+    /// out without TLS.
+    async fn check_session(&self, client: &Client, encrypted: bool) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        let messages = client
+            .simple_query(
+                "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_schema()::text",
+            )
+            .await
+            .map_err(classify)?;
+        let Some(row) = messages.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        }) else {
+            return Err(StoreError::Transient(
+                "PostgreSQL: no answer to pg_is_in_recovery()".into(),
+            ));
+        };
+        // read-write (in `new`) already passed over every standby: `transaction_read_only` is
+        // on there. This is the check for what that misses (a pooler in front of a standby
+        // that reports otherwise). A session found on a primary stays on one: a server goes
+        // into recovery only by being restarted as a standby (PostgreSQL has no demotion of a
+        // running primary), and that restart ends every session; a standby promoted under a
+        // session only turns it into a session on a primary. Behind a pooler in transaction
+        // mode the server may change under a session: every write there is refused by a
+        // standby (read-only), so only reads could be stale (README: PostgreSQL).
+        if row.get(0) != Some("f") {
+            return Err(StoreError::Transient(format!(
+                "PostgreSQL at {}: the server is in recovery (a standby); only a primary is used",
+                shared.target.shown
+            )));
+        }
+        let schema = match shared.schema.get() {
+            Some(schema) => schema,
+            None => {
+                let current = row.get(1).ok_or_else(|| {
+                    StoreError::Fatal(
+                        "PostgreSQL: no schema to use: no schema named in search_path exists \
+                         (ALTER ROLE … SET search_path = a schema the role owns)"
+                            .into(),
+                    )
+                })?;
+                // Tables an earlier version found further down search_path (a schema made
+                // ahead of theirs since) would be made again here, their tokens from 1: never.
+                let found = client
+                    .query_opt(
+                        "SELECT n.nspname::text FROM pg_catalog.pg_class c
+                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                         WHERE c.oid = pg_catalog.to_regclass($1)",
+                        &[&quote_ident(&shared.leases)],
+                    )
+                    .await
+                    .map_err(classify)?
+                    .map(|r| r.get::<_, String>(0));
+                if let Some(found) = found.filter(|found| found != current) {
+                    use crate::escape::escape_str;
+                    return Err(StoreError::Fatal(format!(
+                        "PostgreSQL: {table} is in schema {found}, but the first schema of \
+                         search_path is {current}, where leader-exec would make new tables (tokens \
+                         from 1 again): put {found} first in search_path \
+                         (?options=-csearch_path%3D{found}) or move the tables",
+                        table = escape_str(&shared.leases),
+                        found = escape_str(&found),
+                        current = escape_str(current),
+                    )));
+                }
+                shared.schema.get_or_init(|| current.to_owned())
+            }
+        };
+        // Names resolved through search_path: only this schema, and pg_catalog (implicitly
+        // first, so a built-in function always beats one of the same name elsewhere). Table
+        // names are qualified as well (`qualified`): a pooler in transaction mode does not
+        // keep a session's SET.
+        client
+            .batch_execute(&format!("SET search_path = {}", quote_ident(schema)))
+            .await
+            .map_err(classify)?;
+        let config = &shared.target.config;
+        let on_network = !config.get_hostaddrs().is_empty()
+            || config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
+        if !encrypted
+            && on_network
+            && shared.target.config.get_password().is_some()
+            && !CLEARTEXT_WARNED.swap(true, Ordering::SeqCst)
+        {
+            tracing::warn!(
+                event = "cleartext-password",
+                "the PostgreSQL password is sent without TLS to {} (sslmode=disable, or prefer \
+                 and the server offers no TLS); use sslmode=require or verify-full",
+                shared.target.shown
+            );
+        }
+        Ok(())
+    }
+
     async fn ensure_schema(&self, client: &Client) -> Result<(), StoreError> {
         if *self.shared.schema_ready.lock().expect("not poisoned") {
             return Ok(());
@@ -400,20 +537,23 @@ impl Postgres {
         let records = self.records();
         let exists = client
             .query_one(
-                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+                "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL",
                 &[&leases, &records],
             )
             .await
             .map_err(classify)?;
-        if !exists.get::<_, bool>(0) {
+        if exists.get::<_, bool>(0) {
+            self.refuse_foreign_objects(client).await?;
+        } else {
             // Serialised by a transaction-scoped advisory lock: two first runs at once would
             // otherwise race in the catalog (a unique violation on pg_type). The lock only
-            // orders the DDL; leadership never depends on it.
+            // orders the DDL; leadership never depends on it. The ownership check runs before
+            // the COMMIT: a refusal leaves nothing behind.
             let ddl = format!(
                 "BEGIN;
                  SET LOCAL statement_timeout = '30s';
                  SET LOCAL lock_timeout = '30s';
-                 SELECT pg_advisory_xact_lock(hashtext('leader-exec schema ' || current_schema() || {channel}));
+                 SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('leader-exec schema ' || pg_catalog.current_schema() || {channel}));
                  CREATE TABLE IF NOT EXISTS {leases} (
                      name text PRIMARY KEY,
                      holder text,
@@ -427,20 +567,103 @@ impl Postgres {
                      expires_at timestamptz,
                      lease_name text,
                      lease_token bigint
-                 );
-                 COMMIT;",
+                 );",
                 channel = quote_literal(&self.shared.channel),
             );
-            let done = tokio::time::timeout(Duration::from_secs(35), client.batch_execute(&ddl))
-                .await
-                .map_err(|_| StoreError::Transient("creating the tables took too long".into()))?;
+            let done = tokio::time::timeout(Duration::from_secs(35), async {
+                client.batch_execute(&ddl).await.map_err(classify)?;
+                self.refuse_foreign_objects(client).await?;
+                client.batch_execute("COMMIT").await.map_err(classify)
+            })
+            .await
+            .map_err(|_| StoreError::Transient("creating the tables took too long".into()))?;
             if let Err(e) = done {
                 let _ = client.batch_execute("ROLLBACK").await;
-                return Err(classify(e));
+                return Err(e);
             }
         }
         *self.shared.schema_ready.lock().expect("not poisoned") = true;
         Ok(())
+    }
+
+    /// Refuses objects leader-exec relies on that another role owns: every relation and
+    /// function in the schema whose name starts with the table prefix (`<p>_`: the tables,
+    /// their indexes, any sequence or function named for them), and the function of every
+    /// trigger on those relations. Their owner could rewrite `token` (fencing gone) or run
+    /// code with the privileges of the connecting role (a trigger runs as whoever writes the
+    /// row: a superuser, say). Owned by the connecting role, or by a role it is explicitly a
+    /// member of, is fine; a superuser's implicit power over every role does not count.
+    async fn refuse_foreign_objects(&self, client: &Client) -> Result<(), StoreError> {
+        let schema = self.shared.schema.get().cloned().unwrap_or_default();
+        let prefix = self
+            .shared
+            .leases
+            .strip_suffix("leases")
+            .unwrap_or(&self.shared.leases)
+            .to_owned();
+        let sql = "WITH RECURSIVE mine(oid) AS (
+                 SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER
+                 UNION
+                 SELECT m.roleid FROM pg_catalog.pg_auth_members m JOIN mine ON m.member = mine.oid
+             ),
+             ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
+             ours AS (
+                 SELECT c.oid, c.relname, c.relkind, c.relowner FROM pg_catalog.pg_class c
+                 WHERE c.relnamespace = (SELECT oid FROM ns)
+                   AND pg_catalog.starts_with(c.relname::text, $2)
+             ),
+             objects(rank, what, owner) AS (
+                 SELECT CASE WHEN o.relkind IN ('r', 'p') THEN 0 ELSE 1 END,
+                        CASE o.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table'
+                            WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index'
+                            WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                            ELSE 'relation' END || ' ' || $1 || '.' || o.relname::text,
+                        o.relowner
+                 FROM ours o
+                 UNION ALL
+                 SELECT 2, 'function ' || $1 || '.' || p.proname::text || '('
+                            || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')',
+                        p.proowner
+                 FROM pg_catalog.pg_proc p
+                 WHERE p.pronamespace = (SELECT oid FROM ns)
+                   AND pg_catalog.starts_with(p.proname::text, $2)
+                 UNION ALL
+                 SELECT 3, 'function ' || n.nspname::text || '.' || p.proname::text || '('
+                            || pg_catalog.pg_get_function_identity_arguments(p.oid)
+                            || ') of trigger ' || t.tgname::text || ' on ' || $1 || '.'
+                            || o.relname::text,
+                        p.proowner
+                 FROM pg_catalog.pg_trigger t
+                 JOIN ours o ON o.oid = t.tgrelid
+                 JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+                 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                 WHERE NOT t.tgisinternal
+             )
+             SELECT what, pg_catalog.pg_get_userbyid(owner)::text, CURRENT_USER::text
+             FROM objects WHERE owner NOT IN (SELECT oid FROM mine)
+             ORDER BY rank, what";
+        let rows = client
+            .query(sql, &[&schema, &prefix])
+            .await
+            .map_err(classify)?;
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        let (what, owner, user): (String, String, String) =
+            (first.get(0), first.get(1), first.get(2));
+        let more = match rows.len() - 1 {
+            0 => String::new(),
+            n => format!(" (and {n} more)"),
+        };
+        use crate::escape::escape_str;
+        Err(StoreError::Fatal(format!(
+            "PostgreSQL: {what} is owned by role {owner}, not by {user} or a role it is a member \
+             of{more}: not used (its owner could rewrite tokens or run code as {user}); drop it \
+             or change its owner (README: PostgreSQL, schema and ownership)",
+            what = escape_str(&what),
+            owner = escape_str(&owner),
+            user = escape_str(&user),
+        )))
     }
 
     /// Makes sure the listening session is up; a new one counts as a release heard (anything
@@ -1232,6 +1455,53 @@ impl Keeper for PgKeeper {
 
     fn reset(&mut self) {
         self.client = None;
+    }
+}
+
+/// Whether the password-without-TLS warning has been given (once per process).
+static CLEARTEXT_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// The TLS connector, noting whether the session got TLS: with `sslmode=prefer` a server that
+/// offers none gets plain TCP, and tokio-postgres does not say so.
+struct Noted {
+    inner: tokio_postgres_rustls::MakeRustlsConnect,
+    /// Set when the TLS handshake of the host tried last began (the session fails if it fails).
+    encrypted: Arc<AtomicBool>,
+}
+
+impl MakeTlsConnect<Socket> for Noted {
+    type Stream = <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
+    type TlsConnect = NotedConnect;
+    type Error = <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<Socket>>::Error;
+
+    fn make_tls_connect(&mut self, domain: &str) -> Result<NotedConnect, Self::Error> {
+        // Once per host tried: a host that had TLS and was then passed over (a standby) says
+        // nothing about the next one.
+        self.encrypted.store(false, Ordering::SeqCst);
+        Ok(NotedConnect {
+            inner: MakeTlsConnect::<Socket>::make_tls_connect(&mut self.inner, domain)?,
+            encrypted: self.encrypted.clone(),
+        })
+    }
+}
+
+struct NotedConnect {
+    inner: RustlsConnect,
+    encrypted: Arc<AtomicBool>,
+}
+
+/// The rustls connector of one host.
+type RustlsConnect =
+    <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<Socket>>::TlsConnect;
+
+impl TlsConnect<Socket> for NotedConnect {
+    type Stream = <RustlsConnect as TlsConnect<Socket>>::Stream;
+    type Error = <RustlsConnect as TlsConnect<Socket>>::Error;
+    type Future = <RustlsConnect as TlsConnect<Socket>>::Future;
+
+    fn connect(self, stream: Socket) -> Self::Future {
+        self.encrypted.store(true, Ordering::SeqCst);
+        self.inner.connect(stream)
     }
 }
 
