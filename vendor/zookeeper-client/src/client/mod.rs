@@ -15,7 +15,7 @@ use ignore_result::Ignore;
 use thiserror::Error;
 use tracing::instrument;
 
-pub use self::watcher::{OneshotWatcher, PersistentWatcher, StateWatcher};
+pub use self::watcher::{OneshotWatcher, PersistentWatcher, SessionTimeoutWatcher, StateWatcher};
 use super::session::{Depot, MarshalledRequest, Request, Session, SessionOperation, WatchReceiver};
 use crate::acl::{Acl, Acls, AuthUser};
 use crate::chroot::{Chroot, ChrootPath, OwnedChroot};
@@ -225,6 +225,8 @@ pub struct Client {
     session_timeout: Duration,
     requester: Arc<mpsc::UnboundedSender<Request>>,
     state_watcher: StateWatcher,
+    /// leader-exec patch.
+    negotiated_timeout: SessionTimeoutWatcher,
 }
 
 impl Client {
@@ -247,8 +249,9 @@ impl Client {
         timeout: Duration,
         requester: Arc<mpsc::UnboundedSender<Request>>,
         state_watcher: StateWatcher,
+        negotiated_timeout: SessionTimeoutWatcher,
     ) -> Client {
-        Client { chroot, version, session, session_timeout: timeout, requester, state_watcher }
+        Client { chroot, version, session, session_timeout: timeout, requester, state_watcher, negotiated_timeout }
     }
 
     fn validate_path<'a>(&'a self, path: &'a str) -> Result<ChrootPath<'a>> {
@@ -282,6 +285,19 @@ impl Client {
     /// Negotiated session timeout.
     pub fn session_timeout(&self) -> Duration {
         self.session_timeout
+    }
+
+    /// leader-exec patch: the session timeout negotiated on the current connection, as the
+    /// server's latest connect response said. Unlike [Client::session_timeout], which keeps the
+    /// value of the first connect, this follows every reconnect; the server expires the session
+    /// by this value.
+    pub fn negotiated_session_timeout(&self) -> Duration {
+        self.negotiated_timeout.clone().timeout()
+    }
+
+    /// leader-exec patch: a watcher of [Client::negotiated_session_timeout].
+    pub fn negotiated_session_timeout_watcher(&self) -> SessionTimeoutWatcher {
+        self.negotiated_timeout.clone()
     }
 
     /// Latest session state.
@@ -1768,13 +1784,14 @@ impl Connector {
         let session_info = session.session.clone();
         let session_timeout = session.session_timeout;
         let mut state_watcher = StateWatcher::new(session.subscribe_state());
+        let negotiated_timeout = SessionTimeoutWatcher::new(session.subscribe_negotiated_timeout());
         // Consume all state changes so far.
         state_watcher.state();
         asyncs::spawn(async move {
             session.serve(endpoints, conn, buf, depot, receiver).await;
         });
         let client =
-            Client::new(chroot.to_owned(), self.server_version, session_info, session_timeout, sender, state_watcher);
+            Client::new(chroot.to_owned(), self.server_version, session_info, session_timeout, sender, state_watcher, negotiated_timeout);
         Ok(client)
     }
 

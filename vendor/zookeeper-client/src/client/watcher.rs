@@ -39,6 +39,34 @@ impl StateWatcher {
     }
 }
 
+/// leader-exec patch: tracks the session timeout the server negotiated on the current
+/// connection. It is renegotiated on every reconnect, and the server expires the session by the
+/// timeout of its current connection.
+#[derive(Clone, Debug)]
+pub struct SessionTimeoutWatcher {
+    receiver: watch::Receiver<std::time::Duration>,
+}
+
+impl SessionTimeoutWatcher {
+    pub(super) fn new(receiver: watch::Receiver<std::time::Duration>) -> SessionTimeoutWatcher {
+        SessionTimeoutWatcher { receiver }
+    }
+
+    /// Returns the most recently negotiated timeout, and marks it seen.
+    pub fn timeout(&mut self) -> std::time::Duration {
+        *self.receiver.borrow_and_update()
+    }
+
+    /// Waits until a connect response negotiates a timeout not yet seen, and returns it (it may
+    /// equal the previous one). Blocks indefinitely once the session has ended.
+    pub async fn changed(&mut self) -> std::time::Duration {
+        match self.receiver.changed().await {
+            Ok(changed) => *changed,
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
 /// Watcher for stat, data and child event.
 #[derive(Debug)]
 pub struct OneshotWatcher {

@@ -122,6 +122,8 @@ impl Builder {
         #[cfg(not(feature = "tls"))]
         let connector = Connector::new();
         let (state_sender, state_receiver) = sync::watch::channel(SessionState::Disconnected);
+        // leader-exec patch: zero until the first connect response.
+        let (negotiated_timeout_sender, _) = sync::watch::channel(Duration::ZERO);
         let now = Instant::now();
         let watch_manager = WatchManager::new(requester, state_receiver);
         let mut session = Session {
@@ -149,6 +151,7 @@ impl Builder {
 
             authes: self.authes,
             state_sender,
+            negotiated_timeout_sender,
             watch_manager,
         };
         let timeout = if self.session_timeout.is_zero() { DEFAULT_SESSION_TIMEOUT } else { self.session_timeout };
@@ -184,6 +187,10 @@ pub struct Session {
 
     pub authes: Vec<MarshalledRequest>,
     state_sender: sync::watch::Sender<SessionState>,
+    /// leader-exec patch: the session timeout the server negotiated on the current connection,
+    /// exactly as its connect response said (not clamped by the connection timeout). Published
+    /// before any reply on that connection is handed out.
+    negotiated_timeout_sender: sync::watch::Sender<Duration>,
 
     watch_manager: WatchManager,
 }
@@ -208,6 +215,11 @@ impl Session {
 
     pub fn subscribe_state(&self) -> sync::watch::Receiver<SessionState> {
         self.state_sender.subscribe()
+    }
+
+    /// leader-exec patch: see `negotiated_timeout_sender`.
+    pub fn subscribe_negotiated_timeout(&self) -> sync::watch::Receiver<Duration> {
+        self.negotiated_timeout_sender.subscribe()
     }
 
     #[instrument(name = "serve", skip_all, fields(session = display(self.session.id)))]
@@ -463,6 +475,9 @@ impl Session {
         self.session.password.extend_from_slice(response.password);
         self.session.readonly = response.readonly;
         self.reset_timeout(Duration::from_millis(response.session_timeout as u64));
+        // leader-exec patch: the server now expires the session by this timeout; publish it
+        // before `complete_connect` and before any reply read after this connect response.
+        self.negotiated_timeout_sender.publish(Duration::from_millis(response.session_timeout.max(0) as u64));
         self.complete_connect();
         Ok(())
     }
