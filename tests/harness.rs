@@ -1650,6 +1650,20 @@ impl ZooKeeper {
     pub fn thaw(&self) {
         kill(Pid::from_raw(self.pid()), Signal::SIGCONT).unwrap();
     }
+
+    /// Like [`ZooKeeper::restart`] (same port, same data), with `extra_cfg_lines` in place of the
+    /// zoo.cfg lines given so far: a rolling configuration change, e.g.
+    /// `"maxSessionTimeout=4000\n"`. Sessions survive; each renegotiates its timeout under the
+    /// new bounds when its client reconnects.
+    pub fn restart_with(&mut self, extra_cfg_lines: &str) {
+        self.kill();
+        extra_cfg_lines.clone_into(&mut self.extra);
+        self.write_config();
+        self.spawn();
+        if !self.wait_ready(Duration::from_secs(30)) {
+            panic!("ZooKeeper did not come back:\n{}", self.log());
+        }
+    }
 }
 
 impl ZooKeeperTree for ZooKeeper {
