@@ -337,3 +337,58 @@ fn with_credentials_open_nodes_on_the_elections_path_are_warned_about() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("more than read"), "{stderr}");
 }
+
+#[test]
+fn curator_with_the_same_credentials_shares_a_guarded_line() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let slow = Duration::from_secs(30);
+    let mut args = lease_args(&endpoint, "curated");
+    args.extend(["--identity", "le-1", "--user", "ops:s3cret"]);
+    let release = scratch.path("release");
+    let body = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done",
+        release.display()
+    );
+    let mut le = Instance::start(&args, &scratch.job("a", &body));
+    let start = scratch
+        .wait_record("start", "a", Duration::from_secs(15))
+        .expect("leader-exec leads");
+
+    // A Curator LeaderLatch authenticated as the same user joins the line behind it.
+    let path = "/leader-exec/curated";
+    let mut curator =
+        CuratorLatch::start_with_auth(&zk.connect_string(), path, "curator-1", Some("ops:s3cret"));
+    assert!(curator.wait_for("started", slow), "{:?}", curator.lines());
+    assert!(wait_for(Duration::from_secs(15), || Store::claims(
+        &zk, "curated"
+    ) == 2));
+    let (participants, leader) = curator.ask_participants();
+    assert_eq!(participants, vec!["le-1", "curator-1"]);
+    assert_eq!(leader, "le-1");
+    assert_eq!(curator.count("leader"), 0, "{:?}", curator.lines());
+    // Its node is as closed as leader-exec's.
+    let curators = zk
+        .children(path)
+        .into_iter()
+        .map(|n| format!("{path}/{n}"))
+        .find(|n| zk.data(n).is_some_and(|(data, _, _)| data == b"curator-1"))
+        .expect("Curator's node");
+    let acl = acl_of(&zk, &curators);
+    assert!(
+        acl.contains(&("world".into(), "anyone".into(), Permission::READ)) && acl.len() == 2,
+        "{acl:?}"
+    );
+
+    // leader-exec's command ends: Curator leads next.
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(le.wait(Duration::from_secs(10)), Some(0), "{}", le.stderr());
+    assert!(!group_has_live_member(start.pid()));
+    assert!(
+        curator.wait_for("leader", Duration::from_secs(10)),
+        "{:?}",
+        curator.lines()
+    );
+    curator.close();
+}
