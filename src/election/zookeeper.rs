@@ -29,7 +29,13 @@
 //! The session is the lease. `--ttl` is the requested session timeout; the server may clamp it
 //! to its `minSessionTimeout`/`maxSessionTimeout`, so the campaign checks the timeout it
 //! *negotiated* against `--renew-deadline + --kill-after + margin` and refuses (125, naming both)
-//! when it does not fit.
+//! when it does not fit. Every reconnect renegotiates it, and the server expires the session by
+//! the timeout of its current connection: the leader holds the same check on every connection
+//! (see [`ZkKeeper`]).
+//!
+//! With credentials, every node created here gets all rights for the creator's identity and read
+//! for everyone ([`CREATOR_ALL_ANYONE_READ`]); without, nodes are open. Every read that answers
+//! "who leads" to an operator goes through [`ZooKeeper::synced`] (a `sync` first).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -207,6 +213,16 @@ pub fn classify(error: zk::Error) -> StoreError {
     }
 }
 
+/// Whether an ACL gives every client (`world:anyone`) more than read.
+fn open_to_everyone(acls: &[Acl]) -> bool {
+    acls.iter().any(|acl| {
+        acl.scheme() == "world"
+            && acl.id() == "anyone"
+            && acl.permission() != Permission::READ
+            && acl.permission() != Permission::NONE
+    })
+}
+
 /// A record's data: the expiry line, then the record.
 fn with_expiry(value: &[u8], retention: Duration) -> Vec<u8> {
     let now = std::time::SystemTime::now()
@@ -371,12 +387,7 @@ impl ZooKeeper {
         let mut open = Vec::new();
         for path in paths {
             if let Ok((acls, _)) = client.get_acl(&path).await
-                && acls.iter().any(|acl| {
-                    acl.scheme() == "world"
-                        && acl.id() == "anyone"
-                        && acl.permission() != Permission::READ
-                        && acl.permission() != Permission::NONE
-                })
+                && open_to_everyone(&acls)
             {
                 open.push(path);
             }
@@ -1115,6 +1126,16 @@ mod tests {
         let dead = format!("{EXPIRES}1\n{{}}").into_bytes();
         assert_eq!(unexpired(dead), None);
         assert_eq!(unexpired(b"raw".to_vec()).as_deref(), Some(&b"raw"[..]));
+    }
+
+    #[test]
+    fn only_acls_that_let_everyone_write_are_open() {
+        assert!(open_to_everyone(&Acls::anyone_all()));
+        assert!(!open_to_everyone(&CREATOR_ALL_ANYONE_READ));
+        assert!(!open_to_everyone(&Acls::anyone_read()));
+        assert!(!open_to_everyone(&Acls::creator_all()));
+        let create_only = Acl::new(Permission::CREATE, zk::AuthId::anyone());
+        assert!(open_to_everyone(&[create_only]));
     }
 
     #[test]
