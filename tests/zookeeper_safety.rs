@@ -37,12 +37,13 @@ fn requests_received(zk: &ZooKeeper, session: &str) -> Option<u64> {
 #[test]
 fn a_reconnect_that_negotiates_a_shorter_session_timeout_kills_the_command_before_anyone_else_runs()
 {
-    let mut zk = ZooKeeper::start_with("maxSessionTimeout=12000\n");
+    let mut zk = ZooKeeper::start_with("maxSessionTimeout=20000\n");
     let scratch = Scratch::new();
     let proxy = Proxy::start(zk.addr());
     let via_proxy = zk.endpoint_via(&proxy);
     let endpoint = zk.endpoint();
-    // 7 s + 3 s + a 600 ms margin fit in the 12 s the server grants now, not in 4 s.
+    // 14 s + 3 s + a 1 s margin fit in the 20 s the server grants now, not in 4 s. The long
+    // deadline outlasts the restart on a loaded machine.
     let a_args = [
         "-v",
         "--endpoints",
@@ -52,11 +53,11 @@ fn a_reconnect_that_negotiates_a_shorter_session_timeout_kills_the_command_befor
         "--identity",
         "host-a",
         "--ttl",
-        "12s",
+        "20s",
         "--renew-deadline",
-        "7s",
+        "14s",
         "--retry-period",
-        "500ms",
+        "1s",
         "--kill-after",
         "3s",
     ];
@@ -74,8 +75,8 @@ fn a_reconnect_that_negotiates_a_shorter_session_timeout_kills_the_command_befor
         .to_owned();
     let session = format!("0x{}", lease_id.trim_start_matches("0x"));
     assert!(
-        sessions_with_timeout(&zk, 12000).contains(&session),
-        "a's session {session} did not negotiate 12 s: {:?}",
+        sessions_with_timeout(&zk, 20000).contains(&session),
+        "a's session {session} did not negotiate 20 s: {:?}",
         zk.four_letter_word("cons")
     );
 
@@ -391,4 +392,96 @@ fn curator_with_the_same_credentials_shares_a_guarded_line() {
         curator.lines()
     );
     curator.close();
+}
+
+#[test]
+fn a_reconnect_during_the_grace_that_shrinks_the_session_timeout_sigkills_at_once() {
+    let mut zk = ZooKeeper::start_with("maxSessionTimeout=12000\n");
+    let scratch = Scratch::new();
+    let proxy = Proxy::start(zk.addr());
+    let via_proxy = zk.endpoint_via(&proxy);
+    let endpoint = zk.endpoint();
+    // A short deadline and a long grace: 3 s + 7 s + 600 ms fit in 12 s. The grace is safe only
+    // while the session outlasts it.
+    let a_args = [
+        "-v",
+        "--endpoints",
+        &via_proxy,
+        "--lease",
+        "grace",
+        "--identity",
+        "host-a",
+        "--ttl",
+        "12s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "500ms",
+        "--kill-after",
+        "7s",
+    ];
+    let mut a = Instance::start(
+        &a_args,
+        &scratch.job("a", "trap '' TERM; while :; do sleep 0.2; done"),
+    );
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(30))
+        .expect("a leads");
+    let b_args = [
+        "--endpoints",
+        &endpoint,
+        "--lease",
+        "grace",
+        "--identity",
+        "host-b",
+        "--ttl",
+        "4s",
+        "--renew-deadline",
+        "2s",
+        "--retry-period",
+        "500ms",
+        "--kill-after",
+        "1s",
+    ];
+    let mut b = Instance::start(&b_args, &scratch.job("b", "sleep 1"));
+    assert!(wait_for(Duration::from_secs(15), || Store::claims(
+        &zk, "grace"
+    ) == 2));
+
+    // a hears nothing (a black hole) while the server restarts with a smaller maximum; its
+    // deadline passes and it sends TERM, which the command ignores: the grace runs.
+    proxy.freeze();
+    zk.restart_with("maxSessionTimeout=4000\n");
+    assert!(
+        wait_for(Duration::from_secs(20), || a
+            .stderr()
+            .contains("leadership lost; stopping the command")),
+        "{}",
+        a.stderr()
+    );
+    assert!(group_has_live_member(a_start.pid()), "{}", a.stderr());
+    // a reconnects: the server now expires its session 4 s after this, before the grace ends.
+    proxy.heal();
+    let healed = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(10), || !group_has_live_member(
+            a_start.pid()
+        )),
+        "a's command outlived the reconnect: {}",
+        a.stderr()
+    );
+    let dead_after = healed.elapsed();
+    assert!(
+        dead_after < Duration::from_secs(4),
+        "a's command died {dead_after:?} after the reconnect, not before its session could expire: {}",
+        a.stderr()
+    );
+    let b_start = scratch
+        .wait_record("start", "b", Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("b never led: {}", b.stderr()));
+    assert_one_at_a_time(&scratch.history());
+    assert!(b_start.token() > a_start.token());
+    assert_eq!(a.wait(Duration::from_secs(15)), Some(75), "{}", a.stderr());
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    eprintln!("a's command dead {dead_after:?} after the reconnect");
 }
