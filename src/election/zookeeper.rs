@@ -1017,8 +1017,9 @@ impl Backend for ZooKeeper {
 ///   read belongs to the connection that answered or to a later one; a later connection's connect
 ///   request reached the server after this renewal was sent, and restarted the session's timer
 ///   with that later timeout, which is then the one that counts. Too short: `Expired`.
-/// - between renewals, `key_gone` watches the same value and completes the moment a reconnect
-///   negotiates too little (`session_timeout_shrunk`). The deadline proven by an earlier renewal
+/// - between renewals, and during a step-down's `--kill-after` grace, `key_gone` watches the
+///   same value and completes the moment a reconnect negotiates too little
+///   (`session_timeout_shrunk`). The deadline proven by an earlier renewal
 ///   no longer holds then: the server restarted the session's timer with the new, shorter
 ///   timeout when it accepted the reconnect, and may expire it that long after, before our
 ///   deadline + `--kill-after`.
