@@ -669,7 +669,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 Loss::Expired => crate::metrics::StepDown::Expired,
                 Loss::KeyDeleted => crate::metrics::StepDown::KeyDeleted,
             });
-            let gone = self.step_down(candidacy, reason, group_gone).await;
+            let gone = self
+                .step_down(candidacy, reason, group_gone, key_gone.as_mut())
+                .await;
             crate::metrics::command_ended(None);
             // `done` only for a command whose whole group finished on its own, and only if the
             // store still accepts our fenced write: a group killed mid-work is not done, and its
@@ -926,8 +928,16 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
     /// While the lease may still be ours (the deadline passed without proof either way) the
     /// command gets `--kill-signal` and `--kill-after` to finish cleanly; the lease cannot
     /// expire before that is over. When the store says the lease or the key is gone, another
-    /// instance may already lead and start its command: no grace then, SIGKILL at once.
-    async fn step_down(&mut self, candidacy: &Candidacy, reason: Loss, group_gone: bool) -> bool {
+    /// instance may already lead and start its command: no grace then, SIGKILL at once. The same
+    /// holds when the store says so during the grace (`key_gone`: the key deleted, or on
+    /// ZooKeeper a reconnect that negotiated a session timeout too short to outlast the grace).
+    async fn step_down(
+        &mut self,
+        candidacy: &Candidacy,
+        reason: Loss,
+        group_gone: bool,
+        mut key_gone: Pin<&mut impl Future<Output = ()>>,
+    ) -> bool {
         let settings = self.settings;
         let clock = self.clock.clone();
         if group_gone {
@@ -978,6 +988,14 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     killed = true;
                     self.supervisor.signal(Signal::SIGKILL);
                     tracing::warn!(event = "sigkill", token = candidacy.token, "the command's group outlived --kill-after; sent SIGKILL");
+                }
+                // Polled only before SIGKILL, so never after it completed (a certain loss starts
+                // with SIGKILL): the grace assumed the claim outlasts it, and it no longer does.
+                () = &mut key_gone, if !killed => {
+                    killed = true;
+                    self.supervisor.signal(Signal::SIGKILL);
+                    give_up_at = clock.now() + KILL_WAIT;
+                    tracing::warn!(event = "sigkill", token = candidacy.token, "the claim ended during --kill-after; sent SIGKILL");
                 }
                 _ = clock.sleep_until(give_up_at) => {
                     // A supervisor that never said whether it started the command may be

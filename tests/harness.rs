@@ -1650,6 +1650,20 @@ impl ZooKeeper {
     pub fn thaw(&self) {
         kill(Pid::from_raw(self.pid()), Signal::SIGCONT).unwrap();
     }
+
+    /// Like [`ZooKeeper::restart`] (same port, same data), with `extra_cfg_lines` in place of the
+    /// zoo.cfg lines given so far: a rolling configuration change, e.g.
+    /// `"maxSessionTimeout=4000\n"`. Sessions survive; each renegotiates its timeout under the
+    /// new bounds when its client reconnects.
+    pub fn restart_with(&mut self, extra_cfg_lines: &str) {
+        self.kill();
+        extra_cfg_lines.clone_into(&mut self.extra);
+        self.write_config();
+        self.spawn();
+        if !self.wait_ready(Duration::from_secs(30)) {
+            panic!("ZooKeeper did not come back:\n{}", self.log());
+        }
+    }
 }
 
 impl ZooKeeperTree for ZooKeeper {
@@ -1967,6 +1981,17 @@ impl CuratorLatch {
     /// connecting to `connect` (`127.0.0.1:PORT`; a `zk://` prefix is accepted). Returns at once;
     /// `wait_for("started", ..)` to know it runs (the JVM compiles the source first, ≈ 2 s).
     pub fn start(connect: &str, path: &str, id: &str) -> CuratorLatch {
+        CuratorLatch::start_with_auth(connect, path, id, None)
+    }
+
+    /// Like [`CuratorLatch::start`]; with `auth` (`NAME:PASSWORD`) the client authenticates with
+    /// the digest scheme and creates its nodes with all rights for itself, read for anyone.
+    pub fn start_with_auth(
+        connect: &str,
+        path: &str,
+        id: &str,
+        auth: Option<&str>,
+    ) -> CuratorLatch {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr");
         let mut child = Command::new("java")
@@ -1974,6 +1999,7 @@ impl CuratorLatch {
             .args(["-cp", CURATOR_CLASSPATH])
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/zk/CuratorLatch.java"))
             .args([connect, path, id])
+            .args(auth)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())

@@ -70,3 +70,4 @@ mod postgres_only;
 mod rough_edges;
 mod signals;
 mod zookeeper_only;
+mod zookeeper_safety;

@@ -29,12 +29,18 @@
 //! The session is the lease. `--ttl` is the requested session timeout; the server may clamp it
 //! to its `minSessionTimeout`/`maxSessionTimeout`, so the campaign checks the timeout it
 //! *negotiated* against `--renew-deadline + --kill-after + margin` and refuses (125, naming both)
-//! when it does not fit.
+//! when it does not fit. Every reconnect renegotiates it, and the server expires the session by
+//! the timeout of its current connection: the leader holds the same check on every connection
+//! (see [`ZkKeeper`]).
+//!
+//! With credentials, every node created here gets all rights for the creator's identity and read
+//! for everyone ([`CREATOR_ALL_ANYONE_READ`]); without, nodes are open. Every read that answers
+//! "who leads" to an operator goes through [`ZooKeeper::synced`] (a `sync` first).
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use zookeeper_client::{self as zk, Acls, CreateMode, EventType, SessionState};
+use zookeeper_client::{self as zk, Acl, Acls, CreateMode, EventType, Permission, SessionState};
 
 use super::{
     Ahead, Backend, Backoff, Candidacy, Election, Keeper, Leader, LeaseTime, Observation,
@@ -75,6 +81,18 @@ pub struct ZkTiming {
 
 const LATCH: &str = "latch-";
 const EXPIRES: &str = "leader-exec-expires-ms=";
+
+/// The ACL of every node leader-exec creates when it has credentials (Curator's ACL provider
+/// model): all rights for the creator's authenticated identity (`auth` is the server's shorthand
+/// for the ids the creating session authenticated as: `digest:NAME:HASH`), read for everyone, so
+/// that `status` and `check` need no credentials. What keeps the line safe is the election
+/// node's: without CREATE a client cannot plant a candidate ahead, and without DELETE on the
+/// parent it cannot delete the leader's node. The same holds for `.leaders`, `.occurrences` and
+/// the prefix's own nodes, created the same way.
+static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
+    Acl::new_const(Permission::ALL, "auth", ""),
+    Acl::new_const(Permission::READ, "world", "anyone"),
+];
 
 pub struct ZooKeeper {
     target: Target,
@@ -195,6 +213,16 @@ pub fn classify(error: zk::Error) -> StoreError {
     }
 }
 
+/// Whether an ACL gives every client (`world:anyone`) more than read.
+fn open_to_everyone(acls: &[Acl]) -> bool {
+    acls.iter().any(|acl| {
+        acl.scheme() == "world"
+            && acl.id() == "anyone"
+            && acl.permission() != Permission::READ
+            && acl.permission() != Permission::NONE
+    })
+}
+
 /// A record's data: the expiry line, then the record.
 fn with_expiry(value: &[u8], retention: Duration) -> Vec<u8> {
     let now = std::time::SystemTime::now()
@@ -227,6 +255,10 @@ fn unexpired(data: Vec<u8>) -> Option<Vec<u8>> {
         .as_millis();
     (now < until).then(|| rest[newline + 1..].to_vec())
 }
+
+/// A session on which a `sync` was answered: the only way to [`ZooKeeper::leader_of`], so that
+/// no observer reads the line without one (see [`ZooKeeper::synced`]).
+struct Synced(zk::Client);
 
 impl ZooKeeper {
     /// `lease` may be empty (`status --all`: no election of its own).
@@ -290,6 +322,107 @@ impl ZooKeeper {
         Ok(client)
     }
 
+    /// The ACL for every node this instance creates: see [`CREATOR_ALL_ANYONE_READ`]. Without
+    /// credentials there is no identity to give rights to, and nodes are open (README).
+    fn acls(&self) -> Acls<'static> {
+        if self.target.digest.is_some() {
+            Acls::new(&CREATOR_ALL_ANYONE_READ)
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    /// The session for a read that answers "who leads" to an operator (`status`, `status --all`,
+    /// `check`, `watch`, `resign`), after a `sync` of `path`.
+    ///
+    /// A server answers reads from its own copy, and a follower may lag behind the ensemble's
+    /// leader: without the `sync` it could still show a deposed leader, and `check` would accept
+    /// its token. `sync` makes the server catch up with the leader first, so the reads after it
+    /// on this session see every write committed before the `sync` was sent. Should the session
+    /// move to another server in between, the client refuses a server that has seen less than
+    /// the session already has (the connect request carries the last zxid it saw).
+    async fn synced(&self, path: &str) -> Result<Synced, StoreError> {
+        let client = self.client().await?;
+        match client.sync(path).await {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(Synced(client)),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    /// Completes when the server negotiated, on the session's current connection, a timeout
+    /// shorter than `--renew-deadline + --kill-after + margin` (see [`ZkKeeper`]); never for the
+    /// subcommands, which need nothing.
+    async fn session_timeout_shrunk(&self) {
+        let Some(client) = self.session_of() else {
+            return std::future::pending().await;
+        };
+        let mut watcher = client.negotiated_session_timeout_watcher();
+        let mut negotiated = watcher.timeout();
+        while negotiated >= self.timing.needed {
+            negotiated = watcher.changed().await;
+        }
+        tracing::warn!(
+            event = "session-timeout-shrunk",
+            negotiated_ms = negotiated.as_millis() as u64,
+            "ZooKeeper renegotiated the session timeout on a new connection: {} is less than --renew-deadline + --kill-after + margin ({}); the server may now expire the session before the command is stopped, so it is stopped at once",
+            humantime::format_duration(negotiated),
+            humantime::format_duration(self.timing.needed)
+        );
+    }
+
+    /// The nodes on the election's path (the prefix's nodes, the election, `.leaders`,
+    /// `.occurrences`) that give everyone more than read: created without credentials, by an
+    /// older leader-exec, or by another client. Their ACL is theirs, not ours to change.
+    async fn open_nodes(&self, client: &zk::Client) -> Vec<String> {
+        let mut paths = Vec::new();
+        let mut path = String::new();
+        for part in self.base.split('/').filter(|p| !p.is_empty()) {
+            path.push('/');
+            path.push_str(part);
+            paths.push(path.clone());
+        }
+        paths.push(self.election.clone());
+        paths.push(format!("{}/.leaders", self.base));
+        paths.push(format!("{}/.occurrences", self.base));
+        let mut open = Vec::new();
+        for path in paths {
+            if let Ok((acls, _)) = client.get_acl(&path).await
+                && open_to_everyone(&acls)
+            {
+                open.push(path);
+            }
+        }
+        open
+    }
+
+    /// Completes once the candidacy's own node has been deleted (or its session ended).
+    async fn own_node_gone(&self, candidacy: &Candidacy) {
+        let mut backoff = Backoff::new();
+        loop {
+            let Some(client) = self.session_of() else {
+                return;
+            };
+            match client.check_and_watch_stat(&candidacy.key).await {
+                Ok((None, _)) => return,
+                Ok((Some(stat), _)) if stat.czxid != candidacy.token => return,
+                Ok((Some(_), watcher)) => {
+                    let event = watcher.changed().await;
+                    if event.event_type == EventType::NodeDeleted
+                        || event.session_state.is_terminated()
+                    {
+                        return;
+                    }
+                }
+                // An expired session took its ephemeral nodes with it.
+                Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
+                Err(e) => {
+                    tracing::debug!(error = %classify(e), "watching our own node failed; trying again");
+                    backoff.sleep().await;
+                }
+            }
+        }
+    }
+
     /// The node path for a key the rest of the tool names (`PREFIX .occurrences/NAME/ID`,
     /// `PREFIX .leaders/NAME`), or for a listing prefix (`PREFIX .occurrences/` …, trailing '/').
     fn path_of(&self, key: &str) -> String {
@@ -325,9 +458,10 @@ impl ZooKeeper {
 
     /// The leader of the election at `election`, and how many stand in line.
     async fn leader_of(
-        client: &zk::Client,
+        synced: &Synced,
         election: &str,
     ) -> Result<(Option<Leader>, i64, i64), StoreError> {
+        let client = &synced.0;
         // The line and the leader's data are two reads: a leader that left in between is read
         // again from a fresh line.
         for _ in 0..5 {
@@ -397,7 +531,7 @@ impl ZooKeeper {
                     client
                         .mkdir(
                             Self::parent(path),
-                            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                            &CreateMode::Persistent.with_acls(self.acls()),
                         )
                         .await
                         .map_err(classify)?;
@@ -439,7 +573,9 @@ impl Backend for ZooKeeper {
         let previous = self.session.lock().expect("not poisoned").take();
         drop(previous);
         let client = self.connect().await?;
-        let negotiated = client.session_timeout();
+        // The timeout of the connection the session was just established on: the client's own
+        // `session_timeout()` may have been raised to its connection timeout.
+        let negotiated = client.negotiated_session_timeout();
         if negotiated < self.timing.needed {
             return Err(StoreError::Fatal(format!(
                 "ZooKeeper negotiated a session timeout of {} for --ttl {}: --renew-deadline + --kill-after + margin need {}; raise the servers' maxSessionTimeout or lower --renew-deadline and --kill-after",
@@ -460,7 +596,7 @@ impl Backend for ZooKeeper {
         *self.session.lock().expect("not poisoned") = Some(client.clone());
         let protection = protection_id();
         let mine = format!("_c_{protection}-{LATCH}");
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let options = CreateMode::EphemeralSequential.with_acls(self.acls());
         let mut backoff = Backoff::new();
         for _ in 0..6 {
             // The election node is a container, as Curator creates it: the server deletes it
@@ -468,7 +604,7 @@ impl Backend for ZooKeeper {
             if let Err(e) = client
                 .mkdir(
                     &self.election,
-                    &CreateMode::Container.with_acls(Acls::anyone_all()),
+                    &CreateMode::Container.with_acls(self.acls()),
                 )
                 .await
             {
@@ -485,6 +621,16 @@ impl Backend for ZooKeeper {
                 }
                 backoff.sleep().await;
                 continue;
+            }
+            if self.target.digest.is_some() {
+                let open = self.open_nodes(&client).await;
+                if !open.is_empty() {
+                    tracing::warn!(
+                        event = "open-acl",
+                        "ZooKeeper: {} give every client more than read (created without credentials?): anyone who reaches ZooKeeper can delete the leader's node or plant a candidate ahead of it; set their ACL (zkCli.sh setAcl PATH auth::cdrwa,world:anyone:r, authenticated as this --user)",
+                        crate::escape::escape(open.join(", ").as_bytes())
+                    );
+                }
             }
             let created = client
                 .create(
@@ -537,6 +683,7 @@ impl Backend for ZooKeeper {
         ZkKeeper {
             client: self.session_of(),
             path: candidacy.key.clone(),
+            needed: self.timing.needed,
         }
     }
 
@@ -579,30 +726,12 @@ impl Backend for ZooKeeper {
         }
     }
 
+    /// Also completes, as a loss of the same certainty (SIGKILL at once), when the session's
+    /// current connection negotiated a timeout too short for the flags: see [`ZkKeeper`].
     async fn key_gone(&self, candidacy: &Candidacy) {
-        let mut backoff = Backoff::new();
-        loop {
-            let Some(client) = self.session_of() else {
-                return;
-            };
-            match client.check_and_watch_stat(&candidacy.key).await {
-                Ok((None, _)) => return,
-                Ok((Some(stat), _)) if stat.czxid != candidacy.token => return,
-                Ok((Some(_), watcher)) => {
-                    let event = watcher.changed().await;
-                    if event.event_type == EventType::NodeDeleted
-                        || event.session_state.is_terminated()
-                    {
-                        return;
-                    }
-                }
-                // An expired session took its ephemeral nodes with it.
-                Err(zk::Error::SessionExpired | zk::Error::ClientClosed) => return,
-                Err(e) => {
-                    tracing::debug!(error = %classify(e), "watching our own node failed; trying again");
-                    backoff.sleep().await;
-                }
-            }
+        tokio::select! {
+            () = self.own_node_gone(candidacy) => {}
+            () = self.session_timeout_shrunk() => {}
         }
     }
 
@@ -686,8 +815,8 @@ impl Backend for ZooKeeper {
     }
 
     async fn observe(&self) -> Result<Observation, StoreError> {
-        let client = self.client().await?;
-        let (leader, candidates, revision) = Self::leader_of(&client, &self.election).await?;
+        let synced = self.synced(&self.election).await?;
+        let (leader, candidates, revision) = Self::leader_of(&synced, &self.election).await?;
         Ok(Observation {
             leader,
             candidates,
@@ -721,8 +850,8 @@ impl Backend for ZooKeeper {
     }
 
     async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let client = self.client().await?;
         let path = self.path_of(key);
+        let Synced(client) = self.synced(&path).await?;
         match client.get_data(&path).await {
             Ok((data, stat)) => match unexpired(data) {
                 Some(value) => Ok(Some(value)),
@@ -749,7 +878,7 @@ impl Backend for ZooKeeper {
         };
         let path = self.path_of(key);
         let data = with_expiry(&value, retention);
-        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let options = CreateMode::Persistent.with_acls(self.acls());
         self.create_or_replace(
             &client,
             candidacy,
@@ -761,8 +890,8 @@ impl Backend for ZooKeeper {
     }
 
     async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
-        let client = self.client().await?;
         let path = self.path_of(prefix);
+        let Synced(client) = self.synced(&path).await?;
         // `PREFIX .occurrences/NAME/` lists IDs; `PREFIX .occurrences/` lists `NAME/ID`.
         let depth = prefix
             .strip_prefix(&self.prefix)
@@ -811,8 +940,10 @@ impl Backend for ZooKeeper {
     }
 
     async fn observe_all(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
-        let client = self.client().await?;
         let base = prefix.trim_end_matches('/');
+        // One `sync` covers every read after it on this session.
+        let synced = self.synced(base).await?;
+        let client = &synced.0;
         let mut names = match client.list_children(base).await {
             Ok(names) => names,
             Err(zk::Error::NoNode) => return Ok(Vec::new()),
@@ -822,7 +953,7 @@ impl Backend for ZooKeeper {
         let mut elections = Vec::new();
         for name in names.into_iter().filter(|n| !n.starts_with('.')) {
             let (leader, candidates, _) =
-                Self::leader_of(&client, &format!("{base}/{name}")).await?;
+                Self::leader_of(&synced, &format!("{base}/{name}")).await?;
             if candidates > 0 {
                 elections.push(Election {
                     name: name.into_bytes(),
@@ -835,8 +966,8 @@ impl Backend for ZooKeeper {
     }
 
     async fn delete_if_current(&self, key: &[u8], token: i64) -> Result<bool, StoreError> {
-        let client = self.client().await?;
         let path = String::from_utf8_lossy(key).into_owned();
+        let Synced(client) = self.synced(&path).await?;
         // ZooKeeper cannot compare a czxid in a transaction; the version check closes the gap
         // between this read and the delete for everything but a delete-and-recreate of the same
         // path, and candidate paths hold their creator's own random id.
@@ -862,7 +993,7 @@ impl Backend for ZooKeeper {
             return Ok(false);
         };
         let path = self.path_of(key);
-        let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let options = CreateMode::Ephemeral.with_acls(self.acls());
         // A node from an earlier leader's session is replaced, not rewritten, so that it goes
         // with this session.
         self.create_or_replace(
@@ -916,9 +1047,42 @@ impl Backend for ZooKeeper {
 /// ensemble's leader, so a follower that lost the leader (and so no longer relays this session's
 /// activity to it) cannot answer it; a follower relays activity on its next ping to the leader,
 /// every tickTime/2, which the margin must cover (README).
+///
+/// The timeout is the one negotiated on the session's *current* connection: the client
+/// renegotiates it on every reconnect (a server with a smaller `maxSessionTimeout`, or another
+/// `tickTime`, clamps it), and the server expires the session by the timeout of its current
+/// connection. So the proof is "alive until the send instant + the timeout of the connection that
+/// answered, or of a later one", and it is worth `--renew-deadline` only while that timeout is at
+/// least `needed` (`--renew-deadline + --kill-after + margin`). Two places hold that:
+///
+/// - every renewal reads the current timeout *after* its answer. The patched client publishes a
+///   connection's timeout before it hands out any reply read on that connection, so the value
+///   read belongs to the connection that answered or to a later one; a later connection's connect
+///   request reached the server after this renewal was sent, and restarted the session's timer
+///   with that later timeout, which is then the one that counts. Too short: `Expired`.
+/// - between renewals, and during a step-down's `--kill-after` grace, `key_gone` watches the
+///   same value and completes the moment a reconnect negotiates too little
+///   (`session_timeout_shrunk`). The deadline proven by an earlier renewal
+///   no longer holds then: the server restarted the session's timer with the new, shorter
+///   timeout when it accepted the reconnect, and may expire it that long after, before our
+///   deadline + `--kill-after`.
+///
+/// Both are losses the caller treats as certain: SIGKILL to the command's group at once, no
+/// `--kill-signal` grace. Why that is safe: the server cannot expire the session before the
+/// instant it accepted the reconnect + the new timeout (at least its `minSessionTimeout`, two
+/// ticks by default, 1 s and more in practice); we learn of the new timeout one reply later (the
+/// connect response, read on the session's task and published at once) and signal the group
+/// without waiting on anything local, so the command is dead within milliseconds of that
+/// reply, long before the new timeout can run out. Shrinking the deadline instead would keep the
+/// command running on a proof that depends on timing we cannot see (when exactly the server
+/// accepted the reconnect), and would need `--kill-after` to fit under the new timeout, which by
+/// definition it may not. A campaign that follows (`--recampaign`) opens a new session, whose
+/// negotiated timeout is checked as at start (exit 125 when it does not fit).
 pub struct ZkKeeper {
     client: Option<zk::Client>,
     path: String,
+    /// `--renew-deadline + --kill-after + margin`.
+    needed: Duration,
 }
 
 impl Keeper for ZkKeeper {
@@ -936,6 +1100,18 @@ impl Keeper for ZkKeeper {
         let sync = client.sync(&self.path);
         let exists = client.check_stat(&self.path);
         let (synced, existing) = futures_util::future::join(sync, exists).await;
+        // Read after the answer (see above): the connection that answered, or a later one.
+        let negotiated = client.negotiated_session_timeout();
+        if negotiated < self.needed {
+            tracing::warn!(
+                event = "session-timeout-shrunk",
+                negotiated_ms = negotiated.as_millis() as u64,
+                "ZooKeeper negotiated a session timeout of {} on the current connection, less than --renew-deadline + --kill-after + margin ({}): the lease can no longer be proven for the renew deadline",
+                humantime::format_duration(negotiated),
+                humantime::format_duration(self.needed)
+            );
+            return Ok(Renewal::Expired);
+        }
         match synced.and(existing.map(|_| ())) {
             // The node's own fate (deleted by someone) is `key_gone`'s to report.
             Ok(()) | Err(zk::Error::NoNode) => Ok(Renewal::Alive),
@@ -994,6 +1170,16 @@ mod tests {
         let dead = format!("{EXPIRES}1\n{{}}").into_bytes();
         assert_eq!(unexpired(dead), None);
         assert_eq!(unexpired(b"raw".to_vec()).as_deref(), Some(&b"raw"[..]));
+    }
+
+    #[test]
+    fn only_acls_that_let_everyone_write_are_open() {
+        assert!(open_to_everyone(&Acls::anyone_all()));
+        assert!(!open_to_everyone(&CREATOR_ALL_ANYONE_READ));
+        assert!(!open_to_everyone(&Acls::anyone_read()));
+        assert!(!open_to_everyone(&Acls::creator_all()));
+        let create_only = Acl::new(Permission::CREATE, zk::AuthId::anyone());
+        assert!(open_to_everyone(&[create_only]));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 // A Curator LeaderLatch participant for the interoperability tests (tests/harness.rs, CuratorLatch).
 // Run with the JDK's single-file source launcher:
-//   java -cp CLASSPATH tests/zk/CuratorLatch.java CONNECT PATH ID
-// CONNECT is host:port (a zk:// prefix is dropped). Prints one line per event, flushed: `started`,
+//   java -cp CLASSPATH tests/zk/CuratorLatch.java CONNECT PATH ID [NAME:PASSWORD]
+// CONNECT is host:port (a zk:// prefix is dropped). With NAME:PASSWORD the client authenticates
+// with the digest scheme and creates its nodes with all rights for itself and read for anyone
+// (the ACL leader-exec gives its nodes when it has credentials). Prints one line per event, flushed: `started`,
 // `leader` (LeaderLatchListener.isLeader), `notleader` (notLeader). Each `participants` line read
 // from stdin is answered with `participants ID1,ID2,...` (LeaderLatch.getParticipants(), in order)
 // and `leaderid ID` (LeaderLatch.getLeader().getId()). Closes the latch and the client, and exits,
@@ -13,12 +15,15 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 
+import org.apache.curator.framework.api.ACLProvider;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
 import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
 
 public class CuratorLatch {
     static synchronized void say(String line) {
@@ -27,20 +32,37 @@ public class CuratorLatch {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 3) {
-            System.err.println("usage: CuratorLatch CONNECT PATH ID");
+        if (args.length != 3 && args.length != 4) {
+            System.err.println("usage: CuratorLatch CONNECT PATH ID [NAME:PASSWORD]");
             System.exit(2);
         }
         String connect = args[0].startsWith("zk://") ? args[0].substring(5) : args[0];
         String path = args[1];
         String id = args[2];
 
-        CuratorFramework client = CuratorFrameworkFactory.builder()
+        CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder()
                 .connectString(connect)
                 .sessionTimeoutMs(3000)
                 .connectionTimeoutMs(3000)
-                .retryPolicy(new ExponentialBackoffRetry(100, 10))
-                .build();
+                .retryPolicy(new ExponentialBackoffRetry(100, 10));
+        if (args.length == 4) {
+            List<ACL> acl = new ArrayList<>(ZooDefs.Ids.CREATOR_ALL_ACL);
+            acl.addAll(ZooDefs.Ids.READ_ACL_UNSAFE);
+            builder = builder
+                    .authorization("digest", args[3].getBytes(StandardCharsets.UTF_8))
+                    .aclProvider(new ACLProvider() {
+                        @Override
+                        public List<ACL> getDefaultAcl() {
+                            return acl;
+                        }
+
+                        @Override
+                        public List<ACL> getAclForPath(String path) {
+                            return acl;
+                        }
+                    });
+        }
+        CuratorFramework client = builder.build();
         client.start();
         LeaderLatch latch = new LeaderLatch(client, path, id);
         latch.addListener(new LeaderLatchListener() {
