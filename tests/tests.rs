@@ -59,6 +59,7 @@ mod input;
 mod local_faults;
 mod metrics;
 mod operator;
+mod postgres_lease;
 mod postgres_only;
 mod rough_edges;
 mod signals;
