@@ -1,21 +1,31 @@
-//! The election on PostgreSQL: one lease row per lease name, its expiry computed by the server.
+//! The election on PostgreSQL: one lease row per lease name.
 //!
 //! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` under a transaction-scoped
-//! advisory lock so that concurrent first runs do not race in the catalog), in the connection's
-//! `search_path` schema, named from `--prefix` (`/leader-exec/` gives `leader_exec_leases` and
-//! `leader_exec_records`):
+//! advisory lock so that concurrent first runs do not race in the catalog; brought up to date
+//! under the same lock when made by an earlier version), in the connection's `search_path`
+//! schema, named from `--prefix` (`/leader-exec/` gives `leader_exec_leases`,
+//! `leader_exec_records`, `leader_exec_tokens`, `leader_exec_guard`):
 //!
 //! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
-//!   ttl_ms bigint)`: one row per lease name, never deleted, so its token never resets.
-//!   `holder` is the leader's identity, NULL when free; `token` grows by one per acquisition;
-//!   `expires_at` is always `now() + ttl` computed by the statement that writes it.
+//!   ttl_ms bigint, renewals bigint)`: one row per lease name. `holder` is the leader's
+//!   identity, NULL when free; `token` is taken from `<p>_tokens` per acquisition; `renewals`
+//!   grows with every acquisition and renewal; `expires_at` is `now() + ttl` as the server's
+//!   wall clock says: a hint for waiters and a display, never what decides a takeover.
+//! - `<p>_tokens`: a sequence the tables do not own (dropping them keeps it), kept above every
+//!   token the table holds, so a token never resets: not after a deleted row, a truncated table,
+//!   or tables dropped and made again.
+//! - `<p>_guard()` and its trigger `<p>_guard` on `<p>_leases`: DELETE and TRUNCATE refused.
 //! - `<p>_records (key text primary key, value bytea, expires_at timestamptz, lease_name text,
 //!   lease_token bigint)`: occurrence records (kept until `expires_at`) and the leader's state
 //!   for `status` (kept while the lease row holds `lease_token`), written fenced.
 //!
-//! Acquire: a conditional UPDATE (free or expired), then for a new name an INSERT … ON CONFLICT
-//! DO NOTHING. Renew: UPDATE … WHERE name, holder and token match AND expires_at > now(); no
-//! row is a loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same statement.
+//! Acquire: a conditional UPDATE, then for a new name an INSERT … ON CONFLICT DO NOTHING. A
+//! released row (holder NULL) is taken at once; a held row only once the taker has itself seen
+//! it unchanged — holder, token, renewals and expires_at — for a full TTL on its boot clock, and
+//! only by an UPDATE conditional on exactly that (see [`Sighting`]). Renew: UPDATE … WHERE name,
+//! holder and token match (no clock in the condition), bumping `renewals`; no row, or no table,
+//! is a certain loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same
+//! statement.
 //!
 //! Waiters LISTEN on the table's channel before their first attempt. A release wakes them; each
 //! then waits a random delay within its spread before it tries, and an acquisition announces
@@ -24,8 +34,9 @@
 //! (`pg_stat_activity`, read with every failed attempt), doubles when an attempt loses the race
 //! (up to the retry period) and shrinks back a little each time an attempt is cancelled, so a
 //! lone waiter takes over within milliseconds and a crowd makes a bounded number of attempts
-//! per handover (measured in `tests/postgres_only.rs`). A holder that crashed announces nothing: waiters look again when the
-//! server-reported `expires_at - now()` has run out (a read first, an attempt only if it did).
+//! per handover (measured in `tests/postgres_only.rs`). A holder that crashed announces nothing:
+//! waiters read the row every `--retry-period` (a read, no lock) and try once they have seen it
+//! unchanged for a full TTL, about TTL + retry period after the holder's last renewal.
 //!
 //! Every statement runs under `statement_timeout` and `lock_timeout` shorter than
 //! `--retry-period`, and every request under a client-side timer as well.
