@@ -75,7 +75,10 @@ fn a_server_clock_step_lets_no_waiter_and_no_fresh_instance_start_beside_the_lea
     let before: i64 = server_now().trim().parse().unwrap();
     std::fs::write(clock.path(), "+30\n").unwrap();
     let after: i64 = server_now().trim().parse().unwrap();
-    assert!(after - before >= 29, "the server clock did not step: {before} -> {after}");
+    assert!(
+        after - before >= 29,
+        "the server clock did not step: {before} -> {after}"
+    );
     // A fresh instance that cron starts now does not take the row: the leader is not gone.
     let mut c = Instance::start(
         &[args.as_slice(), &["--no-wait"]].concat(),
@@ -150,8 +153,15 @@ fn a_crashed_holder_is_taken_over_only_after_a_full_ttl_seen_by_the_taker() {
     // The holder's last renewal was sent at most a retry period before it was killed; the
     // waiter counted a full TTL from after it.
     let took = Duration::from_nanos((start_b.time() - killed) as u64);
-    assert!(took >= TTL - RETRY_PERIOD, "taken over {took:?} after the crash");
-    assert!(start_b.token() > token_a, "{} after {token_a}", start_b.token());
+    assert!(
+        took >= TTL - RETRY_PERIOD,
+        "taken over {took:?} after the crash"
+    );
+    assert!(
+        start_b.token() > token_a,
+        "{} after {token_a}",
+        start_b.token()
+    );
 
     // Now b crashes, and d starts only afterwards: d counts a full TTL from its own first look,
     // whatever the row's `expires_at` says.
@@ -207,7 +217,11 @@ fn vanish_under_a_leader(
     let start = scratch
         .wait_record("start", name, Duration::from_secs(10))
         .unwrap_or_else(|| panic!("{name} started: {}", leader.stderr()));
-    assert!(start.token() > token, "{name}: {} after {token}", start.token());
+    assert!(
+        start.token() > token,
+        "{name}: {} after {token}",
+        start.token()
+    );
     std::thread::sleep(Duration::from_secs(1));
     let done = Instant::now();
     pg.psql(sql);
@@ -220,8 +234,14 @@ fn vanish_under_a_leader(
     let took = done.elapsed();
     // The next renewal (every 500 ms) finds the row gone: SIGKILL then, not TERM after the
     // 3 s deadline and the 5 s grace.
-    assert!(took < Duration::from_millis(2500), "{sql}: stopped after {took:?}");
-    assert!(!group_alive(start.pid()), "{sql}: the command's group lives on");
+    assert!(
+        took < Duration::from_millis(2500),
+        "{sql}: stopped after {took:?}"
+    );
+    assert!(
+        !group_alive(start.pid()),
+        "{sql}: the command's group lives on"
+    );
     let history = scratch.history();
     assert!(
         !history.iter().any(|r| r.kind == "term"),
@@ -296,4 +316,49 @@ fn deleted_rows_and_dropped_tables_never_reset_tokens_and_their_leader_stops_at_
     assert!(token_e > token_d, "{token_e} after {token_d}");
     drop(e);
     assert_one_at_a_time(&scratch.history());
+}
+
+/// Tables made by the previous version (no `renewals`, no sequence, no guard) are brought up to
+/// date by the first instance, and tokens go on from the highest one in the table.
+#[test]
+fn tables_of_the_previous_version_are_migrated_and_their_tokens_go_on() {
+    let pg = Postgres::start();
+    pg.psql(
+        "CREATE TABLE leader_exec_leases (name text PRIMARY KEY, holder text, token bigint NOT NULL,
+             expires_at timestamptz NOT NULL, ttl_ms bigint NOT NULL DEFAULT 0);
+         CREATE TABLE leader_exec_records (key text PRIMARY KEY, value bytea NOT NULL,
+             expires_at timestamptz, lease_name text, lease_token bigint);
+         INSERT INTO leader_exec_leases VALUES ('old', NULL, 41, now(), 3000),
+             ('other', NULL, 7, now(), 3000)",
+    );
+    let scratch = Scratch::new();
+    let endpoint = Store::endpoint(&pg);
+    for (name, lease) in [("a", "old"), ("b", "new")] {
+        let mut instance =
+            Instance::start(&lease_args(&endpoint, lease), &scratch.job(name, "true"));
+        assert_eq!(
+            instance.wait(Duration::from_secs(10)),
+            Some(0),
+            "{}",
+            instance.stderr()
+        );
+    }
+    let history = scratch.history();
+    let token = |name: &str| {
+        history
+            .iter()
+            .find(|r| r.kind == "start" && r.name == name)
+            .unwrap()
+            .token()
+    };
+    // The old row goes on from 41; a new name draws above every token in the table.
+    assert!(token("a") > 41, "{history:#?}");
+    assert!(token("b") > token("a"), "{history:#?}");
+    assert_eq!(
+        pg.psql("SELECT renewals > 0 FROM leader_exec_leases WHERE name = 'old'")
+            .trim(),
+        "t"
+    );
+    let out = pg.try_psql("DELETE FROM leader_exec_leases WHERE name = 'other'");
+    assert!(!out.status.success(), "DELETE was not refused");
 }

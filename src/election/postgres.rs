@@ -529,9 +529,8 @@ impl Postgres {
                      lease_token bigint
                  );
                  CREATE SEQUENCE IF NOT EXISTS {tokens};
-                 SELECT setval({tokens_literal}, GREATEST(
-                     (SELECT last_value FROM {tokens}),
-                     (SELECT COALESCE(max(token), 1) FROM {leases})));
+                 SELECT CASE WHEN t.m >= s.last_value THEN setval({tokens_literal}, t.m) END
+                 FROM (SELECT COALESCE(max(token), 0) AS m FROM {leases}) t, {tokens} s;
                  CREATE OR REPLACE FUNCTION {guard}() RETURNS trigger LANGUAGE plpgsql AS $guard$
                  BEGIN
                      RAISE EXCEPTION 'leader-exec: % of %.% refused: a lease row keeps its fencing token; free a lease with leader-exec resign', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
