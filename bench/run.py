@@ -551,7 +551,7 @@ class Postgres(SecondStore):
             f"a full ttl on its own boot clock, counted from the first read that showed the holder's last",
             f"renewal. That read comes up to one retry period after the renewal, which came up to one retry",
             f"period before the kill: the failover takes between ttl − retry period and ttl + retry period",
-            f"after the kill ({TTL_S} s ± {RETRY_PERIOD_S:g} s here), about one retry period more than when",
+            f"after the kill ({TTL_S} s ± {RETRY_PERIOD_S:g} s here), up to one retry period more than when",
             f"the row's server-side expiry decided. PostgreSQL has no lease reaper, so there is no lag like",
             f"etcd's expiry check (BENCHMARKS.md, crash failover).",
             "",
@@ -2489,6 +2489,8 @@ def report_store(store, args, argv, info, results, extras, loads, failures, note
     w("")
     for note in notes:
         w(f"- {note}")
+    if notes:
+        w("")
     if failures:
         w("")
         w("Failed runs (left out of the table):")

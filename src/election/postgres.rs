@@ -46,12 +46,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::poll_fn;
-
-use crate::clock::{BootClock, Clock};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, Client, Config};
+
+use crate::clock::{BootClock, Clock};
 
 use super::{
     Ahead, Backend, Candidacy, Election, Keeper, Leader, LeaseTime, Observation, RawRecord,
