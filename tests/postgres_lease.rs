@@ -122,7 +122,8 @@ fn a_server_clock_step_lets_no_waiter_and_no_fresh_instance_start_beside_the_lea
 /// A crashed holder's row is taken over only after the taker has itself seen it unchanged for a
 /// full TTL: a waiter that watched the holder takes over about a TTL after the holder's last
 /// renewal; one started after the crash a TTL after its own start, however long ago the holder's
-/// lease ran out by `expires_at`; a `--no-wait` instance finds the row held and exits 124.
+/// lease ran out by `expires_at`; a `--no-wait` instance, or one whose `--wait-timeout` is
+/// shorter than a TTL, finds the row held and exits 124.
 #[test]
 fn a_crashed_holder_is_taken_over_only_after_a_full_ttl_seen_by_the_taker() {
     let pg = Postgres::start();
@@ -146,7 +147,13 @@ fn a_crashed_holder_is_taken_over_only_after_a_full_ttl_seen_by_the_taker() {
         &[args.as_slice(), &["--no-wait"]].concat(),
         &waiting_job(&scratch, "c", &go),
     );
+    // Nor does one whose --wait-timeout is shorter than a TTL: it gives up, exit 124.
+    let mut e = Instance::start(
+        &[args.as_slice(), &["--wait-timeout", "2s"]].concat(),
+        &waiting_job(&scratch, "e", &go),
+    );
     assert_eq!(c.wait(Duration::from_secs(10)), Some(124), "{}", c.stderr());
+    assert_eq!(e.wait(Duration::from_secs(10)), Some(124), "{}", e.stderr());
     let start_b = scratch
         .wait_record("start", "b", TTL + RETRY_PERIOD + 2 * SLACK)
         .expect("the waiter took over");
@@ -183,7 +190,10 @@ fn a_crashed_holder_is_taken_over_only_after_a_full_ttl_seen_by_the_taker() {
     std::fs::write(&go, "").unwrap();
     assert_eq!(d.wait(Duration::from_secs(10)), Some(0), "{}", d.stderr());
     let history = scratch.history();
-    assert!(!history.iter().any(|r| r.name == "c"), "{history:#?}");
+    assert!(
+        !history.iter().any(|r| r.name == "c" || r.name == "e"),
+        "{history:#?}"
+    );
     assert_one_at_a_time(&history);
 }
 

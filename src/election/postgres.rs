@@ -1551,6 +1551,66 @@ mod tests {
         assert!(tables(&format!("/{}/", "x".repeat(56))).is_err());
     }
 
+    fn backend(ttl: Duration) -> Postgres {
+        let target = Target {
+            config: Config::new(),
+            tls: None,
+            shown: "postgres://test".into(),
+            listen: false,
+        };
+        let timing = PgTiming {
+            ttl,
+            retry_period: Duration::from_millis(300),
+            connect_timeout: Duration::from_secs(1),
+        };
+        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing).unwrap()
+    }
+
+    fn row(holder: Option<&str>, token: i64, renewals: i64, ttl_ms: i64) -> Row {
+        Row {
+            holder: holder.map(str::to_owned),
+            token,
+            renewals,
+            expires_us: 1_000_000,
+            ttl_ms,
+        }
+    }
+
+    #[test]
+    fn a_held_row_ripens_only_after_a_full_ttl_of_being_seen_unchanged() {
+        let pg = backend(Duration::from_secs(60));
+        let now = BootClock.now();
+        // First seen now: a full TTL to go, nothing to take yet.
+        let wait = pg.sight(&row(Some("a"), 7, 3, 60_000), now);
+        assert!(wait > Duration::from_secs(59), "{wait:?}");
+        assert!(pg.ripe().is_none());
+        // Seen again unchanged: the window keeps its first instant.
+        let again = pg.sight(&row(Some("a"), 7, 3, 60_000), now + Duration::from_secs(30));
+        assert!(again <= wait, "{again:?} after {wait:?}");
+        // Renewed (the count moved), or taken over (the token moved): counted afresh.
+        let renewed = pg.sight(&row(Some("a"), 7, 4, 60_000), BootClock.now());
+        assert!(renewed > Duration::from_secs(59), "{renewed:?}");
+        // The holder's longer TTL counts.
+        let longer = pg.sight(&row(Some("b"), 8, 0, 120_000), BootClock.now());
+        assert!(longer > Duration::from_secs(119), "{longer:?}");
+        // A released row is free at once.
+        assert_eq!(
+            pg.sight(&row(None, 8, 1, 120_000), BootClock.now()),
+            Duration::ZERO
+        );
+        // A sighting first made a full TTL ago is ripe: exactly it may be taken over.
+        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
+        assert_eq!(
+            pg.sight(&row(Some("c"), 9, 5, 1_000), long_ago),
+            Duration::ZERO
+        );
+        let ripe = pg.ripe().expect("ripe");
+        assert_eq!(
+            (ripe.holder.as_str(), ripe.token, ripe.renewals),
+            ("c", 9, 5)
+        );
+    }
+
     #[test]
     fn identifiers_and_literals_are_quoted() {
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
