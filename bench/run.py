@@ -545,11 +545,15 @@ class Postgres(SecondStore):
             f"here ({med('handover', digits=2)} ms median against {med('handover', 'leader-exec')} ms on etcd, where",
             f"the one waiter watching its predecessor's key reads the line once more and starts).",
             "",
-            f"**Crash failover.** Nobody releases the row: the waiter reads it again when the expiry the",
-            f"server reported runs out (`expires_at - now()`, on the server's clock) and takes it with one",
-            f"`UPDATE`. The row expires {TTL_S} s after the last renewal, i.e. between ttl − retry period and",
-            f"ttl after the kill; PostgreSQL has no lease reaper, so there is no lag like etcd's expiry check",
-            f"(BENCHMARKS.md, crash failover).",
+            f"**Crash failover.** Nobody releases the row, and no wall clock decides a takeover (the",
+            f"server's `now()` may be stepped): the waiter reads the row every retry period and takes it with",
+            f"one conditional `UPDATE` once it has itself seen it unchanged (holder, token, renewal count) for",
+            f"a full ttl on its own boot clock, counted from the first read that showed the holder's last",
+            f"renewal. That read comes up to one retry period after the renewal, which came up to one retry",
+            f"period before the kill: the failover takes between ttl − retry period and ttl + retry period",
+            f"after the kill ({TTL_S} s ± {RETRY_PERIOD_S:g} s here), up to one retry period more than when",
+            f"the row's server-side expiry decided. PostgreSQL has no lease reaper, so there is no lag like",
+            f"etcd's expiry check (BENCHMARKS.md, crash failover).",
             "",
             f"**Memory and CPU while holding.** The same two processes; on PostgreSQL the main one keeps three",
             f"sessions (requests, the listening one, renewals) and renews with one `UPDATE` every",
@@ -2485,6 +2489,8 @@ def report_store(store, args, argv, info, results, extras, loads, failures, note
     w("")
     for note in notes:
         w(f"- {note}")
+    if notes:
+        w("")
     if failures:
         w("")
         w("Failed runs (left out of the table):")

@@ -382,11 +382,16 @@ pub struct RunArgs {
 
     /// Give up campaigning after this long (exit 124) [default: wait forever]
     ///
-    /// The line is always looked at once: 0 means try once, like --no-wait.
+    /// The line is always looked at once: 0 means try once, like --no-wait. On PostgreSQL a
+    /// holder that crashed is taken over only after a full --ttl of watching its row unchanged:
+    /// a shorter timeout then exits 124.
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_WAIT_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
     pub wait_timeout: Option<Duration>,
 
     /// Try once: exit 124 at once if another instance leads or is ahead in line.
+    ///
+    /// On PostgreSQL a row that was not released counts as led, even when its holder crashed,
+    /// until a waiting instance has taken it over.
     #[arg(short = 'n', long)]
     pub no_wait: bool,
 

@@ -1052,6 +1052,8 @@ pub struct Postgres {
     running: bool,
     /// More server options (`-c name=value …`).
     extra: String,
+    /// More environment for the server (e.g. libfaketime's).
+    env: Vec<(String, String)>,
 }
 
 fn as_postgres(program: &str) -> Command {
@@ -1067,6 +1069,11 @@ impl Postgres {
 
     /// Starts with more server options, e.g. `-c shared_preload_libraries=pg_stat_statements`.
     pub fn start_with(extra: &str) -> Postgres {
+        Postgres::start_with_env(extra, &[])
+    }
+
+    /// Starts with more environment for the server, e.g. `LD_PRELOAD` of libfaketime.
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-pg")
             .tempdir()
@@ -1093,6 +1100,10 @@ impl Postgres {
             dir,
             running: false,
             extra: extra.to_owned(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         };
         // A free port can be taken between the probe and the server's bind: try a few times.
         for _ in 0..5 {
@@ -1116,6 +1127,7 @@ impl Postgres {
             self.extra
         );
         let status = as_postgres("pg_ctl")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .arg("-D")
             .arg(self.data_dir())
             .args(["-o", &options, "-l"])
@@ -2188,6 +2200,7 @@ impl Postgres {
             dir,
             running: false,
             extra: String::new(),
+            env: Vec::new(),
         };
         for _ in 0..5 {
             standby.port = free_port();

@@ -66,6 +66,7 @@ mod local_faults;
 mod metrics;
 mod operator;
 mod postgres_conn;
+mod postgres_lease;
 mod postgres_only;
 mod rough_edges;
 mod signals;

@@ -59,8 +59,9 @@ pub struct Ahead {
     pub key: Vec<u8>,
     /// The store revision the answer was read at (0 where the store has none).
     pub revision: i64,
-    /// Time left on its lease as the server reported it, where the store says (PostgreSQL):
-    /// a holder that crashed sends nothing, so the waiter tries again once this has run out.
+    /// Where the store says (PostgreSQL): how long until this waiter may take the holder's
+    /// claim over. A holder that crashed sends nothing, so the waiter tries again once this has
+    /// run out.
     pub expires_in: Option<Duration>,
 }
 

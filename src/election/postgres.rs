@@ -1,23 +1,34 @@
-//! The election on PostgreSQL: one lease row per lease name, its expiry computed by the server.
+//! The election on PostgreSQL: one lease row per lease name.
 //!
 //! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` under a transaction-scoped
-//! advisory lock so that concurrent first runs do not race in the catalog), in the first
-//! session's `current_schema()` (every name qualified with it, every session's `search_path`
-//! pinned to it; objects there that another role owns are refused, `refuse_foreign_objects`),
-//! named from `--prefix` (`/leader-exec/` gives `leader_exec_leases` and `leader_exec_records`;
-//! every session is on a primary, never a standby: `check_session`):
+//! advisory lock so that concurrent first runs do not race in the catalog; brought up to date
+//! under the same lock when made by an earlier version), in the first session's
+//! `current_schema()` (every name qualified with it, every session's `search_path` pinned to it;
+//! objects there that another role owns are refused, `refuse_foreign_objects`), named from
+//! `--prefix` (`/leader-exec/` gives `leader_exec_leases`, `leader_exec_records`,
+//! `leader_exec_tokens`, `leader_exec_guard`; every session is on a primary, never a standby:
+//! `check_session`):
 //!
 //! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
-//!   ttl_ms bigint)`: one row per lease name, never deleted, so its token never resets.
-//!   `holder` is the leader's identity, NULL when free; `token` grows by one per acquisition;
-//!   `expires_at` is always `now() + ttl` computed by the statement that writes it.
+//!   ttl_ms bigint, renewals bigint)`: one row per lease name. `holder` is the leader's
+//!   identity, NULL when free; `token` is taken from `<p>_tokens` per acquisition; `renewals`
+//!   grows with every acquisition and renewal; `expires_at` is `now() + ttl` as the server's
+//!   wall clock says: a hint for waiters and a display, never what decides a takeover.
+//! - `<p>_tokens`: a sequence the tables do not own (dropping them keeps it), kept above every
+//!   token the table holds, so a token never resets: not after a deleted row, a truncated table,
+//!   or tables dropped and made again.
+//! - `<p>_guard()` and its trigger `<p>_guard` on `<p>_leases`: DELETE and TRUNCATE refused.
 //! - `<p>_records (key text primary key, value bytea, expires_at timestamptz, lease_name text,
 //!   lease_token bigint)`: occurrence records (kept until `expires_at`) and the leader's state
 //!   for `status` (kept while the lease row holds `lease_token`), written fenced.
 //!
-//! Acquire: a conditional UPDATE (free or expired), then for a new name an INSERT … ON CONFLICT
-//! DO NOTHING. Renew: UPDATE … WHERE name, holder and token match AND expires_at > now(); no
-//! row is a loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same statement.
+//! Acquire: a conditional UPDATE, then for a new name an INSERT … ON CONFLICT DO NOTHING. A
+//! released row (holder NULL) is taken at once; a held row only once the taker has itself seen
+//! it unchanged — holder, token, renewals and expires_at — for a full TTL on its boot clock, and
+//! only by an UPDATE conditional on exactly that (see [`Sighting`]). Renew: UPDATE … WHERE name,
+//! holder and token match (no clock in the condition), bumping `renewals`; no row, or no table,
+//! is a certain loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same
+//! statement.
 //!
 //! Waiters LISTEN on the table's channel before their first attempt. A release wakes them; each
 //! then waits a random delay within its spread before it tries, and an acquisition announces
@@ -26,8 +37,9 @@
 //! (`pg_stat_activity`, read with every failed attempt), doubles when an attempt loses the race
 //! (up to the retry period) and shrinks back a little each time an attempt is cancelled, so a
 //! lone waiter takes over within milliseconds and a crowd makes a bounded number of attempts
-//! per handover (measured in `tests/postgres_only.rs`). A holder that crashed announces nothing: waiters look again when the
-//! server-reported `expires_at - now()` has run out (a read first, an attempt only if it did).
+//! per handover (measured in `tests/postgres_only.rs`). A holder that crashed announces nothing:
+//! waiters read the row every `--retry-period` (a read, no lock) and try once they have seen it
+//! unchanged for a full TTL, about TTL + retry period after the holder's last renewal.
 //!
 //! Every statement runs under `statement_timeout` and `lock_timeout` shorter than
 //! `--retry-period`, and every request under a client-side timer as well.
@@ -43,6 +55,8 @@ use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{AsyncMessage, Client, Config, SimpleQueryMessage, Socket};
+
+use crate::clock::{BootClock, Clock};
 
 use super::{
     Ahead, Backend, Candidacy, Election, Keeper, Leader, LeaseTime, Observation, RawRecord,
@@ -162,8 +176,8 @@ enum Attempt {
     Won(i64),
     Held {
         holder: Option<String>,
-        left_ms: i64,
-        live: bool,
+        /// How long until this waiter may take the row over (see [`Sighting`]).
+        wait: Duration,
         /// Sessions listening on the channel: about how many wait (for any lease in the table).
         listeners: i64,
     },
@@ -233,6 +247,64 @@ struct Shared {
     /// session of this process (each pins its `search_path` to it, and the table names are
     /// qualified with it once it is known).
     schema: OnceLock<String>,
+    /// The token sequence, the guard function and its trigger: `<p>_tokens`, `<p>_guard`.
+    tokens: String,
+    guard: String,
+    /// This instance's own TTL: a taker waits at least this long (and at least the holder's).
+    ttl: Duration,
+    /// The held row as this waiter last saw it, and since when (see [`Sighting`]).
+    sighting: Mutex<Option<(Sighting, Duration)>>,
+}
+
+/// An unreleased lease row as a waiter saw it. The row is taken over only when the taker has
+/// seen exactly this for a full TTL on its own boot clock, and only by an UPDATE conditional on
+/// exactly this: the server's wall clock (`expires_at <= now()`) decides nothing, so a step of
+/// it can neither hand the row to a waiter nor take it from its leader.
+///
+/// Why that is safe: every successful renewal bumps `renewals`, and each acquisition takes a
+/// new, greater `token`; neither ever goes back, so a row that shows the same sighting at two
+/// instants showed it all along in between. The holder's last renewal that wrote this sighting
+/// was sent before the server ran our read, so before we had its answer: counting the TTL from
+/// the arrival of that answer (the conservative instant, later than our send instant by one
+/// round trip) counts from after the holder's send instant. The holder stops its command within
+/// `--renew-deadline` + `--kill-after` < TTL of that send instant unless a later renewal
+/// succeeded, and a later renewal changes the sighting, which defeats our conditional UPDATE.
+/// `expires_at` is part of the sighting so that a renewal by an older leader-exec (which does not
+/// bump `renewals`) also counts as a change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Sighting {
+    holder: String,
+    token: i64,
+    renewals: i64,
+    /// `expires_at` in microseconds since the epoch (compared, never used as a time).
+    expires_us: i64,
+    /// The TTL the holder wrote (its own): the taker waits the longer of it and its own.
+    ttl: Duration,
+}
+
+/// The lease row as a waiter reads it.
+struct Row {
+    holder: Option<String>,
+    token: i64,
+    renewals: i64,
+    expires_us: i64,
+    ttl_ms: i64,
+}
+
+/// The columns `Row` is read from, in its order.
+const ROW_COLUMNS: &str = "holder, token, renewals,
+    (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint, ttl_ms";
+
+impl Row {
+    fn from(row: &tokio_postgres::Row, at: usize) -> Row {
+        Row {
+            holder: row.get(at),
+            token: row.get(at + 1),
+            renewals: row.get(at + 2),
+            expires_us: row.get(at + 3),
+            ttl_ms: row.get(at + 4),
+        }
+    }
 }
 
 /// An election on PostgreSQL, for one lease name.
@@ -258,6 +330,8 @@ impl Postgres {
         timing: PgTiming,
     ) -> Result<Postgres, StoreError> {
         let (leases, records) = tables(prefix)?;
+        let base = leases.strip_suffix("_leases").unwrap_or(&leases);
+        let (tokens, guard) = (format!("{base}_tokens"), format!("{base}_guard"));
         let statement = (timing.retry_period * 3 / 4).max(Duration::from_millis(50));
         let lock = (timing.retry_period / 2).max(Duration::from_millis(20));
         let mut options = target.config.get_options().unwrap_or_default().to_owned();
@@ -318,6 +392,10 @@ impl Postgres {
                 held: AtomicI64::new(0),
                 schema_ready: Mutex::new(false),
                 schema: OnceLock::new(),
+                tokens,
+                guard,
+                ttl: timing.ttl,
+                sighting: Mutex::new(None),
             }),
         })
     }
@@ -421,6 +499,12 @@ impl Postgres {
         let outcome = tokio::time::timeout(self.shared.request_timeout, f(client.clone())).await;
         let result = match outcome {
             Ok(Ok(value)) => return Ok(value),
+            // The tables (or the token sequence) were dropped under us: make them again on the
+            // next request. The sequence, if it survived, keeps tokens growing.
+            Ok(Err(e)) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                *self.shared.schema_ready.lock().expect("not poisoned") = false;
+                StoreError::Transient(format!("PostgreSQL: {}", error_text(&e)))
+            }
             Ok(Err(e)) => classify(e),
             Err(_) => StoreError::Transient("PostgreSQL did not answer in time".into()),
         };
@@ -535,10 +619,21 @@ impl Postgres {
         }
         let leases = self.leases();
         let records = self.records();
+        let tokens = self.qualified(&self.shared.tokens);
+        // A trigger's name is not schema-qualified; its function's is.
+        let guard = quote_ident(&self.shared.guard);
+        let guard_fn = self.qualified(&self.shared.guard);
+        // Everything the current layout needs, so that tables made by an earlier version are
+        // brought up to date (the `renewals` column, the token sequence, the guard trigger).
         let exists = client
             .query_one(
-                "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL",
-                &[&leases, &records],
+                "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
+                    AND pg_catalog.to_regclass($3) IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)
+                                AND attname = 'renewals' AND NOT attisdropped)
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1)
+                                AND tgname = $4)",
+                &[&leases, &records, &tokens, &self.shared.guard],
             )
             .await
             .map_err(classify)?;
@@ -547,8 +642,14 @@ impl Postgres {
         } else {
             // Serialised by a transaction-scoped advisory lock: two first runs at once would
             // otherwise race in the catalog (a unique violation on pg_type). The lock only
-            // orders the DDL; leadership never depends on it. The ownership check runs before
-            // the COMMIT: a refusal leaves nothing behind.
+            // orders the DDL; leadership never depends on it.
+            //
+            // Tokens come from a sequence the tables do not own: dropping and recreating the
+            // tables keeps it, and it is set above every token the table holds whenever it is
+            // (re)made. The guard refuses DELETE and TRUNCATE of lease rows (a lease is freed by
+            // releasing it: `leader-exec resign`); a superuser who drops the trigger or the
+            // tables still gets greater tokens from the sequence.
+            // The ownership check runs before the COMMIT: a refusal leaves nothing behind.
             let ddl = format!(
                 "BEGIN;
                  SET LOCAL statement_timeout = '30s';
@@ -559,16 +660,36 @@ impl Postgres {
                      holder text,
                      token bigint NOT NULL,
                      expires_at timestamptz NOT NULL,
-                     ttl_ms bigint NOT NULL DEFAULT 0
+                     ttl_ms bigint NOT NULL DEFAULT 0,
+                     renewals bigint NOT NULL DEFAULT 0
                  );
+                 ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS renewals bigint NOT NULL DEFAULT 0;
                  CREATE TABLE IF NOT EXISTS {records} (
                      key text PRIMARY KEY,
                      value bytea NOT NULL,
                      expires_at timestamptz,
                      lease_name text,
                      lease_token bigint
-                 );",
+                 );
+                 CREATE SEQUENCE IF NOT EXISTS {tokens};
+                 SELECT CASE WHEN t.m >= s.last_value THEN setval({tokens_literal}, t.m) END
+                 FROM (SELECT COALESCE(max(token), 0) AS m FROM {leases}) t, {tokens} s;
+                 CREATE OR REPLACE FUNCTION {guard_fn}() RETURNS trigger LANGUAGE plpgsql AS $guard$
+                 BEGIN
+                     RAISE EXCEPTION 'leader-exec: % of %.% refused: a lease row keeps its fencing token; free a lease with leader-exec resign', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
+                         USING ERRCODE = 'restrict_violation';
+                 END $guard$;
+                 DO $do$ BEGIN
+                     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                                    WHERE tgrelid = {leases_literal}::regclass AND tgname = {guard_literal}) THEN
+                         CREATE TRIGGER {guard} BEFORE DELETE OR TRUNCATE ON {leases}
+                             FOR EACH STATEMENT EXECUTE FUNCTION {guard_fn}();
+                     END IF;
+                 END $do$;",
                 channel = quote_literal(&self.shared.channel),
+                tokens_literal = quote_literal(&tokens),
+                leases_literal = quote_literal(&leases),
+                guard_literal = quote_literal(&self.shared.guard),
             );
             let done = tokio::time::timeout(Duration::from_secs(35), async {
                 client.batch_execute(&ddl).await.map_err(classify)?;
@@ -769,48 +890,122 @@ impl Postgres {
     }
 
     /// One attempt to acquire, in one statement: the conditional UPDATE, and the row as it was
-    /// (the holder and the time left when the attempt failed). `Ok(None)`: no row yet.
+    /// (when the attempt failed). `Ok(None)`: no row yet. A released row (holder NULL) is taken
+    /// at once; a held one only as [`Sighting`] says: when this waiter has seen it unchanged for
+    /// a full TTL, and only if it is still exactly that.
     async fn acquire(&self) -> Result<Option<Attempt>, StoreError> {
         let shared = &self.shared;
         let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
         let update = format!(
             "WITH won AS (
                  UPDATE {leases}
-                 SET holder = $2, token = token + 1,
+                 SET holder = $2, token = GREATEST(token + 1, nextval({tokens})),
+                     renewals = renewals + 1,
                      expires_at = now() + $3::bigint * interval '1 millisecond', ttl_ms = $3
-                 WHERE name = $1 AND (holder IS NULL OR expires_at <= now())
+                 WHERE name = $1 AND (holder IS NULL
+                     OR (holder = $6 AND token = $7 AND renewals = $8
+                         AND (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint = $9))
                  RETURNING token),
              told AS (SELECT pg_notify($4, {taken}) FROM won)
-             SELECT (SELECT token FROM won), (SELECT count(*) FROM told), holder,
-                    GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
-                    expires_at > now(),
-                    (SELECT count(*) FROM pg_stat_activity WHERE query = $5)
+             SELECT (SELECT token FROM won), (SELECT count(*) FROM told),
+                    (SELECT count(*) FROM pg_stat_activity WHERE query = $5),
+                    {ROW_COLUMNS}
              FROM {leases} WHERE name = $1",
             leases = self.leases(),
+            tokens = quote_literal(&self.qualified(&shared.tokens)),
         );
-        let args = (
+        // What may be taken over: the sighting, once seen for its full TTL (NULLs match nothing).
+        let ripe = self.ripe();
+        let a = (
             shared.name.clone(),
             shared.identity.clone(),
             shared.ttl_ms,
             shared.channel.clone(),
+            self.listen_statement(),
+            ripe.as_ref().map(|s| s.holder.clone()),
+            ripe.as_ref().map(|s| s.token),
+            ripe.as_ref().map(|s| s.renewals),
+            ripe.as_ref().map(|s| s.expires_us),
         );
-        let a = args.clone();
-        let listen = self.listen_statement();
         let row = self
             .request(|c| async move {
-                c.query_opt(&update, &[&a.0, &a.1, &a.2, &a.3, &listen])
-                    .await
+                c.query_opt(
+                    &update,
+                    &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5, &a.6, &a.7, &a.8],
+                )
+                .await
             })
             .await?;
+        let received = BootClock.now();
         Ok(row.map(|row| match row.get::<_, Option<i64>>(0) {
-            Some(token) => Attempt::Won(token),
-            None => Attempt::Held {
-                holder: row.get(2),
-                left_ms: row.get(3),
-                live: row.get(4),
-                listeners: row.get(5),
-            },
+            Some(token) => {
+                *shared.sighting.lock().expect("not poisoned") = None;
+                Attempt::Won(token)
+            }
+            None => {
+                let listeners = row.get(2);
+                let seen = Row::from(&row, 3);
+                Attempt::Held {
+                    holder: seen.holder.clone(),
+                    wait: self.sight(&seen, received),
+                    listeners,
+                }
+            }
         }))
+    }
+
+    /// The sighting this waiter may take over now: seen unchanged for its full TTL.
+    fn ripe(&self) -> Option<Sighting> {
+        let sighting = self.shared.sighting.lock().expect("not poisoned");
+        let (seen, since) = sighting.as_ref()?;
+        (BootClock.now() >= *since + seen.ttl).then(|| seen.clone())
+    }
+
+    /// Notes the row as read by a request whose answer arrived at `received` (boot clock), and
+    /// returns how long until it may be taken: zero when it is free or has been seen unchanged
+    /// for its full TTL.
+    fn sight(&self, row: &Row, received: Duration) -> Duration {
+        let mut sighting = self.shared.sighting.lock().expect("not poisoned");
+        let Some(holder) = row.holder.clone() else {
+            *sighting = None;
+            return Duration::ZERO;
+        };
+        let seen = Sighting {
+            holder,
+            token: row.token,
+            renewals: row.renewals,
+            expires_us: row.expires_us,
+            ttl: self
+                .shared
+                .ttl
+                .max(Duration::from_millis(row.ttl_ms.max(0) as u64)),
+        };
+        // A sighting first made now counts from now; one seen before keeps its first instant.
+        let since = match sighting.as_ref() {
+            Some((before, since)) if *before == seen => *since,
+            _ => received,
+        };
+        let ripe_at = since + seen.ttl;
+        *sighting = Some((seen, since));
+        ripe_at.saturating_sub(BootClock.now())
+    }
+
+    /// The row, for a waiter: read (no lock), noted as a sighting; how long until it may be
+    /// taken (zero: free, gone, or seen unchanged for a full TTL).
+    async fn look(&self) -> Result<Duration, StoreError> {
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM {} WHERE name = $1",
+            self.leases()
+        );
+        let name = self.shared.name.clone();
+        let row = self
+            .request(|c| async move { c.query_opt(&sql, &[&name]).await })
+            .await?;
+        let received = BootClock.now();
+        Ok(match row {
+            Some(row) => self.sight(&Row::from(&row, 0), received),
+            None => Duration::ZERO,
+        })
     }
 
     async fn insert_new(&self) -> Result<Option<i64>, StoreError> {
@@ -819,11 +1014,12 @@ impl Postgres {
         let insert = format!(
             "WITH won AS (
                  INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms)
-                 VALUES ($1, $2, 1, now() + $3::bigint * interval '1 millisecond', $3)
+                 VALUES ($1, $2, nextval({tokens}), now() + $3::bigint * interval '1 millisecond', $3)
                  ON CONFLICT (name) DO NOTHING
                  RETURNING token)
              SELECT token, pg_notify($4, {taken})::text FROM won",
             leases = self.leases(),
+            tokens = quote_literal(&self.qualified(&shared.tokens)),
         );
         let a = (
             shared.name.clone(),
@@ -962,15 +1158,14 @@ impl Backend for Postgres {
         // What was heard before this look: a release after it wakes the wait that follows.
         let seen = shared.heard.borrow().free;
         let after_release = shared.after_release.swap(false, Ordering::SeqCst);
-        let (holder, left_ms, live) = match self.acquire().await? {
+        let (holder, wait) = match self.acquire().await? {
             Some(Attempt::Won(token)) => {
                 shared.held.store(token, Ordering::SeqCst);
                 return Ok(Turn::Leading { token });
             }
             Some(Attempt::Held {
                 holder,
-                left_ms,
-                live,
+                wait,
                 listeners,
             }) => {
                 // About as many waiters as listen will wake on the next release: spread their
@@ -986,19 +1181,15 @@ impl Backend for Postgres {
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |us| {
                         Some(us.max(floor.as_micros() as u64))
                     });
-                (holder, left_ms, live)
+                (holder, wait)
             }
             None => match self.insert_new().await? {
                 Some(token) => {
                     shared.held.store(token, Ordering::SeqCst);
                     return Ok(Turn::Leading { token });
                 }
-                None => {
-                    let (holder, _, left_ms, live) = self.read_row().await?.ok_or_else(|| {
-                        StoreError::Transient("the lease row vanished (deleted by hand?)".into())
-                    })?;
-                    (holder, left_ms, live)
-                }
+                // Inserted by another instance meanwhile.
+                None => (None, self.look().await?),
             },
         };
         if after_release {
@@ -1010,36 +1201,38 @@ impl Backend for Postgres {
                     Some(us.saturating_mul(2).min(max))
                 });
         }
-        let left = if live && holder.is_some() {
-            Duration::from_millis(left_ms.max(0) as u64)
-        } else {
-            Duration::ZERO
-        };
         Ok(Turn::Behind(Ahead {
             key: holder.unwrap_or_default().into_bytes(),
             revision: seen,
-            expires_in: Some(left),
+            expires_in: Some(wait),
         }))
     }
 
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
         let shared = &self.shared;
         let mut seen = ahead.revision;
-        let mut expiry = self.look_by(ahead.expires_in.unwrap_or_default());
+        let mut wait = ahead.expires_in.unwrap_or_default();
         loop {
-            let heard = self.wait_heard(seen, expiry).await;
+            // A holder that crashed announces nothing. The row is read every --retry-period
+            // (a read, no lock), so that the holder's last renewal is seen within a retry period
+            // of it and the takeover comes about a TTL after that; and at the instant this
+            // waiter will have seen the row unchanged for a full TTL it tries (the attempt's
+            // UPDATE is conditional on the row being exactly as seen).
+            let ripe = wait <= shared.poll;
+            let heard = self
+                .wait_heard(seen, tokio::time::Instant::now() + wait.min(shared.poll))
+                .await;
             let released = heard.free > seen;
             if !released {
-                // The lease ran out as the server last said: look (a read, no lock) before
-                // trying; a holder that renewed meanwhile only moves the expiry.
-                match self.read_row().await? {
-                    Some((Some(_), _, left_ms, true)) => {
-                        seen = shared.heard.borrow().free;
-                        expiry = self.look_by(Duration::from_millis(left_ms.max(0) as u64));
-                        continue;
-                    }
-                    _ => return Ok(()),
+                if ripe {
+                    return Ok(());
                 }
+                wait = self.look().await?;
+                if wait.is_zero() {
+                    return Ok(());
+                }
+                seen = shared.heard.borrow().free;
+                continue;
             }
             // A release: try after a random delay within the spread, unless an acquisition is
             // heard first.
@@ -1077,8 +1270,8 @@ impl Backend for Postgres {
                                 Some((us - us / 32).max(least))
                             });
                     seen = now.free;
-                    expiry = tokio::time::Instant::now()
-                        + Duration::from_millis(now.taken_ttl_ms.max(0) as u64);
+                    // The new holder has to be seen for a full TTL from now on.
+                    wait = Duration::from_millis(now.taken_ttl_ms.max(0) as u64).max(shared.ttl);
                 }
             }
         }
@@ -1432,9 +1625,14 @@ impl Keeper for PgKeeper {
             self.client = Some(self.backend.open(false).await?);
         }
         let client = self.client.as_ref().expect("just opened");
+        // No wall clock in the condition: the row is ours while it holds our identity and
+        // token, since no waiter takes a held row over before it has seen it unchanged for a
+        // full TTL, and this renewal changes it (`renewals`). A step of the server's clock
+        // (either way) thus neither ends the lease nor keeps a taken one.
         let sql = format!(
-            "UPDATE {} SET expires_at = now() + $4::bigint * interval '1 millisecond', ttl_ms = $4
-             WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now()",
+            "UPDATE {} SET expires_at = now() + $4::bigint * interval '1 millisecond', ttl_ms = $4,
+                 renewals = renewals + 1
+             WHERE name = $1 AND holder = $2 AND token = $3",
             self.backend.leases()
         );
         let renewed = client
@@ -1445,7 +1643,14 @@ impl Keeper for PgKeeper {
             .await;
         match renewed {
             Ok(1) => Ok(Renewal::Alive),
+            // Taken over, released by `resign`, or the row deleted (the table truncated): the
+            // claim is gone for certain, and the command is killed at once.
             Ok(_) => Ok(Renewal::Expired),
+            // The table was dropped: as certain a loss as a deleted row.
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                self.client = None;
+                Ok(Renewal::Expired)
+            }
             Err(e) => {
                 self.client = None;
                 Err(classify(e))
@@ -1651,6 +1856,66 @@ mod tests {
         );
         assert_eq!(tables("/").unwrap().0, "leader_exec_leases");
         assert!(tables(&format!("/{}/", "x".repeat(56))).is_err());
+    }
+
+    fn backend(ttl: Duration) -> Postgres {
+        let target = Target {
+            config: Config::new(),
+            tls: None,
+            shown: "postgres://test".into(),
+            listen: false,
+        };
+        let timing = PgTiming {
+            ttl,
+            retry_period: Duration::from_millis(300),
+            connect_timeout: Duration::from_secs(1),
+        };
+        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing).unwrap()
+    }
+
+    fn row(holder: Option<&str>, token: i64, renewals: i64, ttl_ms: i64) -> Row {
+        Row {
+            holder: holder.map(str::to_owned),
+            token,
+            renewals,
+            expires_us: 1_000_000,
+            ttl_ms,
+        }
+    }
+
+    #[test]
+    fn a_held_row_ripens_only_after_a_full_ttl_of_being_seen_unchanged() {
+        let pg = backend(Duration::from_secs(60));
+        let now = BootClock.now();
+        // First seen now: a full TTL to go, nothing to take yet.
+        let wait = pg.sight(&row(Some("a"), 7, 3, 60_000), now);
+        assert!(wait > Duration::from_secs(59), "{wait:?}");
+        assert!(pg.ripe().is_none());
+        // Seen again unchanged: the window keeps its first instant.
+        let again = pg.sight(&row(Some("a"), 7, 3, 60_000), now + Duration::from_secs(30));
+        assert!(again <= wait, "{again:?} after {wait:?}");
+        // Renewed (the count moved), or taken over (the token moved): counted afresh.
+        let renewed = pg.sight(&row(Some("a"), 7, 4, 60_000), BootClock.now());
+        assert!(renewed > Duration::from_secs(59), "{renewed:?}");
+        // The holder's longer TTL counts.
+        let longer = pg.sight(&row(Some("b"), 8, 0, 120_000), BootClock.now());
+        assert!(longer > Duration::from_secs(119), "{longer:?}");
+        // A released row is free at once.
+        assert_eq!(
+            pg.sight(&row(None, 8, 1, 120_000), BootClock.now()),
+            Duration::ZERO
+        );
+        // A sighting first made a full TTL ago is ripe: exactly it may be taken over.
+        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
+        assert_eq!(
+            pg.sight(&row(Some("c"), 9, 5, 1_000), long_ago),
+            Duration::ZERO
+        );
+        let ripe = pg.ripe().expect("ripe");
+        assert_eq!(
+            (ripe.holder.as_str(), ripe.token, ripe.renewals),
+            ("c", 9, 5)
+        );
     }
 
     #[test]
