@@ -61,5 +61,6 @@ mod metrics;
 mod operator;
 mod postgres_only;
 mod rough_edges;
+mod security;
 mod signals;
 mod zookeeper_only;

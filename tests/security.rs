@@ -1,0 +1,136 @@
+//! The local surfaces, attacked from the host itself: a textfile directory others can write
+//! (planted links, FIFOs, devices at the metrics path), passwords in endpoint URLs (never shown,
+//! never handed to the command), an HTTP client that tries to lock the probes out, and
+//! `run-job` refusing a configuration file others could have written.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// A 0600 file with `text`, standing for something a root cron job must never overwrite.
+fn victim(scratch: &Scratch, name: &str, text: &str) -> std::path::PathBuf {
+    let path = scratch.path(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+fn assert_untouched(path: &std::path::Path, text: &str) {
+    assert_eq!(std::fs::read_to_string(path).unwrap(), text, "{path:?}");
+    let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{path:?}");
+}
+
+fn warnings(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.contains("--metrics-file:"))
+        .count()
+}
+
+#[test]
+fn planted_links_in_the_textfile_directory_are_never_followed() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let dir = scratch.path("textfile");
+    std::fs::create_dir(&dir).unwrap();
+
+    // A link planted at the temporary name an earlier version used (`.NAME.PID.tmp`): the shell
+    // learns its pid ($$), plants the link and execs leader-exec, which keeps that pid.
+    let first = victim(&scratch, "first", "do not touch 1\n");
+    let file = dir.join("job.prom");
+    let mut args = lease_args(&endpoint, "planted");
+    let file_arg = path_str(&file);
+    args.extend(["--metrics-file", &file_arg]);
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!(
+            "ln -s '{}' '{}/.job.prom.'$$'.tmp' && exec \"$@\"",
+            first.display(),
+            dir.display()
+        ))
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_leader-exec"))
+        .args(&args)
+        .arg("--")
+        .args(scratch.job("a", "true"));
+    let mut a = Instance::start_command(&mut command);
+    assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
+    assert!(scratch.wait_record("end", "a", Duration::ZERO).is_some());
+    assert_untouched(&first, "do not touch 1\n");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("leader_exec_run_exit_code{"), "{text}");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+
+    // A link planted at the target itself: left alone, one warning, the job still runs.
+    let second = victim(&scratch, "second", "do not touch 2\n");
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(&second, &file).unwrap();
+    let mut b = Instance::start(&args, &scratch.job("b", "true"));
+    assert_eq!(b.wait(Duration::from_secs(20)), Some(0), "{}", b.stderr());
+    assert!(scratch.wait_record("end", "b", Duration::ZERO).is_some());
+    assert_untouched(&second, "do not touch 2\n");
+    assert_eq!(std::fs::read_link(&file).unwrap(), second);
+    assert_eq!(warnings(&b.stderr()), 1, "{}", b.stderr());
+    // Nothing but the link and the first run's leftover link is in the directory.
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_eq!(names[1], "job.prom", "{names:?}");
+}
+
+#[test]
+fn a_fifo_or_a_device_at_the_metrics_path_does_not_hold_the_command() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let file = scratch.path("job.prom");
+    let file_arg = path_str(&file);
+    let mut args = lease_args(&endpoint, "fifo");
+    args.extend(["--metrics-file", &file_arg]);
+
+    nix::unistd::mkfifo(&file, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let started = Instant::now();
+    let mut a = Instance::start(&args, &scratch.job("a", "true"));
+    // Promptly: an earlier version blocked opening the FIFO before it campaigned.
+    assert!(
+        scratch
+            .wait_record("start", "a", Duration::from_secs(10))
+            .is_some(),
+        "the command did not run within 10 s: {}",
+        a.stderr()
+    );
+    assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_eq!(warnings(&a.stderr()), 1, "{}", a.stderr());
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&file).unwrap().file_type().is_fifo());
+
+    // /dev/zero (through a link) reads without end: never read, never replaced.
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &file).unwrap();
+    let mut b = Instance::start(&args, &scratch.job("b", "true"));
+    assert!(
+        scratch
+            .wait_record("start", "b", Duration::from_secs(10))
+            .is_some(),
+        "the command did not run within 10 s: {}",
+        b.stderr()
+    );
+    assert_eq!(b.wait(Duration::from_secs(20)), Some(0), "{}", b.stderr());
+    assert_eq!(warnings(&b.stderr()), 1, "{}", b.stderr());
+    assert_eq!(
+        std::fs::read_link(&file).unwrap(),
+        std::path::Path::new("/dev/zero")
+    );
+}
