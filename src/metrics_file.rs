@@ -121,7 +121,10 @@ impl std::fmt::Display for WriteError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WriteError::Unexpected(kind) => {
-                write!(f, "{kind} sits there instead of a regular file; not written")
+                write!(
+                    f,
+                    "{kind} sits there instead of a regular file; not written"
+                )
             }
             WriteError::Io(e) => e.fmt(f),
         }
@@ -353,7 +356,9 @@ fn write_loop(path: &Path, writer: &Writer) {
         match write_atomically(path, &text) {
             Ok(()) => {}
             Err(e @ WriteError::Unexpected(_)) => warn_unexpected(path, &e),
-            Err(e) => tracing::warn!(event = "metrics-file-failed", error = %e, path = %path.display(), "could not write the metrics file"),
+            Err(e) => {
+                tracing::warn!(event = "metrics-file-failed", error = %e, path = %path.display(), "could not write the metrics file")
+            }
         }
         if let Ok(mut slot) = writer.slot.lock() {
             slot.written = generation;

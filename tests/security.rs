@@ -114,7 +114,12 @@ fn a_fifo_or_a_device_at_the_metrics_path_does_not_hold_the_command() {
     assert!(started.elapsed() < Duration::from_secs(15));
     assert_eq!(warnings(&a.stderr()), 1, "{}", a.stderr());
     use std::os::unix::fs::FileTypeExt;
-    assert!(std::fs::symlink_metadata(&file).unwrap().file_type().is_fifo());
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
 
     // /dev/zero (through a link) reads without end: never read, never replaced.
     std::fs::remove_file(&file).unwrap();
@@ -133,4 +138,126 @@ fn a_fifo_or_a_device_at_the_metrics_path_does_not_hold_the_command() {
         std::fs::read_link(&file).unwrap(),
         std::path::Path::new("/dev/zero")
     );
+}
+
+/// Every form a password can take in `--endpoints` (and `LEADER_EXEC_ENDPOINTS`), against a port
+/// nothing listens on: the run form (with `-v` logs and a metrics file), `status --json` and
+/// `check` fail, and nothing they print or write holds the password.
+#[test]
+fn a_password_in_an_endpoint_is_never_shown() {
+    let scratch = Scratch::new();
+    let port = free_port().to_string();
+    let secret = "hunter2Secret";
+    let forms = [
+        format!("postgres://jobs:{secret}@127.0.0.1:{port}/ops"),
+        format!("postgresql://jobs:{secret}@127.0.0.1:{port}/ops?sslmode=disable"),
+        format!("postgres://127.0.0.1:{port}/ops?password={secret}"),
+        format!(
+            "postgres://127.0.0.1:{port}/ops?sslmode=disable&password={secret}&connect_timeout=1"
+        ),
+        format!("postgres://127.0.0.1:{port}/ops?pass%77ord={secret}"),
+        format!("postgres://127.0.0.1:{port}/ops?PassWord={secret}"),
+        format!("postgres://jobs:{secret}@127.0.0.1:{port}/ops?password={secret}"),
+        format!("http://127.0.0.1:{port}/?password={secret}"),
+        format!("http://root:{secret}@127.0.0.1:{port}"),
+        format!("root:{secret}@127.0.0.1:{port}"),
+        format!("host=127.0.0.1 port={port} password={secret}"),
+        format!("zk://digest:{secret}@127.0.0.1:{port}/jobs"),
+        format!("zk://127.0.0.1:{port}?password={secret}"),
+        format!("zk://127.0.0.1:{port}/jobs?password={secret}"),
+    ];
+    // One thread per form: each mostly waits out --connect-timeout.
+    let threads: Vec<_> = forms
+        .into_iter()
+        .enumerate()
+        .map(|(i, form)| {
+            let metrics = scratch.path(&format!("job{i}.prom"));
+            std::thread::spawn(move || {
+                let form = &form;
+                let metrics_arg = path_str(&metrics);
+                let run = vec![
+                    "-v",
+                    "--lease",
+                    "pw",
+                    "--connect-timeout",
+                    "1s",
+                    "--metrics-file",
+                    &metrics_arg,
+                    "--",
+                    "true",
+                ];
+                let status = vec![
+                    "status",
+                    "--lease",
+                    "pw",
+                    "--json",
+                    "--connect-timeout",
+                    "1s",
+                ];
+                let check = vec![
+                    "check",
+                    "--lease",
+                    "pw",
+                    "--token",
+                    "1",
+                    "--connect-timeout",
+                    "1s",
+                ];
+                let runs = [
+                    ("run", run.clone(), false),
+                    ("run", run, true),
+                    ("status --json", status, false),
+                    ("check", check, true),
+                ];
+                for (what, args, via_env) in runs {
+                    let _ = std::fs::remove_file(&metrics);
+                    let mut command = leader_exec();
+                    if via_env {
+                        command.env("LEADER_EXEC_ENDPOINTS", form);
+                    } else {
+                        command.args(["--endpoints", form]);
+                    }
+                    let (code, stdout, stderr) = outcome(command.args(&args), &metrics);
+                    assert_ne!(code, Some(0), "{what} {form}: {stderr}");
+                    assert!(
+                        !stdout.contains(secret) && !stderr.contains(secret),
+                        "{what} {form} (env: {via_env}) shows the password:\n{stdout}\n{stderr}"
+                    );
+                    assert!(!stderr.trim().is_empty(), "{what} {form}: says nothing");
+                    if let Ok(text) = std::fs::read_to_string(&metrics) {
+                        assert!(!text.contains(secret), "{what} {form}: in the metrics file");
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
+/// Runs `command` to its end (at most 30 s): exit code, stdout, stderr. Output goes to files
+/// beside `near`.
+fn outcome(command: &mut Command, near: &std::path::Path) -> (Option<i32>, String, String) {
+    let out = near.with_extension("out");
+    let err = near.with_extension("err");
+    let mut child = KillOnDrop(
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut code = None;
+    let finished = wait_for(Duration::from_secs(30), || {
+        code = child.0.try_wait().unwrap().map(|s| s.code());
+        code.is_some()
+    });
+    assert!(finished, "{command:?}: still running after 30 s");
+    (
+        code.flatten(),
+        std::fs::read_to_string(&out).unwrap_or_default(),
+        std::fs::read_to_string(&err).unwrap_or_default(),
+    )
 }
