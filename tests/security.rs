@@ -261,3 +261,45 @@ fn outcome(command: &mut Command, near: &std::path::Path) -> (Option<i32>, Strin
         std::fs::read_to_string(&err).unwrap_or_default(),
     )
 }
+
+/// The command sees `LEADER_EXEC_ENDPOINTS` (it may run `leader-exec check`) without the
+/// password it held, as it never sees `LEADER_EXEC_PASSWORD`. (The test server trusts every
+/// connection, so the passwords given are accepted and ignored.)
+#[test]
+fn the_command_sees_no_password_of_the_endpoints() {
+    let postgres = Postgres::start();
+    let scratch = Scratch::new();
+    let secret = "hunter2Secret";
+    let port = postgres.port;
+    let environ = scratch.path("environ");
+    let record = format!("cat /proc/self/environ > '{}'", environ.display());
+    for (i, endpoints) in [
+        format!("postgres://postgres:{secret}@127.0.0.1:{port}/postgres"),
+        format!("postgres://postgres@127.0.0.1:{port}/postgres?password={secret}"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for via in ["LEADER_EXEC_ENDPOINTS", "ETCDCTL_ENDPOINTS"] {
+            let _ = std::fs::remove_file(&environ);
+            let mut command = leader_exec();
+            command
+                .env(via, endpoints)
+                .env("LEADER_EXEC_PASSWORD", secret)
+                .args(["--lease", &format!("env{i}"), "--", "sh", "-c", &record]);
+            let (code, _, stderr) = outcome(&mut command, &scratch.path("run"));
+            assert_eq!(code, Some(0), "{stderr}");
+            let environ = std::fs::read(&environ).unwrap();
+            let environ = String::from_utf8_lossy(&environ);
+            let vars: Vec<&str> = environ.split('\0').collect();
+            assert!(
+                !environ.contains(secret),
+                "the command saw the password: {vars:?}"
+            );
+            let shown = format!("{via}=postgres://postgres@127.0.0.1:{port}/postgres");
+            assert!(vars.contains(&shown.as_str()), "{shown} not in {vars:?}");
+            assert!(vars.iter().any(|v| v.starts_with("LEADER_TOKEN=")));
+            assert!(!stderr.contains(secret), "{stderr}");
+        }
+    }
+}
