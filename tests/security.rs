@@ -303,3 +303,86 @@ fn the_command_sees_no_password_of_the_endpoints() {
         }
     }
 }
+
+/// `packaging/run-job CONF` runs CONF as root shell code: it refuses a file (or the target of a
+/// link, or a directory holding either) that anyone but root could have changed, with one line
+/// and exit 125, before running anything from it. (`LEADER_EXEC_BIN=env` stands in for
+/// leader-exec: `env -- /bin/sh -c COMMAND` runs the command.)
+#[test]
+fn run_job_refuses_a_conf_others_could_have_written() {
+    let scratch = Scratch::new();
+    let run_job = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/run-job");
+    let marker = scratch.path("ran");
+    let dir = scratch.path("conf.d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conf = dir.join("job.conf");
+    let body = format!("touch '{}'\nLEADER_EXEC_COMMAND='true'\n", marker.display());
+    let set_mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    let run = |conf: &std::path::Path| {
+        let _ = std::fs::remove_file(&marker);
+        let mut command = Command::new(run_job);
+        command
+            .arg(conf)
+            .env("LEADER_EXEC_LEASE", "job")
+            .env("LEADER_EXEC_BIN", "env");
+        let (code, _, stderr) = outcome(&mut command, &scratch.path("run-job"));
+        (code, stderr, marker.exists())
+    };
+    let refused = |conf: &std::path::Path, needle: &str| {
+        let (code, stderr, ran) = run(conf);
+        assert_eq!(code, Some(125), "{needle}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("run-job: "), "{stderr}");
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+        assert!(!ran, "{needle}: the conf was run: {stderr}");
+    };
+
+    std::fs::write(&conf, &body).unwrap();
+    set_mode(&conf, 0o600);
+    let (code, stderr, ran) = run(&conf);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(ran && stderr.is_empty(), "{stderr}");
+
+    for mode in [0o620, 0o660, 0o602, 0o666] {
+        set_mode(&conf, mode);
+        refused(&conf, "writable by group or others");
+    }
+
+    // A link (from a safe directory) to a group-writable file elsewhere.
+    let elsewhere = scratch.path("elsewhere.conf");
+    std::fs::write(&elsewhere, &body).unwrap();
+    set_mode(&elsewhere, 0o664);
+    let link = dir.join("link.conf");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    refused(&link, "writable by group or others");
+
+    // A safe file in a directory others can write to (they could replace it).
+    set_mode(&conf, 0o600);
+    set_mode(&dir, 0o777);
+    refused(&conf, "directory");
+    set_mode(&dir, 0o775);
+    refused(&conf, "directory");
+    set_mode(&dir, 0o755);
+
+    // A file that belongs to someone else (only root can give a file away).
+    // Running as root: the files it creates are root's.
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&conf).unwrap()) == 0 {
+        use std::os::unix::fs::chown;
+        chown(&conf, Some(65534), None).unwrap();
+        refused(&conf, "belongs to uid 65534");
+        chown(&conf, Some(0), None).unwrap();
+        chown(&dir, Some(65534), None).unwrap();
+        refused(&conf, "belongs to uid 65534");
+        chown(&dir, Some(0), None).unwrap();
+    }
+
+    // A readable file holding a password runs, with a warning.
+    std::fs::write(&conf, format!("{body}LEADER_EXEC_PASSWORD=x\n")).unwrap();
+    set_mode(&conf, 0o644);
+    let (code, stderr, ran) = run(&conf);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(ran && stderr.contains("0600"), "{stderr}");
+}
