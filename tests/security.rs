@@ -386,3 +386,136 @@ fn run_job_refuses_a_conf_others_could_have_written() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(ran && stderr.contains("0600"), "{stderr}");
 }
+
+/// One GET /healthz on a new connection: answered 200 within `limit`?
+fn probe(port: u16, limit: Duration) -> bool {
+    use std::io::{Read, Write};
+    let started = Instant::now();
+    let Ok(mut stream) =
+        std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), limit)
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(limit));
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer.starts_with(b"HTTP/1.1 200") && started.elapsed() <= limit
+}
+
+/// One client holds every slot of `--http` — keep-alive connections it uses slowly, sending a
+/// request head a byte at a time — and floods new idle connections, while a probe asks
+/// `/healthz` on a new connection every 100 ms: at least 95 % of the probes are answered
+/// within 1 s.
+#[test]
+fn one_client_cannot_lock_the_probes_out() {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = lease_args(&endpoint, "probes");
+    args.extend(["--http", &listen]);
+    let mut leader = Instance::start(&args, &scratch.job("a", "sleep 60"));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(15))
+        .expect("the command started");
+    assert!(
+        wait_for(Duration::from_secs(5), || probe(
+            port,
+            Duration::from_secs(1)
+        )),
+        "/healthz never answered: {}",
+        leader.stderr()
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let connect = move || {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .ok()?;
+        Some(stream)
+    };
+    // 16 slow users: one whole request, then the next head a byte every 200 ms; reconnect
+    // when closed.
+    let slow: Vec<_> = (0..16)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(mut stream) = connect() else {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    };
+                    let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+                    let _ = stream.read(&mut [0; 65536]);
+                    for byte in b"GET /metrics HTTP/1.1\r\nHost: slow\r\n".iter().cycle() {
+                        if stop.load(Ordering::SeqCst)
+                            || stream.write_all(&[*byte]).is_err()
+                            || matches!(stream.read(&mut [0; 1024]), Ok(0))
+                        {
+                            break;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    // A flood of idle connections, 50 a second, up to 200 held at once.
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = std::collections::VecDeque::new();
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                    held.push_back(stream);
+                }
+                if held.len() > 200 {
+                    held.pop_front();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    // Let the attack take every slot first.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut answered = 0;
+    let total = 100;
+    for _ in 0..total {
+        let started = Instant::now();
+        if probe(port, Duration::from_secs(1)) {
+            answered += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100).saturating_sub(started.elapsed()));
+    }
+    stop.store(true, Ordering::SeqCst);
+    eprintln!("{answered} of {total} probes answered within 1 s");
+    for thread in slow {
+        thread.join().unwrap();
+    }
+    flood.join().unwrap();
+    assert!(
+        answered * 100 >= total * 95,
+        "{answered} of {total} probes answered within 1 s"
+    );
+    // The leader renewed throughout (a 1.5 s renew deadline): still running its first command.
+    assert!(leader.running(), "{}", leader.stderr());
+    assert_eq!(
+        scratch
+            .history()
+            .iter()
+            .filter(|r| r.kind == "start")
+            .count(),
+        1
+    );
+}
