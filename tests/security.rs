@@ -519,3 +519,64 @@ fn one_client_cannot_lock_the_probes_out() {
         1
     );
 }
+
+/// An idle kept-alive connection, and one that sends its request head a byte every 200 ms, are
+/// closed once the 3 s header timeout has passed: neither holds a slot for long.
+#[test]
+fn idle_and_byte_by_byte_connections_are_closed_after_the_header_timeout() {
+    use std::io::{Read, Write};
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = lease_args(&endpoint, "idle");
+    args.extend(["--http", &listen]);
+    let leader = Instance::start(&args, &scratch.job("a", "sleep 60"));
+    assert!(
+        wait_for(Duration::from_secs(15), || probe(
+            port,
+            Duration::from_secs(1)
+        )),
+        "/healthz never answered: {}",
+        leader.stderr()
+    );
+    let closed_after = |slow: bool| {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut answer = [0u8; 4096];
+        assert!(stream.read(&mut answer).unwrap() > 0);
+        let started = Instant::now();
+        let mut head = b"GET /metrics HTTP/1.1\r\nHost: slow\r\n".iter().cycle();
+        while started.elapsed() < Duration::from_secs(10) {
+            if slow && stream.write_all(&[*head.next().unwrap()]).is_err() {
+                break;
+            }
+            match stream.read(&mut answer) {
+                Ok(0) => break,
+                Ok(_) => {}
+                // The 200 ms read timeout: still open.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
+            }
+        }
+        started.elapsed()
+    };
+    for slow in [false, true] {
+        let elapsed = closed_after(slow);
+        eprintln!("slow: {slow}: closed after {elapsed:?}");
+        assert!(
+            elapsed < Duration::from_millis(4500),
+            "slow: {slow}: still open after {elapsed:?}"
+        );
+    }
+}
