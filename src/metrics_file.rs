@@ -85,6 +85,11 @@ const READ_LIMIT: u64 = 64 * 1024;
 fn previous_success(path: &Path) -> Option<f64> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt;
+    // Not even opened when it is plainly not a regular file (opening some devices acts); the
+    // check after opening is the one that counts.
+    if unexpected_at(path).is_some() {
+        return None;
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc_flags::O_NOFOLLOW | libc_flags::O_NONBLOCK)

@@ -138,6 +138,35 @@ fn a_fifo_or_a_device_at_the_metrics_path_does_not_hold_the_command() {
         std::fs::read_link(&file).unwrap(),
         std::path::Path::new("/dev/zero")
     );
+
+    // The device itself, where mknod is allowed (root).
+    std::fs::remove_file(&file).unwrap();
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    if mknod(
+        &file,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o644),
+        makedev(1, 5),
+    )
+    .is_ok()
+    {
+        let mut c = Instance::start(&args, &scratch.job("c", "true"));
+        assert!(
+            scratch
+                .wait_record("start", "c", Duration::from_secs(10))
+                .is_some(),
+            "the command did not run within 10 s: {}",
+            c.stderr()
+        );
+        assert_eq!(c.wait(Duration::from_secs(20)), Some(0), "{}", c.stderr());
+        assert_eq!(warnings(&c.stderr()), 1, "{}", c.stderr());
+        assert!(
+            std::fs::symlink_metadata(&file)
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+    }
 }
 
 /// Every form a password can take in `--endpoints` (and `LEADER_EXEC_ENDPOINTS`), against a port
