@@ -480,6 +480,17 @@ impl Connection {
 }
 
 fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
+    // Warned about once the endpoints are accepted (a refusal stays one line).
+    let password_on_command_line = args.endpoints.iter().any(|e| redact_password(e) != *e);
+    let warn = |connection: Connection| {
+        if password_on_command_line {
+            tracing::warn!(
+                event = "password-on-command-line",
+                "a password in --endpoints shows it to every local user (ps, /proc); use --password-file FILE, LEADER_EXEC_PASSWORD or LEADER_EXEC_ENDPOINTS"
+            );
+        }
+        connection
+    };
     let endpoints: Vec<String> = if !args.endpoints.is_empty() {
         std::mem::take(&mut args.endpoints)
     } else if let Some(list) =
@@ -498,10 +509,10 @@ fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
         return Err(Failure::usage("--endpoints is empty"));
     }
     if endpoints.iter().any(|e| is_postgres_url(e)) {
-        return postgres_connection(endpoints, args);
+        return postgres_connection(endpoints, args).map(warn);
     }
     if endpoints.iter().any(|e| is_zookeeper_url(e)) {
-        return zookeeper_connection(endpoints, args);
+        return zookeeper_connection(endpoints, args).map(warn);
     }
     for e in &endpoints {
         validate_endpoint(e)?;
@@ -566,13 +577,13 @@ fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
             shown_endpoints(&endpoints)
         );
     }
-    Ok(Connection {
+    Ok(warn(Connection {
         store: Store::Etcd,
         endpoints,
         connect_timeout: args.connect_timeout,
         tls,
         credentials,
-    })
+    }))
 }
 
 fn is_zookeeper_url(endpoint: &str) -> bool {
