@@ -181,7 +181,10 @@ fn random_u64() -> u64 {
 /// rename(2) replaces the directory entry at PATH and never follows a link there; still,
 /// something other than a regular file at PATH is left alone ([`WriteError::Unexpected`]).
 /// The directory's own path is the operator's choice and is used as given (a link to it is
-/// followed; whoever can swap a component of it could also change the flag).
+/// followed; whoever can swap a component of it could also change the flag). Whoever can write
+/// the directory can always replace PATH or our temporary file's entry with their own (a link,
+/// say, for the collector to read); what they cannot do is make leader-exec write, create or
+/// truncate anything but its own new file.
 fn write_atomically(path: &Path, text: &str) -> Result<(), WriteError> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
