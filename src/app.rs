@@ -385,7 +385,7 @@ pub async fn connect(connection: &Connection) -> anyhow::Result<etcd_client::Cli
             Err(_) => {
                 return Err(Failure::usage(format!(
                     "etcd at {} did not answer within --connect-timeout ({})",
-                    connection.endpoints.join(","),
+                    crate::settings::shown_endpoints(&connection.endpoints),
                     humantime::format_duration(connection.connect_timeout)
                 ))
                 .into());

@@ -3,31 +3,43 @@
 //!
 //! It shares that one thread with the renewal loop and the step-down, so it is built never to
 //! hold them up: every answer is computed from in-memory state without awaiting anything (a few
-//! microseconds of encoding), at most [`MAX_CONNECTIONS`] connections are served at once (more
-//! are closed at once), a request's head must arrive within [`HEADER_TIMEOUT`], a connection
-//! lives at most [`CONNECTION_LIFETIME`], request heads are capped at 8 KiB and bodies are never
-//! read. The tasks only run while the state machine waits, and the timers that end leadership
-//! are served by the same scheduler, between any two of them.
+//! microseconds of encoding), at most [`MAX_CONNECTIONS`] connections are open at once, a
+//! request's head must arrive within [`HEADER_TIMEOUT`] (which also bounds the wait between two
+//! requests on a kept-alive connection), a connection lives at most [`CONNECTION_LIFETIME`],
+//! request heads are capped at 8 KiB and bodies are never read. The tasks only run while the
+//! state machine waits, and the timers that end leadership are served by the same scheduler,
+//! between any two of them. Nothing on the step-down path waits for this module.
+//!
+//! The probes must stay answerable while one client misbehaves (a load balancer that stops
+//! routing, or a liveness probe that restarts the leader, would turn a local nuisance into an
+//! outage). So a new connection is never refused for want of a slot: when all are taken, the
+//! connection that has waited longest for its next request is closed, taken from the peer (IP
+//! address) that holds the most connections — a client that holds every slot with idle or
+//! slow (byte-by-byte) connections, or floods new ones, only ever displaces its own oldest, and
+//! a probe that connects and asks at once is answered.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 
 use crate::exit::Failure;
 use crate::metrics::{self, Metrics};
 
-/// Connections served at once; further ones are closed as soon as they are accepted.
+/// Connections open at once; one more closes the longest-waiting one (see the module's doc).
 pub const MAX_CONNECTIONS: usize = 16;
-/// A request's head must arrive within this.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A request's head must arrive within this, counted from the connection's start or the end of
+/// the previous answer: it is also the idle timeout of a kept-alive connection.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(3);
 /// A connection (keep-alive included) is closed after this.
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
@@ -124,14 +136,17 @@ pub fn cleanup(address: Option<&Address>) {
 }
 
 async fn accept_loop(listener: Listener, metrics: &'static Metrics) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(Mutex::new(Open::default()));
     loop {
         let accepted = match &listener {
-            Listener::Tcp(l) => l.accept().await.map(|(s, _)| Stream::Tcp(s)),
-            Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
+            Listener::Tcp(l) => l
+                .accept()
+                .await
+                .map(|(s, a)| (Stream::Tcp(s), Some(a.ip()))),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| (Stream::Unix(s), None)),
         };
-        let stream = match accepted {
-            Ok(stream) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors, say: try again a little later.
                 tracing::debug!(error = %e, "accepting an HTTP connection failed");
@@ -139,15 +154,19 @@ async fn accept_loop(listener: Listener, metrics: &'static Metrics) {
                 continue;
             }
         };
-        // Over the limit: closed at once (dropped), never queued.
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let Ok((id, closed)) = open.lock().map(|mut open| open.admit(peer)) else {
             continue;
         };
+        let open = open.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _registered = Registered(open.clone(), id);
             match stream {
-                Stream::Tcp(s) => serve_connection(TokioIo::new(s), metrics).await,
-                Stream::Unix(s) => serve_connection(TokioIo::new(s), metrics).await,
+                Stream::Tcp(s) => {
+                    serve_connection(TokioIo::new(s), metrics, &open, id, closed).await
+                }
+                Stream::Unix(s) => {
+                    serve_connection(TokioIo::new(s), metrics, &open, id, closed).await
+                }
             }
         });
     }
@@ -158,19 +177,106 @@ enum Stream {
     Unix(tokio::net::UnixStream),
 }
 
-async fn serve_connection<I>(io: I, metrics: &'static Metrics)
-where
+/// The open connections (at most [`MAX_CONNECTIONS`]).
+#[derive(Default)]
+struct Open {
+    next_id: u64,
+    connections: HashMap<u64, Connection>,
+}
+
+struct Connection {
+    /// None for a unix socket (one peer: the local host).
+    peer: Option<IpAddr>,
+    /// When it was accepted or its latest request arrived.
+    last_request: Instant,
+    /// Dropped to close the connection.
+    _close: oneshot::Sender<()>,
+}
+
+impl Open {
+    /// Registers a new connection, first closing one when all slots are taken; returns its id
+    /// and what tells it that it was closed.
+    fn admit(&mut self, peer: Option<IpAddr>) -> (u64, oneshot::Receiver<()>) {
+        if self.connections.len() >= MAX_CONNECTIONS {
+            self.close_one();
+        }
+        let (close, closed) = oneshot::channel();
+        let id = self.next_id;
+        self.next_id += 1;
+        self.connections.insert(
+            id,
+            Connection {
+                peer,
+                last_request: Instant::now(),
+                _close: close,
+            },
+        );
+        (id, closed)
+    }
+
+    /// Closes the connection waiting longest for its next request, of the peer with the most.
+    fn close_one(&mut self) {
+        let mut per_peer: HashMap<Option<IpAddr>, usize> = HashMap::new();
+        for c in self.connections.values() {
+            *per_peer.entry(c.peer).or_default() += 1;
+        }
+        let victim = self
+            .connections
+            .iter()
+            .max_by_key(|(_, c)| (per_peer[&c.peer], std::cmp::Reverse(c.last_request)))
+            .map(|(id, _)| *id);
+        if let Some(id) = victim {
+            self.connections.remove(&id);
+        }
+    }
+
+    fn requested(&mut self, id: u64) {
+        if let Some(c) = self.connections.get_mut(&id) {
+            c.last_request = Instant::now();
+        }
+    }
+}
+
+/// Unregisters a connection when its task ends.
+struct Registered(Arc<Mutex<Open>>, u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.0.lock() {
+            open.connections.remove(&self.1);
+        }
+    }
+}
+
+async fn serve_connection<I>(
+    io: I,
+    metrics: &'static Metrics,
+    open: &Arc<Mutex<Open>>,
+    id: u64,
+    closed: oneshot::Receiver<()>,
+) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |request| async move {
-        Ok::<_, Infallible>(respond(&request, metrics))
+    let requests = open.clone();
+    let service = hyper::service::service_fn(move |request| {
+        if let Ok(mut open) = requests.lock() {
+            open.requested(id);
+        }
+        let response = respond(&request, metrics);
+        async move { Ok::<_, Infallible>(response) }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .max_buf_size(8192)
         .serve_connection(io, service);
-    let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+    // Dropping the connection closes it: at the end of its lifetime, or when a newer one
+    // needed its slot.
+    tokio::select! {
+        _ = connection => {}
+        _ = closed => {}
+        _ = tokio::time::sleep(CONNECTION_LIFETIME) => {}
+    }
 }
 
 /// The answer to one request: computed at once from in-memory state.
@@ -271,5 +377,43 @@ mod tests {
             assert!(e.message.contains("--http"), "{bad}: {}", e.message);
         }
         assert!(Address::parse(&format!("/{}", "x".repeat(200))).is_err());
+    }
+
+    #[test]
+    fn a_full_house_closes_the_longest_waiting_connection_of_the_busiest_peer() {
+        let a: Option<IpAddr> = Some("10.0.0.1".parse().unwrap());
+        let b: Option<IpAddr> = Some("10.0.0.2".parse().unwrap());
+        let mut open = Open::default();
+        let mut closed = Vec::new();
+        // b holds one slot, a all the others; a's first is the longest waiting overall but b's
+        // is older than every other of a's.
+        let (a0, rx) = open.admit(a);
+        closed.push(rx);
+        let (b0, rx) = open.admit(b);
+        closed.push(rx);
+        for _ in 2..MAX_CONNECTIONS {
+            std::thread::sleep(Duration::from_millis(1));
+            closed.push(open.admit(a).1);
+        }
+        open.requested(a0);
+        // Now a0 asked last; of a's, the second (id 2) waited longest.
+        let (newest, _rx) = open.admit(a);
+        assert_eq!(open.connections.len(), MAX_CONNECTIONS);
+        assert!(
+            open.connections.contains_key(&b0),
+            "b's only connection stays"
+        );
+        assert!(open.connections.contains_key(&a0));
+        assert!(!open.connections.contains_key(&2));
+        assert!(open.connections.contains_key(&newest));
+        // Closed: the receiver reports the sender gone, not merely empty.
+        assert_eq!(
+            closed[2].try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        );
+        assert_eq!(
+            closed[1].try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        );
     }
 }

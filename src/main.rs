@@ -16,6 +16,7 @@ mod metrics_file;
 mod notify;
 mod observe;
 mod occurrence;
+mod redact;
 mod release;
 mod renewal;
 mod resign;

@@ -288,7 +288,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                             Err(Failure::usage(format!(
                                 "{} at {} did not answer within --connect-timeout ({}): {last_error}",
                                 backend.store_name(),
-                                connection.endpoints.join(","),
+                                crate::settings::shown_endpoints(&connection.endpoints),
                                 humantime::format_duration(connection.connect_timeout)
                             ))
                             .into())

@@ -480,6 +480,17 @@ impl Connection {
 }
 
 fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
+    // Warned about once the endpoints are accepted (a refusal stays one line).
+    let password_on_command_line = args.endpoints.iter().any(|e| redact_password(e) != *e);
+    let warn = |connection: Connection| {
+        if password_on_command_line {
+            tracing::warn!(
+                event = "password-on-command-line",
+                "a password in --endpoints shows it to every local user (ps, /proc); use --password-file FILE, LEADER_EXEC_PASSWORD or LEADER_EXEC_ENDPOINTS"
+            );
+        }
+        connection
+    };
     let endpoints: Vec<String> = if !args.endpoints.is_empty() {
         std::mem::take(&mut args.endpoints)
     } else if let Some(list) =
@@ -498,10 +509,10 @@ fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
         return Err(Failure::usage("--endpoints is empty"));
     }
     if endpoints.iter().any(|e| is_postgres_url(e)) {
-        return postgres_connection(endpoints, args);
+        return postgres_connection(endpoints, args).map(warn);
     }
     if endpoints.iter().any(|e| is_zookeeper_url(e)) {
-        return zookeeper_connection(endpoints, args);
+        return zookeeper_connection(endpoints, args).map(warn);
     }
     for e in &endpoints {
         validate_endpoint(e)?;
@@ -533,12 +544,13 @@ fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
         0 if tls_files => {
             return Err(Failure::usage(format!(
                 "TLS files given but endpoint {} is plain http://; use https://",
-                endpoints[0]
+                redact_password(&endpoints[0])
             )));
         }
         0 => None,
         n if n < endpoints.len() => {
-            let plain = endpoints.iter().find(|e| !secure(e)).expect("one is plain");
+            let plain =
+                redact_password(endpoints.iter().find(|e| !secure(e)).expect("one is plain"));
             return Err(Failure::usage(format!(
                 "--endpoints mixes https:// and plain http:// ({plain}): a request sent to the plain one would go out unencrypted; use https:// for all"
             )));
@@ -562,16 +574,16 @@ fn connection(mut args: EtcdArgs) -> Result<Connection, Failure> {
         tracing::warn!(
             event = "cleartext-password",
             "the etcd password is sent unencrypted over plain http:// to {}; use https://",
-            endpoints.join(",")
+            shown_endpoints(&endpoints)
         );
     }
-    Ok(Connection {
+    Ok(warn(Connection {
         store: Store::Etcd,
         endpoints,
         connect_timeout: args.connect_timeout,
         tls,
         credentials,
-    })
+    }))
 }
 
 fn is_zookeeper_url(endpoint: &str) -> bool {
@@ -607,7 +619,7 @@ fn zookeeper_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connec
     if hosts.split(',').any(|h| h.trim().is_empty()) {
         return Err(Failure::usage(format!(
             "--endpoints {}: a host is empty; write zk://HOST:PORT[,HOST:PORT…][/chroot]",
-            url.escape_debug()
+            redact_password(&url).escape_debug()
         )));
     }
     for host in hosts.split(',') {
@@ -622,24 +634,24 @@ fn zookeeper_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connec
         if !port_ok {
             return Err(Failure::usage(format!(
                 "--endpoints: {} is not HOST:PORT",
-                host.escape_debug()
+                redact_password(host).escape_debug()
             )));
         }
     }
     if chroot == "/" || chroot.ends_with('/') && !chroot.is_empty() || chroot.contains("//") {
         return Err(Failure::usage(format!(
             "--endpoints: the chroot {} must be an absolute path without a trailing '/'",
-            chroot.escape_debug()
+            redact_password(chroot).escape_debug()
         )));
     }
     let credentials = credentials(args.user, args.password_file)?;
     Ok(Connection {
         store: Store::ZooKeeper(Box::new(crate::election::zookeeper::Target {
             connect: format!("{hosts}{chroot}"),
-            shown: url.clone(),
+            shown: redact_password(&url),
             digest: credentials.map(|c| format!("{}:{}", c.user, c.password)),
         })),
-        endpoints: vec![url],
+        endpoints: vec![redact_password(&url)],
         connect_timeout: args.connect_timeout,
         tls: None,
         credentials: None,
@@ -825,21 +837,7 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The URL with the password of `user:password@` left out.
-pub fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}@{hosts}{tail}")
-        }
-        None => url.to_owned(),
-    }
-}
+pub use crate::redact::{redact_password, shown_endpoints};
 
 /// host[:port] with an optional http:// or https:// scheme; the client library checks the rest.
 fn validate_endpoint(endpoint: &str) -> Result<(), Failure> {
@@ -870,7 +868,7 @@ fn validate_endpoint(endpoint: &str) -> Result<(), Failure> {
     if !valid {
         return Err(Failure::usage(format!(
             "--endpoints: '{}' is not an endpoint like http://127.0.0.1:2379",
-            endpoint.escape_debug()
+            redact_password(endpoint).escape_debug()
         )));
     }
     Ok(())
@@ -1144,6 +1142,18 @@ mod tests {
             "postgresql://db1,db2/ops?sslmode=require"
         );
         assert_eq!(percent_decode("%2Fetc%2Fca.pem"), "/etc/ca.pem");
+    }
+
+    #[test]
+    fn refusals_of_endpoints_never_echo_a_password() {
+        for bad in [
+            "host=db1 password=hunter2",
+            "http://etcd:23x79/?password=hunter2",
+            "etcd:2379?password=hunter2",
+        ] {
+            let err = validate_endpoint(bad).unwrap_err();
+            assert!(!err.message.contains("hunter2"), "{err}");
+        }
     }
 
     #[test]

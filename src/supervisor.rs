@@ -745,6 +745,23 @@ impl<'a> Supervisor<'a> {
         // notification socket (systemd's own convention; the notifications are leader-exec's).
         command.env_remove("LEADER_EXEC_PASSWORD");
         command.env_remove(crate::notify::NOTIFY_SOCKET);
+        // The endpoints stay (the command may run `leader-exec check`), without any password
+        // they hold: the command gets no credential of leader-exec's. A value that is not text
+        // cannot be redacted and goes.
+        for name in ["LEADER_EXEC_ENDPOINTS", "ETCDCTL_ENDPOINTS"] {
+            match std::env::var(name) {
+                Ok(value) => {
+                    let shown = crate::redact::redact_password(&value);
+                    if shown != value {
+                        command.env(name, shown);
+                    }
+                }
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    command.env_remove(name);
+                }
+                Err(std::env::VarError::NotPresent) => {}
+            }
+        }
         command.envs(env.iter().copied());
         // Its own process group, so that stopping it reaches everything it started.
         command.process_group(0);

@@ -69,6 +69,7 @@ mod postgres_conn;
 mod postgres_lease;
 mod postgres_only;
 mod rough_edges;
+mod security;
 mod signals;
 mod zookeeper_only;
 mod zookeeper_safety;

@@ -61,7 +61,7 @@ pub struct Target {
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Target")
-            .field("connect", &self.connect)
+            .field("connect", &crate::redact::redact_password(&self.connect))
             .field("digest", &self.digest.as_ref().map(|_| "<hidden>"))
             .finish()
     }
