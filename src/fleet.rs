@@ -34,7 +34,10 @@ pub async fn status_all<B: Backend>(
     json: bool,
     limit: Duration,
 ) -> anyhow::Result<u8> {
-    let elections = bounded(limit, "reading the elections", backend.observe_all(prefix)).await?;
+    let elections = crate::observe::first_contact(backend, limit, "reading the elections", || {
+        backend.observe_all(prefix)
+    })
+    .await?;
     let records_prefix = format!("{prefix}.occurrences/");
     let records = bounded(
         limit,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::election::Backoff;
-use crate::election::{Backend, Leader, Observation, StoreError};
+use crate::election::{self, Backend, Leader, Observation, Reach, StartError, StoreError};
 use crate::escape::{escape, escape_str};
 use crate::exit::Failure;
 use crate::occurrence::{self, Record};
@@ -46,16 +46,27 @@ pub(crate) async fn observe_once<B: Backend>(
     backend: &B,
     limit: Duration,
 ) -> anyhow::Result<Observation> {
-    bounded(limit, "reading the election", async {
-        let mut backoff = Backoff::new();
-        loop {
-            match backend.observe().await {
-                Err(e) if e.is_transient() => backoff.sleep().await,
-                other => return other,
-            }
-        }
-    })
-    .await
+    first_contact(backend, limit, "reading the election", || backend.observe()).await
+}
+
+/// The first request of a subcommand: retried within `limit`, ended early by a refusal on every
+/// endpoint, and worded as the run form words an unreachable store.
+pub(crate) async fn first_contact<B, T, F, Fut>(
+    backend: &B,
+    limit: Duration,
+    what: &str,
+    attempt: F,
+) -> anyhow::Result<T>
+where
+    B: Backend,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    match election::first_contact(&Reach::of(backend), limit, attempt).await {
+        Ok(value) => Ok(value),
+        Err(StartError::Unreachable(message)) => Err(Failure::usage(message).into()),
+        Err(StartError::Store(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
+    }
 }
 
 fn leader_json(leader: &Leader) -> Value {

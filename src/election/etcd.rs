@@ -131,6 +131,27 @@ pub fn classify(error: etcd_client::Error) -> StoreError {
     }
 }
 
+/// The (host, port) of each endpoint (`http://HOST:PORT`, `https://…`, `HOST:PORT`; port 2379
+/// when none is given), to probe for a refusal.
+pub fn addresses(endpoints: &[String]) -> Vec<(String, u16)> {
+    endpoints
+        .iter()
+        .filter_map(|endpoint| {
+            let rest = endpoint
+                .split_once("://")
+                .map_or(endpoint.as_str(), |(_, r)| r);
+            let authority = rest.split('/').next().unwrap_or(rest);
+            let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
+                _ => (authority, 2379),
+            };
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            (!host.is_empty()).then(|| (host.to_owned(), port))
+        })
+        .collect()
+}
+
 /// An election on etcd.
 #[derive(Clone)]
 pub struct Etcd {
@@ -139,12 +160,21 @@ pub struct Etcd {
     election_prefix: String,
     identity: String,
     ttl_seconds: i64,
+    /// `--endpoints`, as messages show them.
+    endpoints: Vec<String>,
 }
 
 impl Etcd {
-    pub fn new(client: Client, election_prefix: String, identity: String, ttl: Duration) -> Self {
+    pub fn new(
+        client: Client,
+        endpoints: &[String],
+        election_prefix: String,
+        identity: String,
+        ttl: Duration,
+    ) -> Self {
         Etcd {
             client,
+            endpoints: endpoints.to_vec(),
             election_prefix,
             identity,
             // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
@@ -536,6 +566,14 @@ impl Backend for Etcd {
 
     fn store_name(&self) -> &'static str {
         "etcd"
+    }
+
+    fn shown(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    fn addresses(&self) -> Vec<(String, u16)> {
+        addresses(&self.endpoints)
     }
 
     fn restart_resets_leases(&self) -> bool {
