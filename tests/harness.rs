@@ -386,6 +386,20 @@ impl Proxy {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// A "proxy" on a free loopback port where nothing listens: every connection is refused.
+    /// `Store::endpoint_via` turns it into an endpoint of the store's kind.
+    pub fn nothing_listening() -> Proxy {
+        Proxy {
+            port: free_port(),
+            state: Arc::new(ProxyState {
+                mode: Mutex::new(Mode::Cut),
+                connections: Mutex::new(Vec::new()),
+                stopped: AtomicBool::new(true),
+                forwarded: AtomicU64::new(0),
+            }),
+        }
+    }
+
     fn set(&self, mode: Mode) {
         *self.state.mode.lock().unwrap() = mode;
     }
