@@ -685,3 +685,30 @@ mod tests {
         assert!(classify(etcd_client::Error::IoError(eof)).is_transient());
     }
 }
+
+#[cfg(test)]
+mod address_tests {
+    use super::addresses;
+
+    #[test]
+    fn endpoints_name_their_host_and_port() {
+        let endpoints = [
+            "http://127.0.0.1:2379",
+            "https://etcd-1.example:12379/",
+            "10.0.0.5:2381",
+            "http://[::1]:2379",
+            "http://etcd-2.example",
+        ]
+        .map(String::from);
+        assert_eq!(
+            addresses(&endpoints),
+            [
+                ("127.0.0.1".to_owned(), 2379),
+                ("etcd-1.example".to_owned(), 12379),
+                ("10.0.0.5".to_owned(), 2381),
+                ("::1".to_owned(), 2379),
+                ("etcd-2.example".to_owned(), 2379),
+            ]
+        );
+    }
+}

@@ -464,3 +464,84 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn nowhere() -> Reach {
+        Reach {
+            store: "etcd",
+            shown: "http://192.0.2.1:2379".into(),
+            // Nothing to probe: never taken as refused.
+            addresses: Vec::new(),
+        }
+    }
+
+    /// Attempts that fail at once, again and again, end exactly at the limit: no backoff sleep
+    /// runs past it, and an attempt that fails as the limit passes buys no further round.
+    #[tokio::test(start_paused = true)]
+    async fn failing_attempts_end_at_the_limit() {
+        let limit = Duration::from_millis(2300);
+        let attempts = Cell::new(0);
+        let started = tokio::time::Instant::now();
+        let result: Result<(), StartError> = first_contact(&nowhere(), limit, || {
+            attempts.set(attempts.get() + 1);
+            async { Err(StoreError::Transient("etcd: tcp connect error".into())) }
+        })
+        .await;
+        assert_eq!(started.elapsed(), limit);
+        assert!(attempts.get() > 3, "{}", attempts.get());
+        match result {
+            Err(StartError::Unreachable(message)) => assert_eq!(
+                message,
+                "etcd at http://192.0.2.1:2379 did not answer within --connect-timeout (2s 300ms): etcd: tcp connect error"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// An attempt that never answers ends at the limit too.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_attempt_ends_at_the_limit() {
+        let limit = Duration::from_secs(2);
+        let started = tokio::time::Instant::now();
+        let result: Result<(), StartError> =
+            first_contact(&nowhere(), limit, std::future::pending).await;
+        assert_eq!(started.elapsed(), limit);
+        assert!(matches!(result, Err(StartError::Unreachable(m)) if m.ends_with("(2s)")));
+    }
+
+    /// An error that trying again cannot cure ends it at once, as the store said it.
+    #[tokio::test(start_paused = true)]
+    async fn a_fatal_error_ends_it_at_once() {
+        let started = tokio::time::Instant::now();
+        let result: Result<(), StartError> =
+            first_contact(&nowhere(), Duration::from_secs(5), || async {
+                Err(StoreError::Fatal("etcd: authentication failed".into()))
+            })
+            .await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert!(matches!(
+            result,
+            Err(StartError::Store(StoreError::Fatal(_)))
+        ));
+    }
+
+    /// A port where nothing listens is refused; an empty list never is.
+    #[tokio::test]
+    async fn a_closed_port_refuses() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        assert!(every_address_refuses(&[("127.0.0.1".into(), port)]).await);
+        assert!(!every_address_refuses(&[]).await);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listener.local_addr().unwrap().port();
+        assert!(
+            !every_address_refuses(&[("127.0.0.1".into(), port), ("127.0.0.1".into(), open)]).await
+        );
+    }
+}
