@@ -1008,6 +1008,13 @@ pub trait Store: Sized {
 
     /// SIGCONT after `freeze`.
     fn thaw(&self);
+
+    /// Whether a waiting instance holds a claim of its own in the store, so that `claims` counts
+    /// the whole line: etcd (a candidate key) and ZooKeeper (a candidate node) do; PostgreSQL,
+    /// where waiters hold nothing, does not.
+    fn waiters_hold_claims(&self) -> bool {
+        true
+    }
 }
 
 impl Store for Etcd {
@@ -1298,6 +1305,10 @@ impl Store for Postgres {
 
     fn thaw(&self) {
         Postgres::thaw(self)
+    }
+
+    fn waiters_hold_claims(&self) -> bool {
+        false
     }
 }
 
