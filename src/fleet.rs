@@ -40,6 +40,7 @@ pub async fn status_all<B: Backend>(
     .await?;
     let records_prefix = format!("{prefix}.occurrences/");
     let records = bounded(
+        backend,
         limit,
         "reading occurrences",
         backend.list_records(&records_prefix),
@@ -48,7 +49,15 @@ pub async fn status_all<B: Backend>(
     let mut rows: Vec<Row> = Vec::new();
     for election in elections {
         let time = match &election.leader {
-            Some(leader) => bounded(limit, "reading a lease", backend.lease_time(leader)).await?,
+            Some(leader) => {
+                bounded(
+                    backend,
+                    limit,
+                    "reading a lease",
+                    backend.lease_time(leader),
+                )
+                .await?
+            }
             None => None,
         };
         rows.push(Row {

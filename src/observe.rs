@@ -25,7 +25,9 @@ pub const CHECK_CURRENT: u8 = 0;
 pub const CHECK_STALE: u8 = 1;
 
 /// Bounds one request by the connect timeout: these commands run from scripts and must not hang.
-pub(crate) async fn bounded<T>(
+/// A timeout names the store and the endpoint, as at first contact.
+pub(crate) async fn bounded<B: Backend, T>(
+    backend: &B,
     limit: Duration,
     what: &str,
     request: impl Future<Output = Result<T, StoreError>>,
@@ -34,8 +36,8 @@ pub(crate) async fn bounded<T>(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
         Err(_) => Err(Failure::usage(format!(
-            "{what}: the store did not answer within --connect-timeout ({})",
-            humantime::format_duration(limit)
+            "{what}: {}",
+            Reach::of(backend).no_answer(limit, None)
         ))
         .into()),
     }
@@ -98,7 +100,15 @@ pub async fn status<B: Backend>(
 ) -> anyhow::Result<u8> {
     let observation = observe_once(backend, limit).await?;
     let lease_time = match &observation.leader {
-        Some(leader) => bounded(limit, "reading the lease", backend.lease_time(leader)).await?,
+        Some(leader) => {
+            bounded(
+                backend,
+                limit,
+                "reading the lease",
+                backend.lease_time(leader),
+            )
+            .await?
+        }
         None => None,
     };
     let state = match &observation.leader {
@@ -106,6 +116,7 @@ pub async fn status<B: Backend>(
         None => None,
     };
     let records = bounded(
+        backend,
         limit,
         "reading occurrences",
         backend.list_records(&occurrence::records_prefix(scope)),

@@ -69,6 +69,7 @@ pub async fn resign<B: Backend>(
         return Ok(NOT_CURRENT);
     }
     let deleted = observe::bounded(
+        backend,
         limit,
         "deleting the leader's key",
         backend.delete_if_current(&leader.key, leader.token),
