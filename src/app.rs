@@ -7,7 +7,7 @@ use crate::clock::BootClock;
 use crate::election::etcd::{self, Etcd};
 use crate::election::postgres::{PgTiming, Postgres};
 use crate::election::zookeeper::{ZkTiming, ZooKeeper};
-use crate::election::{Backend, Backoff};
+use crate::election::{Backend, Reach, StartError, first_contact};
 use crate::exit::{self, Failure};
 use crate::observe;
 use crate::run::Runner;
@@ -170,6 +170,7 @@ async fn lead_or_wait(
             let client = connect(&settings.connection).await?;
             let backend = Etcd::new(
                 client,
+                &settings.connection.endpoints,
                 settings.scope().election_prefix(),
                 settings.identity.clone(),
                 settings.timing.ttl,
@@ -294,6 +295,7 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
                 let client = connect(&connection).await?;
                 let backend = Etcd::new(
                     client,
+                    &connection.endpoints,
                     scope.election_prefix(),
                     String::new(),
                     Default::default(),
@@ -353,7 +355,13 @@ fn status_all(election: cli::ElectionArgs, etcd: cli::EtcdArgs, json: bool) -> a
         match &connection.store {
             Store::Etcd => {
                 let client = connect(&connection).await?;
-                let backend = Etcd::new(client, prefix.clone(), String::new(), Default::default());
+                let backend = Etcd::new(
+                    client,
+                    &connection.endpoints,
+                    prefix.clone(),
+                    String::new(),
+                    Default::default(),
+                );
                 crate::fleet::status_all(&backend, &prefix, json, limit).await
             }
             Store::Postgres(target) => {
@@ -369,28 +377,22 @@ fn status_all(election: cli::ElectionArgs, etcd: cli::EtcdArgs, json: bool) -> a
 }
 
 /// Connects, retrying for up to `--connect-timeout` (connecting authenticates when a user is
-/// given, so an unreachable etcd can show up here).
+/// given, so an unreachable etcd can show up here; without one the client is lazy and the first
+/// request finds out).
 pub async fn connect(connection: &Connection) -> anyhow::Result<etcd_client::Client> {
-    let until = tokio::time::Instant::now() + connection.connect_timeout;
-    let mut backoff = Backoff::new();
-    loop {
-        let attempt = tokio::time::timeout_at(until, etcd::connect(connection)).await;
-        match attempt {
-            Ok(Ok(client)) => return Ok(client),
-            Ok(Err(e)) if e.is_transient() && tokio::time::Instant::now() < until => {
-                tracing::debug!(error = %e, "connecting to etcd failed; retrying");
-                backoff.sleep().await;
-            }
-            Ok(Err(e)) => return Err(Failure::usage(format!("connecting to etcd: {e}")).into()),
-            Err(_) => {
-                return Err(Failure::usage(format!(
-                    "etcd at {} did not answer within --connect-timeout ({})",
-                    crate::settings::shown_endpoints(&connection.endpoints),
-                    humantime::format_duration(connection.connect_timeout)
-                ))
-                .into());
-            }
-        }
+    let reach = Reach {
+        store: "etcd",
+        shown: crate::redact::shown_endpoints(&connection.endpoints),
+        addresses: etcd::addresses(&connection.endpoints),
+    };
+    match first_contact(&reach, connection.connect_timeout, || {
+        etcd::connect(connection)
+    })
+    .await
+    {
+        Ok(client) => Ok(client),
+        Err(StartError::Unreachable(message)) => Err(Failure::usage(message).into()),
+        Err(StartError::Store(e)) => Err(Failure::usage(format!("connecting to etcd: {e}")).into()),
     }
 }
 

@@ -80,8 +80,8 @@ N        the command ran and exited with status N
 76       --if-unfinished fail refused an occurrence an earlier leader started and never
          finished: a human must decide whether to run it again
 124      not acquired: --no-wait found a leader, or --wait-timeout passed
-125      leader-exec itself failed: usage or configuration error, etcd unreachable at start,
-         TLS or authentication error
+125      leader-exec itself failed: usage or configuration error, the store unreachable at
+         start (refused, or no answer within --connect-timeout), TLS or authentication error
 126      the command exists but cannot be executed
 127      the command was not found
 status:  0 there is a leader, 3 there is none, 125 error
@@ -480,7 +480,7 @@ pub struct EtcdArgs {
     #[arg(long, value_name = "URL[,URL]", value_delimiter = ',', global = true)]
     pub endpoints: Vec<String>,
 
-    /// How long the first contact with etcd may take before leader-exec gives up (exit 125).
+    /// How long the first contact with the store may take before leader-exec gives up (exit 125, naming the endpoint); a connection refused on every endpoint ends the wait at once. Later outages are retried (a leader until its renew deadline).
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true, global = true)]
     pub connect_timeout: Duration,
 

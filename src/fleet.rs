@@ -34,9 +34,13 @@ pub async fn status_all<B: Backend>(
     json: bool,
     limit: Duration,
 ) -> anyhow::Result<u8> {
-    let elections = bounded(limit, "reading the elections", backend.observe_all(prefix)).await?;
+    let elections = crate::observe::first_contact(backend, limit, "reading the elections", || {
+        backend.observe_all(prefix)
+    })
+    .await?;
     let records_prefix = format!("{prefix}.occurrences/");
     let records = bounded(
+        backend,
         limit,
         "reading occurrences",
         backend.list_records(&records_prefix),
@@ -45,7 +49,15 @@ pub async fn status_all<B: Backend>(
     let mut rows: Vec<Row> = Vec::new();
     for election in elections {
         let time = match &election.leader {
-            Some(leader) => bounded(limit, "reading a lease", backend.lease_time(leader)).await?,
+            Some(leader) => {
+                bounded(
+                    backend,
+                    limit,
+                    "reading a lease",
+                    backend.lease_time(leader),
+                )
+                .await?
+            }
             None => None,
         };
         rows.push(Row {

@@ -126,6 +126,7 @@ pub async fn read<B: Backend>(
     limit: Duration,
 ) -> anyhow::Result<Option<State>> {
     let value = crate::observe::bounded(
+        backend,
         limit,
         "reading the leader's state",
         backend.read_record(&key(scope)),

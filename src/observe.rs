@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::election::Backoff;
-use crate::election::{Backend, Leader, Observation, StoreError};
+use crate::election::{self, Backend, Leader, Observation, Reach, StartError, StoreError};
 use crate::escape::{escape, escape_str};
 use crate::exit::Failure;
 use crate::occurrence::{self, Record};
@@ -25,7 +25,9 @@ pub const CHECK_CURRENT: u8 = 0;
 pub const CHECK_STALE: u8 = 1;
 
 /// Bounds one request by the connect timeout: these commands run from scripts and must not hang.
-pub(crate) async fn bounded<T>(
+/// A timeout names the store and the endpoint, as at first contact.
+pub(crate) async fn bounded<B: Backend, T>(
+    backend: &B,
     limit: Duration,
     what: &str,
     request: impl Future<Output = Result<T, StoreError>>,
@@ -34,8 +36,8 @@ pub(crate) async fn bounded<T>(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
         Err(_) => Err(Failure::usage(format!(
-            "{what}: the store did not answer within --connect-timeout ({})",
-            humantime::format_duration(limit)
+            "{what}: {}",
+            Reach::of(backend).no_answer(limit, None)
         ))
         .into()),
     }
@@ -46,16 +48,27 @@ pub(crate) async fn observe_once<B: Backend>(
     backend: &B,
     limit: Duration,
 ) -> anyhow::Result<Observation> {
-    bounded(limit, "reading the election", async {
-        let mut backoff = Backoff::new();
-        loop {
-            match backend.observe().await {
-                Err(e) if e.is_transient() => backoff.sleep().await,
-                other => return other,
-            }
-        }
-    })
-    .await
+    first_contact(backend, limit, "reading the election", || backend.observe()).await
+}
+
+/// The first request of a subcommand: retried within `limit`, ended early by a refusal on every
+/// endpoint, and worded as the run form words an unreachable store.
+pub(crate) async fn first_contact<B, T, F, Fut>(
+    backend: &B,
+    limit: Duration,
+    what: &str,
+    attempt: F,
+) -> anyhow::Result<T>
+where
+    B: Backend,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    match election::first_contact(&Reach::of(backend), limit, attempt).await {
+        Ok(value) => Ok(value),
+        Err(StartError::Unreachable(message)) => Err(Failure::usage(message).into()),
+        Err(StartError::Store(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
+    }
 }
 
 fn leader_json(leader: &Leader) -> Value {
@@ -87,7 +100,15 @@ pub async fn status<B: Backend>(
 ) -> anyhow::Result<u8> {
     let observation = observe_once(backend, limit).await?;
     let lease_time = match &observation.leader {
-        Some(leader) => bounded(limit, "reading the lease", backend.lease_time(leader)).await?,
+        Some(leader) => {
+            bounded(
+                backend,
+                limit,
+                "reading the lease",
+                backend.lease_time(leader),
+            )
+            .await?
+        }
         None => None,
     };
     let state = match &observation.leader {
@@ -95,6 +116,7 @@ pub async fn status<B: Backend>(
         None => None,
     };
     let records = bounded(
+        backend,
         limit,
         "reading occurrences",
         backend.list_records(&occurrence::records_prefix(scope)),

@@ -141,6 +141,7 @@ pub async fn resign<B: Backend>(
     let give_up_at = started + bound;
     let key = leadership::handover_key(scope);
     let asked = observe::bounded(
+        backend,
         limit,
         "asking the leader to hand over",
         backend.request_handover(&leader, &key, bound),
@@ -231,6 +232,7 @@ pub async fn resign<B: Backend>(
 /// a frozen leader only when it runs again.
 async fn force<B: Backend>(backend: &B, leader: &Leader, limit: Duration) -> anyhow::Result<u8> {
     let deleted = observe::bounded(
+        backend,
         limit,
         "deleting the leader's key",
         backend.delete_if_current(&leader.key, leader.token),

@@ -24,7 +24,7 @@ use nix::sys::signal::Signal;
 
 use crate::clock::{Clock, sleep_until_some};
 use crate::election::Backoff;
-use crate::election::{self, Backend, Candidacy, StoreError, Turn};
+use crate::election::{self, Backend, Candidacy, Reach, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
 use crate::leadership;
 use crate::notify;
@@ -274,29 +274,43 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         let backend = self.backend;
         let clock = self.clock.clone();
         let mut backoff = Backoff::new();
-        let mut last_error = String::from("no answer");
+        let reach = Reach::of(backend);
+        let mut last_error: Option<String> = None;
+        let timed_out = |last_error: &Option<String>| -> anyhow::Result<Joined> {
+            if first {
+                Err(Failure::usage(
+                    reach.no_answer(connection.connect_timeout, last_error.as_deref()),
+                )
+                .into())
+            } else {
+                tracing::info!(
+                    event = "not-acquired",
+                    "--wait-timeout passed while campaigning"
+                );
+                Ok(Joined::Exit(exit::NOT_ACQUIRED))
+            }
+        };
         loop {
             // The lease cannot expire before this instant + TTL: the grant is sent after it.
             let sent = clock.now();
             let campaign = backend.campaign();
             tokio::pin!(campaign);
+            // At start, a refusal on every endpoint is an answer: no reason to wait it out.
+            // Later campaigns (--recampaign) retry through outages until --wait-timeout.
+            let refusal = async {
+                if first {
+                    reach.refusal().await
+                } else {
+                    std::future::pending().await
+                }
+            };
+            tokio::pin!(refusal);
             let result = loop {
                 tokio::select! {
-                    result = &mut campaign => break result,
-                    _ = sleep_until_some(&clock, limit) => {
-                        return if first {
-                            Err(Failure::usage(format!(
-                                "{} at {} did not answer within --connect-timeout ({}): {last_error}",
-                                backend.store_name(),
-                                crate::settings::shown_endpoints(&connection.endpoints),
-                                humantime::format_duration(connection.connect_timeout)
-                            ))
-                            .into())
-                        } else {
-                            tracing::info!(event = "not-acquired", "--wait-timeout passed while campaigning");
-                            Ok(Joined::Exit(exit::NOT_ACQUIRED))
-                        };
-                    }
+                    // The limit first: once it has passed, an attempt that failed at the same
+                    // moment must not buy another round of backoff.
+                    biased;
+                    _ = sleep_until_some(&clock, limit) => return timed_out(&last_error),
                     signal = self.signals.recv() => {
                         if signals::withdraws_candidacy(signal) {
                             // A campaign in flight may already have created our key: let it
@@ -309,6 +323,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                             return Ok(Joined::Exit(128 + signal as u8));
                         }
                     }
+                    result = &mut campaign => break result,
+                    refused = &mut refusal => return Err(Failure::usage(refused).into()),
                 }
             };
             match result {
@@ -316,8 +332,23 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 Err(StoreError::Fatal(message)) => return Err(Failure::usage(message).into()),
                 Err(StoreError::Transient(message)) => {
                     tracing::debug!(event = "campaign-failed", error = %message, "campaign failed; retrying");
-                    last_error = message;
-                    backoff.sleep().await;
+                    last_error = Some(message);
+                    if first {
+                        let refused = tokio::select! {
+                            biased;
+                            _ = sleep_until_some(&clock, limit) => return timed_out(&last_error),
+                            refused = election::every_address_refuses(&reach.addresses) => refused,
+                        };
+                        if refused {
+                            return Err(Failure::usage(reach.refused()).into());
+                        }
+                    }
+                    // The backoff never outlasts the limit.
+                    tokio::select! {
+                        biased;
+                        _ = sleep_until_some(&clock, limit) => return timed_out(&last_error),
+                        () = backoff.sleep() => {}
+                    }
                 }
             }
         }

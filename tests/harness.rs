@@ -386,6 +386,20 @@ impl Proxy {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// A "proxy" on a free loopback port where nothing listens: every connection is refused.
+    /// `Store::endpoint_via` turns it into an endpoint of the store's kind.
+    pub fn nothing_listening() -> Proxy {
+        Proxy {
+            port: free_port(),
+            state: Arc::new(ProxyState {
+                mode: Mutex::new(Mode::Cut),
+                connections: Mutex::new(Vec::new()),
+                stopped: AtomicBool::new(true),
+                forwarded: AtomicU64::new(0),
+            }),
+        }
+    }
+
     fn set(&self, mode: Mode) {
         *self.state.mode.lock().unwrap() = mode;
     }
@@ -994,6 +1008,13 @@ pub trait Store: Sized {
 
     /// SIGCONT after `freeze`.
     fn thaw(&self);
+
+    /// Whether a waiting instance holds a claim of its own in the store, so that `claims` counts
+    /// the whole line: etcd (a candidate key) and ZooKeeper (a candidate node) do; PostgreSQL,
+    /// where waiters hold nothing, does not.
+    fn waiters_hold_claims(&self) -> bool {
+        true
+    }
 }
 
 impl Store for Etcd {
@@ -1296,6 +1317,10 @@ impl Store for Postgres {
 
     fn thaw(&self) {
         Postgres::thaw(self)
+    }
+
+    fn waiters_hold_claims(&self) -> bool {
+        false
     }
 }
 

@@ -348,7 +348,7 @@ fn the_fatal_line_follows_the_log_format() {
         parse(&out)["message"]
             .as_str()
             .unwrap()
-            .contains("did not answer")
+            .contains("connection refused")
     );
 }
 

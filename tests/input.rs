@@ -137,8 +137,8 @@ fn an_unreachable_etcd_fails_within_the_connect_timeout() {
         "true",
     ]);
     let took = started.elapsed();
-    assert_usage_error(&out, "did not answer");
-    assert!(took >= Duration::from_secs(1), "gave up after {took:?}");
+    // A refusal is an answer: no need to wait out the timeout.
+    assert_usage_error(&out, "connection refused (is etcd running there?)");
     assert!(took < Duration::from_secs(4), "took {took:?}");
 
     // A black hole (accepts, never answers) is bounded the same way.

@@ -366,8 +366,11 @@ fn notifications_reach_an_abstract_socket_and_consumed_secrets_do_not_reach_the_
 #[test]
 fn a_password_on_the_command_line_is_not_in_the_supervisors() {
     let scratch = Scratch::new();
-    // An etcd that never answers is enough: the supervisor exists from the start.
-    let port = free_port();
+    // An etcd that never answers is enough: the supervisor exists from the start. A listener
+    // that never accepts (the kernel completes the handshake, nobody answers), not a closed
+    // port: a refused connection would end the start at once.
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hole.local_addr().unwrap().port();
     let endpoint = format!("http://127.0.0.1:{port}");
     let mut a = Instance::start(
         &[

@@ -52,6 +52,9 @@ store_independent! {
     cron::six_staggered_hosts_run_an_occurrence_once,
     // Bad input.
     input::malformed_flags_are_one_line_and_125,
+    // An unreachable store at start: bounded, named, ended early by a refusal.
+    reach::an_unreachable_store_fails_within_the_connect_timeout,
+    reach::unreachable_stores_are_named_the_same_way_by_every_subcommand,
 }
 
 mod ambiguous;
@@ -68,6 +71,7 @@ mod operator;
 mod postgres_conn;
 mod postgres_lease;
 mod postgres_only;
+mod reach;
 mod rough_edges;
 mod security;
 mod signals;

@@ -131,6 +131,27 @@ pub fn classify(error: etcd_client::Error) -> StoreError {
     }
 }
 
+/// The (host, port) of each endpoint (`http://HOST:PORT`, `https://…`, `HOST:PORT`; port 2379
+/// when none is given), to probe for a refusal.
+pub fn addresses(endpoints: &[String]) -> Vec<(String, u16)> {
+    endpoints
+        .iter()
+        .filter_map(|endpoint| {
+            let rest = endpoint
+                .split_once("://")
+                .map_or(endpoint.as_str(), |(_, r)| r);
+            let authority = rest.split('/').next().unwrap_or(rest);
+            let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
+                _ => (authority, 2379),
+            };
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            (!host.is_empty()).then(|| (host.to_owned(), port))
+        })
+        .collect()
+}
+
 /// An election on etcd.
 #[derive(Clone)]
 pub struct Etcd {
@@ -139,12 +160,21 @@ pub struct Etcd {
     election_prefix: String,
     identity: String,
     ttl_seconds: i64,
+    /// `--endpoints`, as messages show them.
+    endpoints: Vec<String>,
 }
 
 impl Etcd {
-    pub fn new(client: Client, election_prefix: String, identity: String, ttl: Duration) -> Self {
+    pub fn new(
+        client: Client,
+        endpoints: &[String],
+        election_prefix: String,
+        identity: String,
+        ttl: Duration,
+    ) -> Self {
         Etcd {
             client,
+            endpoints: endpoints.to_vec(),
             election_prefix,
             identity,
             // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
@@ -578,6 +608,14 @@ impl Backend for Etcd {
         "etcd"
     }
 
+    fn shown(&self) -> String {
+        crate::redact::shown_endpoints(&self.endpoints)
+    }
+
+    fn addresses(&self) -> Vec<(String, u16)> {
+        addresses(&self.endpoints)
+    }
+
     fn restart_resets_leases(&self) -> bool {
         true
     }
@@ -685,5 +723,32 @@ mod tests {
         let eof = std::io::Error::other("tls handshake eof");
         assert_eq!(tls_failure(&eof), None);
         assert!(classify(etcd_client::Error::IoError(eof)).is_transient());
+    }
+}
+
+#[cfg(test)]
+mod address_tests {
+    use super::addresses;
+
+    #[test]
+    fn endpoints_name_their_host_and_port() {
+        let endpoints = [
+            "http://127.0.0.1:2379",
+            "https://etcd-1.example:12379/",
+            "10.0.0.5:2381",
+            "http://[::1]:2379",
+            "http://etcd-2.example",
+        ]
+        .map(String::from);
+        assert_eq!(
+            addresses(&endpoints),
+            [
+                ("127.0.0.1".to_owned(), 2379),
+                ("etcd-1.example".to_owned(), 12379),
+                ("10.0.0.5".to_owned(), 2381),
+                ("::1".to_owned(), 2379),
+                ("etcd-2.example".to_owned(), 2379),
+            ]
+        );
     }
 }

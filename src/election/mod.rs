@@ -304,6 +304,13 @@ pub trait Backend {
 
     /// The store's name in messages ("etcd", "PostgreSQL").
     fn store_name(&self) -> &'static str;
+
+    /// Where the store is, as messages show it: `--endpoints` with any password removed.
+    fn shown(&self) -> String;
+
+    /// The TCP addresses (host, port) the endpoints name, probed to tell a refused connection
+    /// from silence. Empty where one cannot be probed (a Unix socket): never taken as refused.
+    fn addresses(&self) -> Vec<(String, u16)>;
 }
 
 /// Whether a handover request (the value under the request key) names `token`.
@@ -363,5 +370,238 @@ impl Backoff {
     pub async fn sleep(&mut self) {
         tokio::time::sleep(self.next).await;
         self.next = (self.next * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// How long a first contact may go without an answer before the endpoints are probed for a
+/// refusal: ZooKeeper's client retries refused connections on its own, and would otherwise sit
+/// out the whole `--connect-timeout` on a port where nothing listens.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// The one wording, on every subcommand and store, for endpoints that refuse the connection.
+pub fn refused_message(store: &str, shown: &str) -> String {
+    format!("{store} at {shown}: connection refused (is {store} running there?)")
+}
+
+/// The one wording for a store that did not answer within `--connect-timeout`, with the last
+/// error seen, if any.
+pub fn no_answer_message(store: &str, shown: &str, limit: Duration, last: Option<&str>) -> String {
+    let mut message = format!(
+        "{store} at {shown} did not answer within --connect-timeout ({})",
+        humantime::format_duration(limit)
+    );
+    if let Some(last) = last {
+        message.push_str(": ");
+        message.push_str(last);
+    }
+    message
+}
+
+/// Whether every address refuses a TCP connection right now. A refusal is an answer (nothing
+/// listens there); an accepted connection, a timeout or any other error is not, nor is an
+/// empty list.
+pub async fn every_address_refuses(addresses: &[(String, u16)]) -> bool {
+    let bound = Duration::from_millis(500);
+    if addresses.is_empty() {
+        return false;
+    }
+    for (host, port) in addresses {
+        let resolved = match tokio::time::timeout(
+            bound,
+            tokio::net::lookup_host((host.as_str(), *port)),
+        )
+        .await
+        {
+            Ok(Ok(resolved)) => resolved.collect::<Vec<_>>(),
+            _ => return false,
+        };
+        if resolved.is_empty() {
+            return false;
+        }
+        for address in resolved {
+            match tokio::time::timeout(bound, tokio::net::TcpStream::connect(address)).await {
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                _ => return false,
+            }
+        }
+    }
+    true
+}
+
+/// Where a store is, for the start-up messages and the refusal probe.
+pub struct Reach {
+    pub store: &'static str,
+    pub shown: String,
+    pub addresses: Vec<(String, u16)>,
+}
+
+impl Reach {
+    pub fn of<B: Backend>(backend: &B) -> Reach {
+        Reach {
+            store: backend.store_name(),
+            shown: backend.shown(),
+            addresses: backend.addresses(),
+        }
+    }
+
+    pub fn refused(&self) -> String {
+        refused_message(self.store, &self.shown)
+    }
+
+    pub fn no_answer(&self, limit: Duration, last: Option<&str>) -> String {
+        no_answer_message(self.store, &self.shown, limit, last)
+    }
+
+    /// Completes, with the refusal message, once every endpoint refuses; probes every
+    /// [`PROBE_EVERY`], the first time after one period (an answer by then needs no probe).
+    pub async fn refusal(&self) -> String {
+        loop {
+            tokio::time::sleep(PROBE_EVERY).await;
+            if every_address_refuses(&self.addresses).await {
+                return self.refused();
+            }
+        }
+    }
+}
+
+/// Why a first contact failed.
+#[derive(Debug)]
+pub enum StartError {
+    /// Refused on every endpoint, or no answer within the limit: the whole message.
+    Unreachable(String),
+    /// The store answered with an error that trying again cannot cure (credentials, TLS).
+    Store(StoreError),
+}
+
+/// The first contact with the store at start, bounded by `limit` (`--connect-timeout`):
+/// `attempt` is retried after transient errors until it answers, fails for good, `limit`
+/// passes, or every endpoint refuses the connection (a refusal is an answer: no reason to
+/// wait). Only the start is cut short by a refusal; later requests (a leader's renewals) retry
+/// until their own deadline.
+pub async fn first_contact<T, F, Fut>(
+    reach: &Reach,
+    limit: Duration,
+    mut attempt: F,
+) -> Result<T, StartError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let until = tokio::time::Instant::now() + limit;
+    let mut backoff = Backoff::new();
+    let mut last: Option<String> = None;
+    let no_answer =
+        |last: &Option<String>| StartError::Unreachable(reach.no_answer(limit, last.as_deref()));
+    loop {
+        // Biased, the limit first: once it has passed, nothing else is looked at, not even an
+        // attempt that failed at the same moment (which would buy another round).
+        let result = tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(until) => return Err(no_answer(&last)),
+            result = attempt() => result,
+            refused = reach.refusal() => return Err(StartError::Unreachable(refused)),
+        };
+        match result {
+            Ok(value) => return Ok(value),
+            Err(e) if e.is_transient() => {
+                last = Some(e.to_string());
+                let refused = tokio::select! {
+                    biased;
+                    () = tokio::time::sleep_until(until) => return Err(no_answer(&last)),
+                    refused = every_address_refuses(&reach.addresses) => refused,
+                };
+                if refused {
+                    return Err(StartError::Unreachable(reach.refused()));
+                }
+                // The backoff never outlasts the limit.
+                tokio::select! {
+                    biased;
+                    () = tokio::time::sleep_until(until) => return Err(no_answer(&last)),
+                    () = backoff.sleep() => {}
+                }
+            }
+            Err(e) => return Err(StartError::Store(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn nowhere() -> Reach {
+        Reach {
+            store: "etcd",
+            shown: "http://192.0.2.1:2379".into(),
+            // Nothing to probe: never taken as refused.
+            addresses: Vec::new(),
+        }
+    }
+
+    /// Attempts that fail at once, again and again, end exactly at the limit: no backoff sleep
+    /// runs past it, and an attempt that fails as the limit passes buys no further round.
+    #[tokio::test(start_paused = true)]
+    async fn failing_attempts_end_at_the_limit() {
+        let limit = Duration::from_millis(2300);
+        let attempts = Cell::new(0);
+        let started = tokio::time::Instant::now();
+        let result: Result<(), StartError> = first_contact(&nowhere(), limit, || {
+            attempts.set(attempts.get() + 1);
+            async { Err(StoreError::Transient("etcd: tcp connect error".into())) }
+        })
+        .await;
+        assert_eq!(started.elapsed(), limit);
+        assert!(attempts.get() > 3, "{}", attempts.get());
+        match result {
+            Err(StartError::Unreachable(message)) => assert_eq!(
+                message,
+                "etcd at http://192.0.2.1:2379 did not answer within --connect-timeout (2s 300ms): etcd: tcp connect error"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// An attempt that never answers ends at the limit too.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_attempt_ends_at_the_limit() {
+        let limit = Duration::from_secs(2);
+        let started = tokio::time::Instant::now();
+        let result: Result<(), StartError> =
+            first_contact(&nowhere(), limit, std::future::pending).await;
+        assert_eq!(started.elapsed(), limit);
+        assert!(matches!(result, Err(StartError::Unreachable(m)) if m.ends_with("(2s)")));
+    }
+
+    /// An error that trying again cannot cure ends it at once, as the store said it.
+    #[tokio::test(start_paused = true)]
+    async fn a_fatal_error_ends_it_at_once() {
+        let started = tokio::time::Instant::now();
+        let result: Result<(), StartError> =
+            first_contact(&nowhere(), Duration::from_secs(5), || async {
+                Err(StoreError::Fatal("etcd: authentication failed".into()))
+            })
+            .await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert!(matches!(
+            result,
+            Err(StartError::Store(StoreError::Fatal(_)))
+        ));
+    }
+
+    /// A port where nothing listens is refused; an empty list never is.
+    #[tokio::test]
+    async fn a_closed_port_refuses() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        assert!(every_address_refuses(&[("127.0.0.1".into(), port)]).await);
+        assert!(!every_address_refuses(&[]).await);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listener.local_addr().unwrap().port();
+        assert!(
+            !every_address_refuses(&[("127.0.0.1".into(), port), ("127.0.0.1".into(), open)]).await
+        );
     }
 }

@@ -1575,6 +1575,29 @@ impl Backend for Postgres {
         "PostgreSQL"
     }
 
+    fn shown(&self) -> String {
+        self.shared.target.shown.clone()
+    }
+
+    fn addresses(&self) -> Vec<(String, u16)> {
+        let config = &self.shared.target.config;
+        let ports = config.get_ports();
+        let mut addresses = Vec::new();
+        for (i, host) in config.get_hosts().iter().enumerate() {
+            let tokio_postgres::config::Host::Tcp(host) = host else {
+                // A Unix socket cannot be probed over TCP: never taken as refused.
+                return Vec::new();
+            };
+            let port = match ports {
+                [] => 5432,
+                [port] => *port,
+                ports => ports.get(i).copied().unwrap_or(5432),
+            };
+            addresses.push((host.clone(), port));
+        }
+        addresses
+    }
+
     fn restart_resets_leases(&self) -> bool {
         false
     }

@@ -1035,6 +1035,22 @@ impl Backend for ZooKeeper {
     fn store_name(&self) -> &'static str {
         "ZooKeeper"
     }
+
+    fn shown(&self) -> String {
+        self.target.shown.clone()
+    }
+
+    fn addresses(&self) -> Vec<(String, u16)> {
+        // `HOST:PORT[,HOST:PORT…][/chroot]`, checked when it was parsed.
+        let hosts = self.target.connect.split('/').next().unwrap_or_default();
+        hosts
+            .split(',')
+            .filter_map(|h| {
+                let (host, port) = h.rsplit_once(':')?;
+                Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+            })
+            .collect()
+    }
 }
 
 /// Renews the session: one `sync` and one `exists` on the candidacy's own node, sent together.

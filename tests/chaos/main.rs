@@ -1,11 +1,14 @@
 //! Fault-injection suite: the faults that break leader election in practice, injected over many
 //! trials with randomised timing, against real etcd processes on loopback, with the safety
 //! property checked on a history recorded by the jobs themselves (see `history.rs`). The
-//! store-neutral scenarios run against a standalone ZooKeeper server as well (ids `z…`).
+//! store-neutral scenarios are one list (`every_store!`) that runs against etcd, PostgreSQL (ids
+//! `p…`) and a standalone ZooKeeper server (ids `z…`); the rows that need an etcd cluster or
+//! etcdctl are listed apart (`store_specific!`).
 //!
 //! Each scenario is one test; they run one at a time (a lock), so that timing measurements are
-//! not distorted by each other. By default every scenario runs `SHORT_TRIALS` trials, which is
-//! what `cargo test` (and so CI) runs. The soak:
+//! not distorted by each other. By default every scenario runs its row's short trial count
+//! (`SHORT_TRIALS` unless the row says otherwise), which is what `cargo test` (and so CI) runs.
+//! The soak:
 //!
 //! ```text
 //! LEADER_EXEC_CHAOS_TRIALS=20 cargo test --locked --test chaos
@@ -25,7 +28,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use harness::{Cluster, Etcd, ZooKeeper};
+use harness::{Cluster, Etcd};
 use trial::Trial;
 
 /// Trials per scenario when `LEADER_EXEC_CHAOS_TRIALS` is not set.
@@ -113,9 +116,20 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Runs a scenario's trials on one store set up for it, records its row, and fails if any trial
 /// failed. A failed trial does not stop the others, so a soak reports every failure.
-fn scenario<S>(id: &'static str, setup: impl FnOnce() -> S, mut one: impl FnMut(&mut S, &mut Ctx)) {
+fn scenario<S>(
+    id: &'static str,
+    name: &'static str,
+    short_trials: usize,
+    setup: impl FnOnce() -> S,
+    mut one: impl FnMut(&mut S, &mut Ctx),
+) {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     let config = config();
+    let trials = if config.soak {
+        config.trials
+    } else {
+        short_trials
+    };
     // Each scenario its own stream of randomness, so a filtered run repeats the same timings.
     let seed = id.bytes().fold(config.seed, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
@@ -125,7 +139,7 @@ fn scenario<S>(id: &'static str, setup: impl FnOnce() -> S, mut one: impl FnMut(
     let mut store = setup();
     let mut stats = Stats::default();
     let mut failures = Vec::new();
-    for n in 0..config.trials {
+    for n in 0..trials {
         let mut ctx = Ctx {
             rng: &mut rng,
             stats: &mut stats,
@@ -147,6 +161,7 @@ fn scenario<S>(id: &'static str, setup: impl FnOnce() -> S, mut one: impl FnMut(
     let trials = stats.trials;
     report::publish(report::Row {
         id,
+        name,
         stats,
         failures: failures.clone(),
         elapsed: started.elapsed(),
@@ -158,152 +173,57 @@ fn scenario<S>(id: &'static str, setup: impl FnOnce() -> S, mut one: impl FnMut(
     );
 }
 
-#[test]
-fn scenario_1_leaders_proxy_cut() {
-    scenario("1", Etcd::start, |etcd, ctx| {
-        scenarios::proxy_fault(etcd, ctx, false)
-    });
+/// The store-neutral scenarios: one list, and every store runs every row, as a test
+/// `etcd::NAME`, `postgres::NAME` and `zookeeper::NAME`, with row ids `ID`, `pID` and `zID` in
+/// the table. A row is one line, `"ID" NAME [SHORT_TRIALS] => BODY;`, where BODY is a function of
+/// (&mut store, &mut Ctx) generic over `Store` and SHORT_TRIALS the trials `cargo test` runs (the
+/// soak runs `LEADER_EXEC_CHAOS_TRIALS` for every row). Its description in RELIABILITY.md is
+/// `report::SCENARIOS`' entry for ID (without one, the row's name).
+macro_rules! every_store {
+    ($($id:literal $test:ident [$short:expr] => $body:expr;)*) => {
+        mod etcd {
+            use crate::{SHORT_TRIALS, scenarios};
+            $( #[test] fn $test() { crate::scenario($id, stringify!($test), $short, crate::harness::Etcd::start, $body); } )*
+        }
+        mod postgres {
+            use crate::{SHORT_TRIALS, scenarios};
+            $( #[test] fn $test() { crate::scenario(concat!("p", $id), stringify!($test), $short, crate::harness::Postgres::start, $body); } )*
+        }
+        mod zookeeper {
+            use crate::{SHORT_TRIALS, scenarios};
+            $( #[test] fn $test() { crate::scenario(concat!("z", $id), stringify!($test), $short, crate::harness::ZooKeeper::start, $body); } )*
+        }
+    };
 }
 
-#[test]
-fn scenario_2_leaders_proxy_frozen() {
-    scenario("2", Etcd::start, |etcd, ctx| {
-        scenarios::proxy_fault(etcd, ctx, true)
-    });
+/// Scenarios that need one store's own setup or tools: one line each,
+/// `NAME("ID", SHORT_TRIALS, SETUP, BODY);`.
+macro_rules! store_specific {
+    ($($test:ident($id:literal, $short:expr, $setup:expr, $body:expr);)*) => {
+        $( #[test] fn $test() { scenario($id, stringify!($test), $short, $setup, $body); } )*
+    };
 }
 
-#[test]
-fn scenario_1b_leaders_proxy_cut_briefly() {
-    scenario("1b", Etcd::start, |etcd, ctx| {
-        scenarios::brief_proxy_fault(etcd, ctx, false)
-    });
+every_store! {
+    "1" scenario_1_leaders_proxy_cut [SHORT_TRIALS] => |s, ctx| scenarios::proxy_fault(s, ctx, false);
+    "1b" scenario_1b_leaders_proxy_cut_briefly [SHORT_TRIALS] => |s, ctx| scenarios::brief_proxy_fault(s, ctx, false);
+    "2" scenario_2_leaders_proxy_frozen [SHORT_TRIALS] => |s, ctx| scenarios::proxy_fault(s, ctx, true);
+    "2b" scenario_2b_leaders_proxy_frozen_briefly [SHORT_TRIALS] => |s, ctx| scenarios::brief_proxy_fault(s, ctx, true);
+    "3" scenario_3_store_sigstopped_past_the_renew_deadline [SHORT_TRIALS] => scenarios::store_sigstop;
+    "3b" scenario_3b_store_sigstopped_briefly [SHORT_TRIALS] => scenarios::store_sigstop_brief;
+    "4" scenario_4_store_restarted_within_the_renew_deadline [SHORT_TRIALS] => scenarios::store_restart;
+    "6" scenario_6_leader_exec_sigkilled [SHORT_TRIALS] => scenarios::leader_exec_sigkill;
+    // leader-exec's own processes as the fault: the same local code on every store, so one
+    // trial per store in the short run (three in all).
+    "6b" scenario_6b_supervisor_sigkilled [1] => scenarios::supervisor_sigkill;
+    "8" scenario_8_term_ignoring_command_with_a_grandchild [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, false);
+    "9" scenario_9_supervisor_sigstopped_then_proxy_frozen [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, true);
+    "10" scenario_10_every_process_named_leader_exec_sigkilled [1] => scenarios::pkill_by_name;
 }
 
-#[test]
-fn scenario_2b_leaders_proxy_frozen_briefly() {
-    scenario("2b", Etcd::start, |etcd, ctx| {
-        scenarios::brief_proxy_fault(etcd, ctx, true)
-    });
-}
-
-#[test]
-fn scenario_3_etcd_sigstopped_past_the_renew_deadline() {
-    scenario("3", Etcd::start, scenarios::store_sigstop);
-}
-
-#[test]
-fn scenario_3b_etcd_sigstopped_briefly() {
-    scenario("3b", Etcd::start, scenarios::store_sigstop_brief);
-}
-
-#[test]
-fn scenario_4_etcd_restarted_within_the_renew_deadline() {
-    scenario("4", Etcd::start, scenarios::store_restart);
-}
-
-#[test]
-fn scenario_5a_cluster_member_the_leader_talks_to_killed() {
-    scenario(
-        "5a",
-        || Cluster::start(3),
-        |cluster, ctx| scenarios::member_kill(cluster, ctx, false),
-    );
-}
-
-#[test]
-fn scenario_5b_cluster_raft_leader_killed() {
-    scenario(
-        "5b",
-        || Cluster::start(3),
-        |cluster, ctx| scenarios::member_kill(cluster, ctx, true),
-    );
-}
-
-#[test]
-fn scenario_6_leader_exec_sigkilled() {
-    scenario("6", Etcd::start, scenarios::leader_exec_sigkill);
-}
-
-#[test]
-fn scenario_6b_supervisor_sigkilled() {
-    scenario("6b", Etcd::start, scenarios::supervisor_sigkill);
-}
-
-#[test]
-fn scenario_7_leader_exec_sigstopped_past_the_ttl() {
-    scenario("7", Etcd::start, scenarios::leader_exec_sigstop);
-}
-
-#[test]
-fn scenario_8_term_ignoring_command_with_a_grandchild() {
-    scenario("8", Etcd::start, |etcd, ctx| {
-        scenarios::term_ignoring_group(etcd, ctx, false)
-    });
-}
-
-#[test]
-fn scenario_9_supervisor_sigstopped_then_proxy_frozen() {
-    scenario("9", Etcd::start, |etcd, ctx| {
-        scenarios::term_ignoring_group(etcd, ctx, true)
-    });
-}
-
-#[test]
-fn scenario_10_every_process_named_leader_exec_sigkilled() {
-    scenario("10", Etcd::start, scenarios::pkill_by_name);
-}
-
-// The same faults against a standalone ZooKeeper server, whose session is the lease: a leader that
-// stops renewing keeps its node until the server expires its session, a timeout after the last
-// request it received. Not run against ZooKeeper: 5a and 5b (an etcd cluster's members; the
-// ZooKeeper ensemble has tests of its own), 7 (reads the token with etcdctl), and 6b, 8, 9, 10,
-// whose faults are leader-exec's own processes and whose store side (a release, or a session that
-// expires) the rows here already cover.
-
-#[test]
-fn scenario_z1_zookeeper_leaders_proxy_cut() {
-    scenario("z1", ZooKeeper::start, |zk, ctx| {
-        scenarios::proxy_fault(zk, ctx, false)
-    });
-}
-
-#[test]
-fn scenario_z2_zookeeper_leaders_proxy_frozen() {
-    scenario("z2", ZooKeeper::start, |zk, ctx| {
-        scenarios::proxy_fault(zk, ctx, true)
-    });
-}
-
-#[test]
-fn scenario_z1b_zookeeper_leaders_proxy_cut_briefly() {
-    scenario("z1b", ZooKeeper::start, |zk, ctx| {
-        scenarios::brief_proxy_fault(zk, ctx, false)
-    });
-}
-
-#[test]
-fn scenario_z2b_zookeeper_leaders_proxy_frozen_briefly() {
-    scenario("z2b", ZooKeeper::start, |zk, ctx| {
-        scenarios::brief_proxy_fault(zk, ctx, true)
-    });
-}
-
-#[test]
-fn scenario_z3_zookeeper_sigstopped_past_the_renew_deadline() {
-    scenario("z3", ZooKeeper::start, scenarios::store_sigstop);
-}
-
-#[test]
-fn scenario_z3b_zookeeper_sigstopped_briefly() {
-    scenario("z3b", ZooKeeper::start, scenarios::store_sigstop_brief);
-}
-
-#[test]
-fn scenario_z4_zookeeper_restarted_within_the_renew_deadline() {
-    scenario("z4", ZooKeeper::start, scenarios::store_restart);
-}
-
-#[test]
-fn scenario_z6_leader_exec_sigkilled_on_zookeeper() {
-    scenario("z6", ZooKeeper::start, scenarios::leader_exec_sigkill);
+// An etcd cluster's members (5a, 5b), and etcd's own view of the token through etcdctl (7).
+store_specific! {
+    scenario_5a_cluster_member_the_leader_talks_to_killed("5a", SHORT_TRIALS, || Cluster::start(3), |c, ctx| scenarios::member_kill(c, ctx, false));
+    scenario_5b_cluster_raft_leader_killed("5b", SHORT_TRIALS, || Cluster::start(3), |c, ctx| scenarios::member_kill(c, ctx, true));
+    scenario_7_leader_exec_sigstopped_past_the_ttl("7", SHORT_TRIALS, Etcd::start, scenarios::leader_exec_sigstop);
 }

@@ -9,12 +9,21 @@ use crate::trial::{FAST, STEADY, Timing};
 use crate::{Stats, config};
 
 pub struct Info {
+    /// The row's id on etcd; PostgreSQL's and ZooKeeper's rows add `p` and `z` in front.
     pub id: &'static str,
+    /// `{store}` stands for the store's name.
     pub fault: &'static str,
     pub timing: Timing,
     /// What each trial asserts besides the history check.
     pub asserts: &'static str,
+    /// Whether every store runs it (`every_store!` in main.rs), or etcd only.
+    pub every_store: bool,
+    /// What happens on one store in particular, added to the fault: (row prefix, text).
+    pub on: &'static [(&'static str, &'static str)],
 }
+
+/// The stores, in table order: (row prefix, name).
+pub const STORES: [(&str, &str); 3] = [("", "etcd"), ("p", "PostgreSQL"), ("z", "ZooKeeper")];
 
 const LEADERSHIP_KEPT: &str = "when the fault ended within the short-fault limit: leadership kept, \
      leader-exec and its command still run a renew deadline + 1 s after the fault began, nothing \
@@ -26,144 +35,188 @@ pub const SCENARIOS: &[Info] = &[
         fault: "leader's proxy cut (connections reset, new ones refused) until another instance leads",
         timing: FAST,
         asserts: "the old leader exits 75",
+        every_store: true,
+        on: &[("z", "its session expires on the server")],
     },
     Info {
         id: "1b",
         fault: "leader's proxy cut briefly (0.1 s up to the short-fault limit), then healed",
         timing: STEADY,
         asserts: LEADERSHIP_KEPT,
+        every_store: true,
+        on: &[("z", "the client resumes its session")],
     },
     Info {
         id: "2",
         fault: "leader's proxy frozen (black hole: accepts, never forwards) until another instance leads",
         timing: FAST,
         asserts: "the old leader exits 75",
+        every_store: true,
+        on: &[],
     },
     Info {
         id: "2b",
         fault: "leader's proxy frozen briefly (0.1 s up to the short-fault limit), then healed",
         timing: STEADY,
         asserts: LEADERSHIP_KEPT,
+        every_store: true,
+        on: &[],
     },
     Info {
         id: "3",
-        fault: "etcd SIGSTOPped for 1.8–4 s (renew deadline + 0.3 s to TTL + 1 s), then SIGCONT",
+        fault: "{store} SIGSTOPped for 1.8–4 s (renew deadline + 0.3 s to TTL + 1 s), then SIGCONT",
         timing: FAST,
         asserts: "the old leader exits 75",
+        every_store: true,
+        on: &[
+            (
+                "p",
+                "the whole server process tree; a waiter takes the row once it has seen it unchanged for a TTL on its own clock",
+            ),
+            (
+                "z",
+                "sessions whose timeout ran out meanwhile (the waiters' too) expire once it runs",
+            ),
+        ],
     },
     Info {
         id: "3b",
-        fault: "etcd SIGSTOPped briefly (0.1 s up to the short-fault limit; an fsync stall), then SIGCONT",
+        fault: "{store} SIGSTOPped briefly (0.1 s up to the short-fault limit; an fsync or GC stall), then SIGCONT",
         timing: STEADY,
         asserts: LEADERSHIP_KEPT,
+        every_store: true,
+        on: &[("p", "the whole server process tree")],
     },
     Info {
         id: "4",
-        fault: "etcd SIGKILLed and restarted on the same data, faster than the renew deadline",
+        fault: "{store} SIGKILLed and restarted on the same data, faster than the renew deadline",
         timing: STEADY,
         asserts: LEADERSHIP_KEPT,
+        every_store: true,
+        on: &[
+            ("p", "the lease row keeps its expiry"),
+            ("z", "sessions survive a restart"),
+        ],
     },
     Info {
         id: "5a",
         fault: "3 members: SIGKILL the member the leader's renewals go to (busiest of its 3 proxies)",
         timing: STEADY,
         asserts: LEADERSHIP_KEPT,
+        every_store: false,
+        on: &[],
     },
     Info {
         id: "5b",
         fault: "3 members: SIGKILL the raft leader",
         timing: STEADY,
         asserts: LEADERSHIP_KEPT,
+        every_store: false,
+        on: &[],
     },
     Info {
         id: "6",
         fault: "leader-exec SIGKILLed; its command has a grandchild in its group",
         timing: FAST,
         asserts: "command and grandchild dead within 2 s, group gone, before the next command starts",
+        every_store: true,
+        on: &[
+            (
+                "p",
+                "the next leader takes the row once it has seen it unchanged for a TTL",
+            ),
+            ("z", "the next leader waits for the session to expire"),
+        ],
     },
     Info {
         id: "6b",
         fault: "leader-exec's supervising process (the command's parent) SIGKILLed; the command has a grandchild",
         timing: FAST,
         asserts: "command and grandchild dead within 2 s, before the next command starts; leader-exec exits non-zero",
+        every_store: true,
+        on: &[],
     },
     Info {
         id: "7",
         fault: "leader-exec SIGSTOPped past the TTL (its command runs on), SIGCONT after the next leader started",
         timing: FAST,
         asserts: "the overlap is the expected one; new token larger; `leader-exec check` calls the old token stale (exit 1); the resumed instance stops its command within 1 s and exits 75",
+        every_store: false,
+        on: &[],
     },
     Info {
         id: "8",
         fault: "command ignores SIGTERM, grandchild too; leader's proxy frozen",
         timing: FAST,
         asserts: "TERM recorded, SIGKILL no earlier than --kill-after, group gone before the next command starts; exit 75",
+        every_store: true,
+        on: &[],
     },
     Info {
         id: "9",
         fault: "leader-exec's supervising process SIGSTOPped, then the leader's proxy frozen; command ignores SIGTERM, grandchild too",
         timing: FAST,
         asserts: "TERM recorded, SIGKILL no earlier than --kill-after, reaching the group without the supervisor; group gone before the next command starts; exit 75",
+        every_store: true,
+        on: &[],
     },
     Info {
         id: "10",
         fault: "every process of the leader's instance that `pkill -9 [-f] leader-exec` matches SIGKILLed at once; the command has a grandchild",
         timing: FAST,
         asserts: "the supervisor is not among them; command and grandchild dead within 2 s, group gone, before the next command starts",
-    },
-    // The store-neutral scenarios against a standalone ZooKeeper server (`z` + the etcd row's id).
-    Info {
-        id: "z1",
-        fault: "ZooKeeper: leader's proxy cut until another instance leads (its session expires on the server)",
-        timing: FAST,
-        asserts: "the old leader exits 75",
-    },
-    Info {
-        id: "z1b",
-        fault: "ZooKeeper: leader's proxy cut briefly (0.1 s up to the short-fault limit), then healed; the client resumes its session",
-        timing: STEADY,
-        asserts: LEADERSHIP_KEPT,
-    },
-    Info {
-        id: "z2",
-        fault: "ZooKeeper: leader's proxy frozen (black hole) until another instance leads",
-        timing: FAST,
-        asserts: "the old leader exits 75",
-    },
-    Info {
-        id: "z2b",
-        fault: "ZooKeeper: leader's proxy frozen briefly (0.1 s up to the short-fault limit), then healed",
-        timing: STEADY,
-        asserts: LEADERSHIP_KEPT,
-    },
-    Info {
-        id: "z3",
-        fault: "ZooKeeper SIGSTOPped for 1.8–4 s, then SIGCONT; sessions whose timeout ran out meanwhile (the waiters' too) expire once it runs",
-        timing: FAST,
-        asserts: "the old leader exits 75",
-    },
-    Info {
-        id: "z3b",
-        fault: "ZooKeeper SIGSTOPped briefly (0.1 s up to the short-fault limit; a GC pause), then SIGCONT",
-        timing: STEADY,
-        asserts: LEADERSHIP_KEPT,
-    },
-    Info {
-        id: "z4",
-        fault: "ZooKeeper SIGKILLed and restarted on the same data (sessions survive a restart), faster than the renew deadline",
-        timing: STEADY,
-        asserts: LEADERSHIP_KEPT,
-    },
-    Info {
-        id: "z6",
-        fault: "ZooKeeper: leader-exec SIGKILLed; its command has a grandchild in its group; the next leader waits for the session to expire",
-        timing: FAST,
-        asserts: "command and grandchild dead within 2 s, group gone, before the next command starts",
+        every_store: true,
+        on: &[],
     },
 ];
 
+/// One line of the table: a scenario on one store.
+pub struct Line {
+    pub id: String,
+    pub fault: String,
+    pub info: &'static Info,
+}
+
+/// Every scenario on every store that runs it, in table order: etcd's rows, then PostgreSQL's,
+/// then ZooKeeper's.
+pub fn lines() -> Vec<Line> {
+    let mut lines = Vec::new();
+    for (prefix, store) in STORES {
+        for info in SCENARIOS {
+            if !info.every_store && !prefix.is_empty() {
+                continue;
+            }
+            let mut fault = info.fault.replace("{store}", store);
+            if !prefix.is_empty() && !info.fault.contains("{store}") {
+                fault = format!("{store}: {fault}");
+            }
+            if let Some((_, extra)) = info.on.iter().find(|(p, _)| *p == prefix) {
+                fault = format!("{fault}; {extra}");
+            }
+            lines.push(Line {
+                id: format!("{prefix}{}", info.id),
+                fault,
+                info,
+            });
+        }
+    }
+    lines
+}
+
+/// The store a row id names, and the scenario's id on etcd.
+fn split(id: &str) -> (&'static str, &str) {
+    for (prefix, store) in STORES.iter().skip(1) {
+        if let Some(base) = id.strip_prefix(prefix) {
+            return (store, base);
+        }
+    }
+    ("etcd", id)
+}
+
 pub struct Row {
     pub id: &'static str,
+    /// The test's name, shown for a row without a description.
+    pub name: &'static str,
     pub stats: Stats,
     pub failures: Vec<String>,
     pub elapsed: Duration,
@@ -182,8 +235,9 @@ pub fn publish(row: Row) {
     }
 }
 
-fn info(id: &str) -> &'static Info {
-    SCENARIOS.iter().find(|s| s.id == id).unwrap()
+fn info(id: &str) -> Option<&'static Info> {
+    let (_, base) = split(id);
+    SCENARIOS.iter().find(|s| s.id == base)
 }
 
 pub fn duration(d: Duration) -> String {
@@ -216,14 +270,12 @@ fn spread(values: &[Duration]) -> String {
 
 fn notes(row: &Row) -> String {
     let s = &row.stats;
-    // A ZooKeeper row measures what the etcd row of the same number does.
-    let (store, id) = match row.id.strip_prefix('z') {
-        Some(id) => ("ZooKeeper", id),
-        None => ("etcd", row.id),
-    };
+    // A PostgreSQL or ZooKeeper row measures what the etcd row of the same number does.
+    let (store, id) = split(row.id);
     match id {
         "1b" | "2b" | "3b" | "4" | "5a" | "5b" => {
-            let limit = duration(info(row.id).timing.short_fault());
+            let limit = info(row.id).map_or(STEADY, |i| i.timing).short_fault();
+            let limit = duration(limit);
             let mut note = format!(
                 "leadership kept {}/{}; outage {} (short-fault limit {limit})",
                 s.kept,
@@ -273,16 +325,24 @@ pub fn table(rows: &[Row]) -> String {
         "| # | fault | trials | failed | overlaps | failover median / max | min gap | notes |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
-    for info in SCENARIOS {
-        let Some(row) = rows.iter().find(|r| r.id == info.id) else {
+    // Rows without a description (a new line in main.rs' lists) come last, under their name.
+    let lines = lines();
+    let described = |row: &&Row| lines.iter().any(|l| l.id == row.id);
+    let unnamed = rows
+        .iter()
+        .filter(|r| !described(r))
+        .map(|r| (r.id.to_owned(), r.name.replace('_', " ")));
+    let named = lines.iter().map(|l| (l.id.clone(), l.fault.clone()));
+    for (id, fault) in named.chain(unnamed) {
+        let Some(row) = rows.iter().find(|r| r.id == id) else {
             continue;
         };
         let s = &row.stats;
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            info.id,
-            info.fault,
+            id,
+            fault,
             s.trials,
             row.failures.len(),
             s.overlaps,
@@ -318,10 +378,10 @@ fn document(rows: &[Row]) -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ");
-    let missing: Vec<&str> = SCENARIOS
-        .iter()
-        .filter(|s| !rows.iter().any(|r| r.id == s.id))
-        .map(|s| s.id)
+    let missing: Vec<String> = lines()
+        .into_iter()
+        .filter(|l| !rows.iter().any(|r| r.id == l.id))
+        .map(|l| l.id)
         .collect();
     let failures: Vec<&String> = rows.iter().flat_map(|r| &r.failures).collect();
 
@@ -359,14 +419,14 @@ fn document(rows: &[Row]) -> String {
     }
     out.push_str(COLUMNS);
     out.push_str("\n## Scenarios\n\n| # | fault | timing | also asserted |\n|---|---|---|---|\n");
-    for s in SCENARIOS {
+    for line in lines() {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} |",
-            s.id,
-            s.fault,
-            s.timing.describe(),
-            s.asserts
+            line.id,
+            line.fault,
+            line.info.timing.describe(),
+            line.info.asserts
         );
     }
     out.push_str(METHOD);
@@ -380,9 +440,10 @@ const HEADER: &str = "# Reliability
 leader-exec promises that, for one lease, the commands of different instances never run at the
 same time and that their tokens strictly increase (README, \"The safety argument\"). This page is
 the evidence: the faults that break leader election in practice, injected over many trials with
-randomised timing against real etcd processes (and, for the faults that are not etcd's own, a
-real ZooKeeper server: the rows `z…`), with the promise checked on a history that the commands
-themselves wrote.
+randomised timing against real store processes, with the promise checked on a history that the
+commands themselves wrote. Every store runs every store-neutral scenario: etcd (rows `1`…), a
+PostgreSQL server (rows `p…`) and a standalone ZooKeeper server (rows `z…`); an etcd cluster's
+faults (`5a`, `5b`) and the comparison with etcd's own view of the token (`7`) are etcd's alone.
 
 The table below was produced by:
 
@@ -402,7 +463,7 @@ const METHOD: &str = "
 
 Each trial starts three `leader-exec` instances on a fresh lease at once. Every instance reaches
 the store through TCP proxies of its own on loopback (one per etcd member; one in front of the
-ZooKeeper server), which the runner can
+PostgreSQL or ZooKeeper server), which the runner can
 *cut* (reset every connection, refuse new ones), *freeze* (accept, forward nothing) and *heal*.
 Each instance runs the same bash job, which appends to a shared history file:
 
@@ -414,12 +475,14 @@ Each instance runs the same bash job, which appends to a shared history file:
 
 Times come from bash's `$EPOCHREALTIME`, the same wall clock the runner uses.
 
-Once the first leader's job runs and all three instances stand in line, the runner waits a random
+Once the first leader's job runs and all three instances stand in line (etcd and ZooKeeper: three
+candidate keys or nodes; PostgreSQL, where waiters hold nothing: the leader's row and every
+instance's log saying it campaigns), the runner waits a random
 part of two renewal cycles (so the fault lands anywhere in the lease cycle), injects the fault,
 observes what must happen, and writes `fault KIND BEGIN END short|long`. At the end it writes
 `teardown`, heals and resumes everything, stops every instance with SIGTERM, waits until every
 pid of every job (and its process group) is gone and writes `gone NAME T` for each. Faults touch
-only what the runner started (etcd and ZooKeeper processes, proxies, leader-exec instances and their
+only what the runner started (etcd, PostgreSQL and ZooKeeper processes, proxies, leader-exec instances and their
 descendants), all on loopback; every wait is bounded.
 
 ## What the checker verifies on every history

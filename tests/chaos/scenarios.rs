@@ -3,9 +3,9 @@
 //! land anywhere in the lease cycle), injects its fault, observes from outside what must happen,
 //! tears down and checks the history.
 //!
-//! The functions generic over `Store` are the store-neutral faults: `main.rs` runs them against
-//! etcd and against a standalone ZooKeeper server. The rest inspect etcd (scenario 7 reads its
-//! token with etcdctl) or need an etcd cluster (5a, 5b).
+//! The functions generic over `Store` are the store-neutral faults: `main.rs` runs each of them
+//! against etcd, PostgreSQL and a standalone ZooKeeper server (`every_store!`). The rest inspect
+//! etcd (scenario 7 reads its token with etcdctl) or need an etcd cluster (5a, 5b).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
