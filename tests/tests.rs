@@ -54,6 +54,7 @@ mod cron;
 mod election;
 mod exit_codes;
 mod faults;
+mod hints;
 mod hostile;
 mod input;
 mod local_faults;
