@@ -42,6 +42,7 @@ store_independent! {
     operator::status_shows_the_leader_or_exits_3,
     operator::check_tells_current_from_stale_tokens,
     operator::watch_reports_each_change_and_survives_a_store_restart,
+    status_all::status_all_json_shows_since_command_and_hold_until_as_status_does,
     rough_edges::resign_moves_leadership_only_from_the_named_token,
     // An occurrence runs once.
     cron::six_staggered_hosts_run_an_occurrence_once,
@@ -63,4 +64,5 @@ mod operator;
 mod postgres_only;
 mod rough_edges;
 mod signals;
+mod status_all;
 mod zookeeper_only;
