@@ -526,9 +526,9 @@ fn the_release_retry_lasts_as_long_as_it_announces() {
     let event = |name: &str| {
         stderr
             .lines()
+            .rev()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["event"] == name)
-            .last()
+            .find(|v| v["event"] == name)
             .unwrap_or_else(|| panic!("no {name} event: {stderr}"))
     };
     let time = |v: &serde_json::Value| {
