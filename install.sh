@@ -6,35 +6,56 @@
 #   ./install.sh --with-etcd     also install Debian's etcd-server and make sure an etcd answers on
 #                                127.0.0.1:2379 (starting one in the background if none does: for
 #                                trying leader-exec on one host only, see its output)
+#   ./install.sh --with-postgres also install Debian's postgresql and start a PostgreSQL of its
+#                                own on 127.0.0.1:25432 (role and database leader_exec; for trying
+#                                leader-exec on one host only, see its output)
+#   ./install.sh --with-zookeeper  also install Debian's zookeeper and start a standalone
+#                                ZooKeeper of its own on 127.0.0.1:22181 (the same)
 #   ./install.sh --prefix DIR    install under DIR instead (same as PREFIX=DIR); a relative DIR is
 #                                taken from the current directory
-#   ./install.sh --uninstall     remove what this script installed under PREFIX, and stop the etcd
-#                                it started (only that one; its data stays)
+#   ./install.sh --uninstall     remove what this script installed under PREFIX and the
+#                                directories left empty; stop the etcd it started (only that one;
+#                                its data stays) and the PostgreSQL and ZooKeeper it started
+#                                (their data is removed)
 #
-# Installs PREFIX/bin/leader-exec, its man pages under PREFIX/share/man/man1, completions for
-# bash, zsh and fish where each shell looks under PREFIX/share, the README under
-# PREFIX/share/doc/leader-exec, and the systemd units (PREFIX/lib/systemd/system, with
-# PREFIX/libexec/leader-exec/run-job; see the README).
+# Installs the files the Debian package installs, under PREFIX instead of /usr: bin/leader-exec,
+# the man pages under share/man/man1, completions for bash, zsh and fish where each shell looks
+# under PREFIX/share (zsh: share/zsh/site-functions), the README, the licences and the example
+# job files under share/doc/leader-exec, and the systemd units (lib/systemd/system, with
+# libexec/leader-exec/run-job; see the README).
 #
 # Running it again is harmless: packages already present are not reinstalled, the binary is
-# replaced, and a running etcd is left alone.
-# (ETCD_CLIENT_PORT and ETCD_PEER_PORT, 2379 and 2380 by default, move the etcd it starts.)
+# replaced, and a running server is left alone.
+# (ETCD_CLIENT_PORT and ETCD_PEER_PORT, 2379 and 2380 by default, move the etcd it starts;
+# POSTGRES_PORT and ZOOKEEPER_PORT, 25432 and 22181 by default, the other two. CARGO_TARGET_DIR
+# is honoured.)
 set -eu
 
 PREFIX=${PREFIX-/usr/local}
 WITH_ETCD=false
+WITH_POSTGRES=false
+WITH_ZOOKEEPER=false
 UNINSTALL=false
 ETCD_CLIENT_PORT=${ETCD_CLIENT_PORT:-2379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-2380}
 ETCD_ENDPOINT=http://127.0.0.1:$ETCD_CLIENT_PORT
+# Not PostgreSQL's 5432 nor ZooKeeper's 2181: a real server of the host may use those (Debian's
+# postgresql package starts one on 5432), and both ports are below Linux's ephemeral range.
+POSTGRES_PORT=${POSTGRES_PORT:-25432}
+ZOOKEEPER_PORT=${ZOOKEEPER_PORT:-22181}
+POSTGRES_ENDPOINT=postgres://leader_exec@127.0.0.1:$POSTGRES_PORT/leader_exec
+ZOOKEEPER_ENDPOINT=zk://127.0.0.1:$ZOOKEEPER_PORT
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 usage() {
-    sed -n '2,22s/^# \{0,1\}//p' "$0"
+    sed -n '2,34s/^# \{0,1\}//p' "$0"
 }
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --with-etcd) WITH_ETCD=true ;;
+        --with-postgres) WITH_POSTGRES=true ;;
+        --with-zookeeper) WITH_ZOOKEEPER=true ;;
         --uninstall) UNINSTALL=true ;;
         --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 2; }; PREFIX=$2; shift ;;
         --prefix=*) PREFIX=${1#--prefix=} ;;
@@ -83,36 +104,52 @@ apt_install() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 }
 
-# Where each file goes: source in this repository, then destination under PREFIX.
+# Where each file goes: source in this repository, then destination under PREFIX. The same
+# files as the package's `assets` in Cargo.toml, with usr/ replaced by PREFIX; the one
+# difference is zsh's directory, site-functions (searched under /usr/local) where the package
+# uses Debian's vendor-completions. packaging/test-install.sh compares the two lists.
 FILES="
-target/release/leader-exec bin/leader-exec 755
+$TARGET_DIR/release/leader-exec bin/leader-exec 755
 man/leader-exec.1 share/man/man1/leader-exec.1 644
 man/leader-exec-status.1 share/man/man1/leader-exec-status.1 644
 man/leader-exec-watch.1 share/man/man1/leader-exec-watch.1 644
 man/leader-exec-check.1 share/man/man1/leader-exec-check.1 644
+man/leader-exec-resign.1 share/man/man1/leader-exec-resign.1 644
 completions/leader-exec.bash share/bash-completion/completions/leader-exec 644
 completions/_leader-exec share/zsh/site-functions/_leader-exec 644
 completions/leader-exec.fish share/fish/vendor_completions.d/leader-exec.fish 644
 README.md share/doc/leader-exec/README.md 644
+LICENSE-MIT share/doc/leader-exec/LICENSE-MIT 644
+LICENSE-APACHE share/doc/leader-exec/LICENSE-APACHE 644
+packaging/examples/outbox-relay.conf share/doc/leader-exec/examples/outbox-relay.conf 644
+packaging/examples/statements.conf share/doc/leader-exec/examples/statements.conf 644
 packaging/run-job libexec/leader-exec/run-job 755
 packaging/systemd/leader-exec@.service lib/systemd/system/leader-exec@.service 644
 packaging/systemd/leader-exec@.timer lib/systemd/system/leader-exec@.timer 644
 packaging/systemd/leader-exec-etcd.service lib/systemd/system/leader-exec-etcd.service 644
 "
 
-# The etcd --with-etcd starts: its data, log and pid file. Under PREFIX unless PREFIX is the
-# system's, where it goes where a system's data goes.
+# Where a server this script starts keeps its data, log and pid file: under PREFIX unless
+# PREFIX is the system's, where it goes where a system's data goes.
 case "$PREFIX" in
     /usr/local|/usr)
+        SYSTEM_PREFIX=true
         if [ "$(id -u)" -eq 0 ]; then
-            ETCD_HOME=/var/lib/leader-exec-etcd
+            DATA_HOME=/var/lib
         else
-            ETCD_HOME=${XDG_DATA_HOME:-$HOME/.local/share}/leader-exec-etcd
+            DATA_HOME=${XDG_DATA_HOME:-$HOME/.local/share}
         fi
         ;;
-    *) ETCD_HOME=$PREFIX/var/lib/leader-exec-etcd ;;
+    *)
+        SYSTEM_PREFIX=false
+        DATA_HOME=$PREFIX/var/lib
+        ;;
 esac
+ETCD_HOME=$DATA_HOME/leader-exec-etcd
 ETCD_PID_FILE=$ETCD_HOME/etcd.pid
+POSTGRES_HOME=$DATA_HOME/leader-exec-postgres
+ZOOKEEPER_HOME=$DATA_HOME/leader-exec-zookeeper
+ZOOKEEPER_PID_FILE=$ZOOKEEPER_HOME/zookeeper.pid
 
 # Prints the pid in the pid file when it is a live etcd that this script started on this data
 # directory (a pid reused by another process does not count); fails otherwise.
@@ -123,6 +160,37 @@ our_etcd_pid() {
     [ -r "/proc/$pid/cmdline" ] || return 1
     tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qx -- "$ETCD_HOME/data" || return 1
     echo "$pid"
+}
+
+# Prints the postmaster's pid when the PostgreSQL this script set up runs on its data directory.
+our_postgres_pid() {
+    [ -r "$POSTGRES_HOME/data/postmaster.pid" ] || return 1
+    pid=$(head -n 1 "$POSTGRES_HOME/data/postmaster.pid")
+    case "$pid" in ''|*[!0-9]*) return 1 ;; esac
+    [ -r "/proc/$pid/cmdline" ] || return 1
+    tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qx -- "$POSTGRES_HOME/data" || return 1
+    echo "$pid"
+}
+
+# Prints the pid of the ZooKeeper this script started on its configuration, if it runs.
+our_zookeeper_pid() {
+    [ -r "$ZOOKEEPER_PID_FILE" ] || return 1
+    pid=$(cat "$ZOOKEEPER_PID_FILE")
+    case "$pid" in ''|*[!0-9]*) return 1 ;; esac
+    [ -r "/proc/$pid/cmdline" ] || return 1
+    tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qx -- "$ZOOKEEPER_HOME/zoo.cfg" || return 1
+    echo "$pid"
+}
+
+# Sends signal $2 to pid $1 and waits up to 30 s for it to end; fails if it does not.
+stop_pid() {
+    kill "-$2" "$1" 2>/dev/null || true
+    tries=0
+    while kill -0 "$1" 2>/dev/null && [ $tries -lt 300 ]; do
+        tries=$((tries + 1))
+        sleep 0.1
+    done
+    ! kill -0 "$1" 2>/dev/null
 }
 
 # Runs a command directly when PREFIX is writable, else as root.
@@ -142,9 +210,46 @@ if $UNINSTALL; then
             echo "install.sh: removed $PREFIX/$destination"
         fi
     done
-    for dir in libexec/leader-exec share/doc/leader-exec; do
+    # The directories left empty, deepest first. Under a system PREFIX only leader-exec's own:
+    # the others (share/man/man1, lib/systemd/system, ...) belong to the system.
+    if $SYSTEM_PREFIX; then
+        dirs="share/doc/leader-exec/examples share/doc/leader-exec libexec/leader-exec"
+    else
+        dirs=$(echo "$FILES" | while read -r _source destination _mode; do
+            [ -n "$destination" ] || continue
+            dir=$(dirname "$destination")
+            while [ "$dir" != . ]; do
+                echo "$dir"
+                dir=$(dirname "$dir")
+            done
+        done | sort -u | awk -F/ '{ print NF " " $0 }' | sort -rn | cut -d' ' -f2-)
+    fi
+    for dir in $dirs; do
         [ ! -d "$PREFIX/$dir" ] || in_prefix rmdir "$PREFIX/$dir" 2>/dev/null || true
     done
+    if pid=$(our_postgres_pid); then
+        # SIGINT: PostgreSQL's fast shutdown (sessions are ended, nothing is lost).
+        if ! stop_pid "$pid" INT; then
+            echo "install.sh: PostgreSQL (pid $pid) did not stop within 30s" >&2
+            exit 1
+        fi
+        echo "install.sh: stopped the PostgreSQL this script started (pid $pid)"
+    fi
+    if [ -d "$POSTGRES_HOME" ]; then
+        rm -rf "$POSTGRES_HOME"
+        echo "install.sh: removed its data, $POSTGRES_HOME"
+    fi
+    if pid=$(our_zookeeper_pid); then
+        if ! stop_pid "$pid" TERM; then
+            echo "install.sh: ZooKeeper (pid $pid) did not stop within 30s" >&2
+            exit 1
+        fi
+        echo "install.sh: stopped the ZooKeeper this script started (pid $pid)"
+    fi
+    if [ -d "$ZOOKEEPER_HOME" ]; then
+        rm -rf "$ZOOKEEPER_HOME"
+        echo "install.sh: removed its data, $ZOOKEEPER_HOME"
+    fi
     if pid=$(our_etcd_pid); then
         kill "$pid"
         tries=0
@@ -161,6 +266,11 @@ if $UNINSTALL; then
     elif [ -e "$ETCD_PID_FILE" ]; then
         rm -f "$ETCD_PID_FILE"
         echo "install.sh: the etcd this script started is no longer running"
+    fi
+    if ! $SYSTEM_PREFIX; then
+        for dir in var/lib var; do
+            [ ! -d "$PREFIX/$dir" ] || rmdir "$PREFIX/$dir" 2>/dev/null || true
+        done
     fi
     exit 0
 fi
@@ -236,4 +346,105 @@ if $WITH_ETCD; then
             echo "install.sh:   or leader-exec-etcd.service from $PREFIX/lib/systemd/system (not both)"
         fi
     fi
+fi
+
+uninstall="./install.sh --uninstall"
+[ "$PREFIX" = /usr/local ] || uninstall="$uninstall --prefix $PREFIX"
+
+if $WITH_POSTGRES; then
+    apt_install postgresql
+    # The newest server Debian installed (postgresql depends on postgresql-15 on Debian 12).
+    pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    [ -x "$pg_bin/initdb" ] || { echo "install.sh: no PostgreSQL server programs under /usr/lib/postgresql" >&2; exit 1; }
+    # initdb and the server refuse to run as root: as root they run as Debian's postgres user,
+    # which must own the data directory and reach it.
+    as_owner() {
+        if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+    }
+    data=$POSTGRES_HOME/data
+    if pid=$(our_postgres_pid); then
+        echo "install.sh: PostgreSQL already runs on $data (pid $pid, started by this script earlier)"
+    else
+        fresh=false
+        if [ ! -f "$data/PG_VERSION" ]; then
+            mkdir -p "$POSTGRES_HOME" && chmod 700 "$POSTGRES_HOME"
+            [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$POSTGRES_HOME"
+            if ! as_owner test -w "$POSTGRES_HOME"; then
+                echo "install.sh: the postgres user cannot reach $POSTGRES_HOME (a directory above it is not searchable by others); choose another --prefix" >&2
+                exit 1
+            fi
+            as_owner "$pg_bin/initdb" -D "$data" -A trust -U postgres --no-sync \
+                >"$POSTGRES_HOME/initdb.log" 2>&1 \
+                || { echo "install.sh: initdb failed; see $POSTGRES_HOME/initdb.log" >&2; exit 1; }
+            # The superuser only over the Unix socket, which lives in the data directory (mode
+            # 0700: its owner and root only); over TCP only the role leader_exec, on its own
+            # database, without a password.
+            printf '%s\n' "local all postgres trust" \
+                "host leader_exec leader_exec 127.0.0.1/32 trust" >"$data/pg_hba.conf"
+            [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$data/pg_hba.conf"
+            fresh=true
+        fi
+        echo "install.sh: starting PostgreSQL on 127.0.0.1:$POSTGRES_PORT (data in $data, log in $POSTGRES_HOME/postgres.log)"
+        if ! as_owner "$pg_bin/pg_ctl" -D "$data" -l "$POSTGRES_HOME/postgres.log" -w -t 60 \
+            -o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -k $data" start >/dev/null; then
+            echo "install.sh: PostgreSQL did not start; see $POSTGRES_HOME/postgres.log (a port in use? set POSTGRES_PORT)" >&2
+            exit 1
+        fi
+        if $fresh; then
+            as_owner "$pg_bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$data" -p "$POSTGRES_PORT" -U postgres -d postgres \
+                -c "CREATE ROLE leader_exec LOGIN" -c "CREATE DATABASE leader_exec OWNER leader_exec" >/dev/null
+        fi
+        pid=$(our_postgres_pid) || { echo "install.sh: PostgreSQL is not running; see $POSTGRES_HOME/postgres.log" >&2; exit 1; }
+        echo "install.sh: PostgreSQL is up, pid $pid; stop it with: $uninstall (which also removes its data)"
+        echo "install.sh: this PostgreSQL is for trying leader-exec on this host only: no password (any local"
+        echo "install.sh:   user may connect as leader_exec), no TLS, runs as $(if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi), is not started after a reboot"
+    fi
+    echo "install.sh: use it with: leader-exec --endpoints $POSTGRES_ENDPOINT --lease demo -- sh -c 'echo leader, token \$LEADER_TOKEN'"
+fi
+
+if $WITH_ZOOKEEPER; then
+    # Not zookeeperd: that adds a system service.
+    apt_install zookeeper
+    command -v java >/dev/null 2>&1 || { echo "install.sh: java not found (Debian's zookeeper depends on default-jre)" >&2; exit 1; }
+    # Answers (exit 0: a leader, 3: none) once the server serves.
+    zk_serves() {
+        "$PREFIX/bin/leader-exec" status --endpoints "$ZOOKEEPER_ENDPOINT" --lease install-check \
+            --connect-timeout 1s -q >/dev/null 2>&1 && return 0
+        [ $? -eq 3 ]
+    }
+    if pid=$(our_zookeeper_pid); then
+        echo "install.sh: ZooKeeper already runs on $ZOOKEEPER_HOME/zoo.cfg (pid $pid, started by this script earlier)"
+    else
+        mkdir -p "$ZOOKEEPER_HOME/data" && chmod 700 "$ZOOKEEPER_HOME"
+        # admin.enableServer=false: else its Jetty binds *:8080. Sessions of 1 s to 60 s cover
+        # every --ttl leader-exec accepts by default.
+        printf '%s\n' "tickTime=500" "dataDir=$ZOOKEEPER_HOME/data" "clientPort=$ZOOKEEPER_PORT" \
+            "clientPortAddress=127.0.0.1" "admin.enableServer=false" "4lw.commands.whitelist=ruok,srvr" \
+            "minSessionTimeout=1000" "maxSessionTimeout=60000" >"$ZOOKEEPER_HOME/zoo.cfg"
+        printf '%s\n' "log4j.rootLogger=WARN, FILE" "log4j.appender.FILE=org.apache.log4j.FileAppender" \
+            "log4j.appender.FILE.File=$ZOOKEEPER_HOME/zookeeper.log" \
+            "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout" \
+            "log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1}: %m%n" \
+            >"$ZOOKEEPER_HOME/log4j.properties"
+        echo "install.sh: starting ZooKeeper on 127.0.0.1:$ZOOKEEPER_PORT (data in $ZOOKEEPER_HOME/data, log in $ZOOKEEPER_HOME/zookeeper.log)"
+        nohup java -XX:+UseSerialGC -Xmx256m \
+            -cp "$ZOOKEEPER_HOME:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar" \
+            org.apache.zookeeper.server.ZooKeeperServerMain "$ZOOKEEPER_HOME/zoo.cfg" \
+            >"$ZOOKEEPER_HOME/zookeeper.out" 2>&1 </dev/null &
+        pid=$!
+        echo "$pid" >"$ZOOKEEPER_PID_FILE"
+        tries=0
+        until zk_serves; do
+            tries=$((tries + 1))
+            if [ $tries -gt 120 ] || ! kill -0 "$pid" 2>/dev/null; then
+                echo "install.sh: ZooKeeper did not come up within 60s; see $ZOOKEEPER_HOME/zookeeper.out and zookeeper.log (a port in use? set ZOOKEEPER_PORT)" >&2
+                exit 1
+            fi
+            sleep 0.5
+        done
+        echo "install.sh: ZooKeeper is up, pid $pid (recorded in $ZOOKEEPER_PID_FILE); stop it with: $uninstall (which also removes its data)"
+        echo "install.sh: this ZooKeeper is for trying leader-exec on this host only: no authentication,"
+        echo "install.sh:   no TLS, runs as $(id -un), is a single server, and is not started after a reboot"
+    fi
+    echo "install.sh: use it with: leader-exec --endpoints $ZOOKEEPER_ENDPOINT --lease demo -- sh -c 'echo leader, token \$LEADER_TOKEN'"
 fi

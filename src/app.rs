@@ -105,6 +105,14 @@ fn usage_error(error: clap::Error) -> u8 {
             } else {
                 message
             };
+            let args: Vec<String> = std::env::args_os()
+                .skip(1)
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let message = match hint(&error, &args) {
+                Some(hint) => format!("{message}; {hint}"),
+                None => message,
+            };
             fatal(
                 json_requested(),
                 &format!("{message} (see leader-exec --help)"),
@@ -113,6 +121,69 @@ fn usage_error(error: clap::Error) -> u8 {
             exit::FAILURE
         }
     }
+}
+
+/// A hint for the mistakes clap has no tip for: a command given without `--` before it, and a
+/// misspelt subcommand (clap suggests subcommands only where no trailing COMMAND is accepted).
+fn hint(error: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(unexpected)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if unexpected.starts_with('-') {
+        // clap's own tip covers options.
+        return None;
+    }
+    let command = cli::command();
+    let subcommands: Vec<&str> = command
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name())
+        .collect();
+    if let Some(name) = subcommands
+        .iter()
+        .find(|name| unexpected.len() >= 3 && edit_distance(unexpected, name) <= 2)
+    {
+        return Some(format!("did you mean the subcommand `{name}`?"));
+    }
+    let position = args.iter().position(|a| a == unexpected)?;
+    if args[..position]
+        .iter()
+        .any(|a| a == "--" || subcommands.contains(&a.as_str()))
+    {
+        return None;
+    }
+    Some(format!(
+        "to run it as the command, put -- before it: leader-exec [OPTIONS] --lease NAME -- {unexpected} ..."
+    ))
+}
+
+/// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// clap's rendered error as one line: every line before the usage, trimmed and joined.

@@ -49,12 +49,14 @@ releases, and exits 75):
 pub const CHILD_ENVIRONMENT: &str = "\
 LEADER_TOKEN     fencing token (decimal), strictly greater than every earlier leader's token for
                  the same lease: etcd, the create-revision of this leader's election key;
-                 PostgreSQL, the lease row's token column
+                 PostgreSQL, the lease row's token column; ZooKeeper, the czxid of the leader's
+                 node
 LEADER_LEASE     the lease name
 LEADER_KEY       what this leader holds: etcd, its election key; PostgreSQL, the lease row as
-                 TABLE/NAME (e.g. leader_exec_leases/statement-job)
+                 TABLE/NAME (e.g. leader_exec_leases/statement-job); ZooKeeper, its node's path
 LEADER_IDENTITY  the identity
-LEADER_LEASE_ID  the etcd lease id (hex); not set with PostgreSQL, which has no lease ids
+LEADER_LEASE_ID  the etcd lease id (hex); ZooKeeper, the session id (hex); not set with
+                 PostgreSQL, which has no lease ids
 LEADER_OCCURRENCE      the --occurrence ID, when given
 LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
                        started it";

@@ -19,6 +19,8 @@ use crate::occurrence::{Record, State};
 struct Row {
     election: Election,
     time: Option<LeaseTime>,
+    /// What the leader recorded about itself (`since`, `command`, `hold_until`), as in `status`.
+    state: Option<crate::leadership::State>,
     /// Occurrence records under this lease name.
     occurrences: usize,
     /// Records `started` by a token that is not the current leader's: started, never finished.
@@ -60,9 +62,21 @@ pub async fn status_all<B: Backend>(
             }
             None => None,
         };
+        // A name that is not UTF-8 was not written by leader-exec, which records no state for it.
+        let state = match (&election.leader, std::str::from_utf8(&election.name)) {
+            (Some(leader), Ok(name)) => {
+                let scope = crate::settings::Scope {
+                    lease: name.to_owned(),
+                    prefix: prefix.to_owned(),
+                };
+                crate::leadership::read(backend, &scope, leader.token, limit).await?
+            }
+            _ => None,
+        };
         rows.push(Row {
             election,
             time,
+            state,
             occurrences: 0,
             unfinished: Vec::new(),
             unreadable: Vec::new(),
@@ -84,6 +98,7 @@ pub async fn status_all<B: Backend>(
                         candidates: 0,
                     },
                     time: None,
+                    state: None,
                     occurrences: 0,
                     unfinished: Vec::new(),
                     unreadable: Vec::new(),
@@ -132,6 +147,9 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
                     "lease_id": leader.lease_id.map(|id| format!("{id:x}")),
                     "ttl_remaining_seconds": row.time.map(|t| t.remaining.as_secs()),
                     "ttl_granted_seconds": row.time.map(|t| t.granted.as_secs()),
+                    "since": row.state.as_ref().map(|s| &s.since),
+                    "command": row.state.as_ref().map(|s| s.command),
+                    "hold_until": row.state.as_ref().and_then(|s| s.hold_until.as_ref()),
                 })
             });
             let unfinished: Vec<Value> = row

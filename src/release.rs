@@ -64,7 +64,11 @@ pub async fn retry<B: Backend, C: Clock>(
         event = "release-retrying",
         lease_id = candidacy.lease_id_hex(),
         "{store} is unreachable: retrying the release for up to {}{why}; TERM or INT stops this",
-        humantime::format_duration(Duration::from_secs(left.as_secs()))
+        // To the millisecond: whole seconds, rounded down, promised up to a second less than
+        // the retry then took.
+        humantime::format_duration(Duration::from_millis(
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+        ))
     );
     let mut backoff = Backoff::new();
     loop {
@@ -94,6 +98,11 @@ pub async fn retry<B: Backend, C: Clock>(
             Err(e) if e.is_transient() && clock.now() < until => {
                 tokio::select! {
                     () = backoff.sleep() => {}
+                    // The backoff (up to 1 s) never carries the retry past the bound announced.
+                    () = clock.sleep_until(until) => {
+                        gave_up(store, &e);
+                        return false;
+                    }
                     signal = wait_for_stop(signals) => {
                         tracing::warn!(event = "release-abandoned", signal = signal.as_str(), "stopped retrying the release; the lease expires on its own");
                         return false;
@@ -101,15 +110,19 @@ pub async fn retry<B: Backend, C: Clock>(
                 }
             }
             Err(e) => {
-                tracing::warn!(
-                    event = "release-failed",
-                    error = %e,
-                    "gave up retrying the release; the lease expires on its own within the TTL after {store} is back"
-                );
+                gave_up(store, &e);
                 return false;
             }
         }
     }
+}
+
+fn gave_up(store: &str, error: &StoreError) {
+    tracing::warn!(
+        event = "release-failed",
+        error = %error,
+        "gave up retrying the release; the lease expires on its own within the TTL after {store} is back"
+    );
 }
 
 /// The next TERM or INT; other signals are ignored (there is no command left to forward to).

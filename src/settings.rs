@@ -865,6 +865,14 @@ fn validate_endpoint(endpoint: &str) -> Result<(), Failure> {
             Some(None) => true,
             Some(Some(port)) => port.parse::<u16>().is_ok(),
         };
+    if valid && port == Some(None) {
+        // The client library would try port 80 (http) or 443 (https), where no etcd listens:
+        // the documented form is host:port, so say so instead of timing out there.
+        return Err(Failure::usage(format!(
+            "--endpoints: '{}' has no port; give host:port, e.g. http://127.0.0.1:2379 (etcd's client port is usually 2379)",
+            endpoint.escape_debug()
+        )));
+    }
     if !valid {
         return Err(Failure::usage(format!(
             "--endpoints: '{}' is not an endpoint like http://127.0.0.1:2379",
@@ -1172,6 +1180,20 @@ mod tests {
         assert!(validate_endpoint("http://").is_err());
         assert!(validate_endpoint("http://host:99999").is_err());
         assert!(validate_endpoint("http://a b").is_err());
+    }
+
+    #[test]
+    fn an_endpoint_without_a_port_is_refused_with_the_form_to_use() {
+        for endpoint in [
+            "http://127.0.0.1",
+            "https://etcd.example/",
+            "etcd1",
+            "http://[::1]",
+        ] {
+            let message = validate_endpoint(endpoint).unwrap_err().to_string();
+            assert!(message.contains("has no port"), "{endpoint}: {message}");
+            assert!(message.contains("http://127.0.0.1:2379"), "{message}");
+        }
     }
 }
 

@@ -503,3 +503,56 @@ fn a_no_wait_loser_is_ready_before_it_exits() {
     assert_eq!(b.wait(Duration::from_secs(2)), Some(124), "{}", b.stderr());
     assert!(closed.elapsed() < Duration::from_millis(900));
 }
+
+/// The release retry gives up when it said it would: "retrying the release for up to D" is the
+/// time between that line and "gave up", within scheduling slack (D was rounded down to whole
+/// seconds, and the last backoff carried the retry up to a second past its bound).
+#[test]
+fn the_release_retry_lasts_as_long_as_it_announces() {
+    let mut etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let go = scratch.path("go");
+    let body = format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display());
+    let mut args = patient_lease_args(&endpoint, "retry-bound");
+    args.extend(["--log-format", "json"]);
+    let mut a = Instance::start(&args, &scratch.job("a", &body));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    etcd.kill();
+    std::fs::write(&go, "").unwrap();
+    // TTL 8 s: the retry ends by 8 s after the command did, plus slack.
+    assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
+    let stderr = a.stderr();
+    // The last one: the first release, before the retry, reports its failure as well.
+    let event = |name: &str| {
+        stderr
+            .lines()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["event"] == name)
+            .unwrap_or_else(|| panic!("no {name} event: {stderr}"))
+    };
+    let time = |v: &serde_json::Value| {
+        humantime::parse_rfc3339(v["time"].as_str().expect("a time")).expect("RFC 3339")
+    };
+    let retrying = event("release-retrying");
+    let gave_up = event("release-failed");
+    let message = retrying["message"].as_str().unwrap();
+    let announced = message
+        .split_once("for up to ")
+        .and_then(|(_, rest)| rest.split([';', '(']).next())
+        .map(|d| humantime::parse_duration(d.trim()).expect("a duration"))
+        .unwrap_or_else(|| panic!("no bound in: {message}"));
+    let took = time(&gave_up).duration_since(time(&retrying)).unwrap();
+    assert!(
+        announced > Duration::from_secs(3),
+        "the first release took most of the TTL: {message}"
+    );
+    assert!(
+        took + Duration::from_millis(100) >= announced
+            && took <= announced + Duration::from_millis(300),
+        "announced {announced:?}, gave up after {took:?}: {stderr}"
+    );
+}

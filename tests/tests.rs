@@ -42,6 +42,7 @@ store_independent! {
     operator::status_shows_the_leader_or_exits_3,
     operator::check_tells_current_from_stale_tokens,
     operator::watch_reports_each_change_and_survives_a_store_restart,
+    status_all::status_all_json_shows_since_command_and_hold_until_as_status_does,
     rough_edges::resign_moves_leadership_only_from_the_named_token,
     // resign is a handover; a frozen leader is named, --force takes over.
     handover::resign_hands_over_only_after_the_whole_old_group_is_gone,
@@ -63,6 +64,7 @@ mod election;
 mod exit_codes;
 mod faults;
 mod handover;
+mod hints;
 mod hostile;
 mod input;
 mod local_faults;
@@ -75,5 +77,6 @@ mod reach;
 mod rough_edges;
 mod security;
 mod signals;
+mod status_all;
 mod zookeeper_only;
 mod zookeeper_safety;

@@ -150,6 +150,26 @@ pub fn classify(error: tokio_postgres::Error) -> StoreError {
     StoreError::Transient(format!("PostgreSQL unreachable: {message}"))
 }
 
+/// [`classify`] for a failed connect, with what a first run needs to fix a credential: where a
+/// password goes when the server asks for one and none was given, and which server refused the
+/// one given (`shown` holds no password).
+fn classify_connect(error: tokio_postgres::Error, shown: &str) -> StoreError {
+    let refused = error.code().is_some_and(|code| {
+        *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+    });
+    let missing = error_text(&error).contains("password missing");
+    match classify(error) {
+        StoreError::Fatal(message) if missing => StoreError::Fatal(format!(
+            "{message}: the server at {shown} asks for a password; give it with --password-file FILE, LEADER_EXEC_PASSWORD or PGPASSWORD"
+        )),
+        StoreError::Fatal(message) if refused => {
+            StoreError::Fatal(format!("{message} (server {shown})"))
+        }
+        other => other,
+    }
+}
+
 /// The error with its causes, one line.
 fn error_text(error: &tokio_postgres::Error) -> String {
     if let Some(db) = error.as_db_error() {
@@ -440,7 +460,7 @@ impl Postgres {
                         .config
                         .connect(tokio_postgres::NoTls)
                         .await
-                        .map_err(classify)?;
+                        .map_err(|e| classify_connect(e, &shared.target.shown))?;
                     tokio::spawn(drive(connection, heard));
                     (client, false)
                 }
@@ -455,7 +475,7 @@ impl Postgres {
                         .config
                         .connect(noted)
                         .await
-                        .map_err(classify)?;
+                        .map_err(|e| classify_connect(e, &shared.target.shown))?;
                     tokio::spawn(drive(connection, heard));
                     (client, encrypted.load(Ordering::SeqCst))
                 }

@@ -611,7 +611,7 @@ impl Backend for ZooKeeper {
                 if e == zk::Error::NoNode {
                     // mkdir creates everything below the chroot, never the chroot itself.
                     return Err(StoreError::Fatal(format!(
-                        "ZooKeeper: the chroot of {} does not exist; create it first (zkCli.sh create PATH)",
+                        "ZooKeeper: the chroot of {} does not exist; create it first (/usr/share/zookeeper/bin/zkCli.sh -server HOST:PORT create PATH)",
                         self.target.shown
                     )));
                 }
@@ -1026,7 +1026,7 @@ impl Backend for ZooKeeper {
             .find('/')
             .map_or("", |i| &self.target.connect[i..]);
         format!(
-            "zkCli.sh -server {} delete {}",
+            "/usr/share/zookeeper/bin/zkCli.sh -server {} delete {}",
             crate::escape::shell_quote(self.connect_string_hosts()),
             crate::escape::shell_quote(&format!("{chroot}{path}"))
         )
