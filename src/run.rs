@@ -601,6 +601,13 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                             if handing_over {
                                 return Ok(self.handed_over(candidacy).await);
                             }
+                            // A stop asked for while the command ran (TERM, INT) is not
+                            // followed by --hold-at-least: as during the hold, leader-exec exits
+                            // and leaves the lease to expire on its own.
+                            if settings.hold_at_least.is_some() && kill_at.is_some() {
+                                tracing::info!(event = "hold-ended", token = candidacy.token, "stopped while the command ran: not holding; the lease expires on its own");
+                                return Ok(Led::Exit(code));
+                            }
                             if let Some(hold) = settings.hold_at_least {
                                 match self.hold(candidacy, renewal.as_mut(), key_gone.as_mut(), handover.as_mut(), acquired + hold, since).await {
                                     Held::Over => {}

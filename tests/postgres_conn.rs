@@ -264,13 +264,13 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
         .unwrap();
     std::fs::remove_file(&ran).unwrap();
 
-    // Anything else named with the table prefix (a token sequence, say) is covered too.
-    pg.psql("SET ROLE mallory; CREATE SEQUENCE leader_exec_tokens");
+    // Anything else named with the table prefix (the token sequence, say) is covered too.
+    pg.psql("ALTER SEQUENCE leader_exec_tokens OWNER TO mallory");
     refused(lead(), "sequence public.leader_exec_tokens");
     assert!(!ran.exists(), "the command ran");
     // So is the function of a trigger on leader-exec's own table.
     pg.psql(
-        "DROP SEQUENCE leader_exec_tokens;
+        "ALTER SEQUENCE leader_exec_tokens OWNER TO postgres;
          SET ROLE mallory;
          CREATE FUNCTION harmless() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
          RESET ROLE;

@@ -325,6 +325,27 @@ fn a_hold_longer_than_a_day_warns_and_runs() {
     );
 }
 
+/// TERM while the command runs under --hold-at-least stops it and exits with its status: the
+/// hold is not entered afterwards (as TERM during the hold, the lease is left to expire).
+#[test]
+fn term_while_the_command_runs_skips_the_hold() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let mut args = lease_args(&endpoint, "term-hold");
+    args.extend(["--identity", "host-t:1", "--hold-at-least", "10days"]);
+    let mut a = Instance::start(&args, &scratch.job("a", "sleep 30"));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("the command started");
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(143), "{}", a.stderr());
+    assert!(
+        !scratch.history().iter().any(|r| r.kind == "end"),
+        "the command was not stopped"
+    );
+}
+
 /// `--ttl 5s` alone cannot work with the default deadline and grace: the one line says which
 /// values would.
 #[test]
