@@ -208,3 +208,29 @@ fn the_link_check_names_a_missing_page_and_a_missing_heading() {
     assert!(broken[0].contains("(docs/gone.md): no file"), "{broken:#?}");
     assert!(broken[1].contains("has no heading #signals"), "{broken:#?}");
 }
+
+/// The installed documentation stays complete: every docs/ page is in the package's assets
+/// (Cargo.toml) and in install.sh's file list (which packaging/test-install.sh compares with the
+/// assets), so README.md's links into docs/ resolve under /usr/share/doc/leader-exec too.
+#[test]
+fn every_docs_page_is_installed_beside_the_readme() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo_toml = fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let install_sh = fs::read_to_string(root.join("install.sh")).unwrap();
+    let mut missing = Vec::new();
+    for page in documentation_files(root) {
+        let relative = page.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+        if !relative.starts_with("docs/") {
+            continue;
+        }
+        let asset = format!(r#"["{relative}", "usr/share/doc/leader-exec/docs/", "644"]"#);
+        if !cargo_toml.contains(&asset) {
+            missing.push(format!("Cargo.toml's assets lack {asset}"));
+        }
+        let file = format!("\n{relative} share/doc/leader-exec/{relative} 644\n");
+        if !install_sh.contains(&file) {
+            missing.push(format!("install.sh's FILES lack {}", file.trim()));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
