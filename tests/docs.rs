@@ -219,7 +219,7 @@ fn every_docs_page_is_installed_beside_the_readme() {
     let install_sh = fs::read_to_string(root.join("install.sh")).unwrap();
     let mut missing = Vec::new();
     for page in documentation_files(root) {
-        let relative = page.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+        let relative = page.strip_prefix(root).unwrap().display().to_string();
         if !relative.starts_with("docs/") {
             continue;
         }
