@@ -20,9 +20,9 @@
 #
 # Installs the files the Debian package installs, under PREFIX instead of /usr: bin/leader-exec,
 # the man pages under share/man/man1, completions for bash, zsh and fish where each shell looks
-# under PREFIX/share (zsh: share/zsh/site-functions), the README, the licences and the example
-# job files under share/doc/leader-exec, and the systemd units (lib/systemd/system, with
-# libexec/leader-exec/run-job; see the README).
+# under PREFIX/share (zsh: share/zsh/site-functions), the README with the docs/ pages, the licences
+# and the example job files under share/doc/leader-exec, and the systemd units
+# (lib/systemd/system, with libexec/leader-exec/run-job; see docs/operations.md).
 #
 # Running it again is harmless: packages already present are not reinstalled, the binary is
 # replaced, and a running server is left alone.
@@ -119,6 +119,14 @@ completions/leader-exec.bash share/bash-completion/completions/leader-exec 644
 completions/_leader-exec share/zsh/site-functions/_leader-exec 644
 completions/leader-exec.fish share/fish/vendor_completions.d/leader-exec.fish 644
 README.md share/doc/leader-exec/README.md 644
+docs/reference.md share/doc/leader-exec/docs/reference.md 644
+docs/safety.md share/doc/leader-exec/docs/safety.md 644
+docs/etcd.md share/doc/leader-exec/docs/etcd.md 644
+docs/postgresql.md share/doc/leader-exec/docs/postgresql.md 644
+docs/zookeeper.md share/doc/leader-exec/docs/zookeeper.md 644
+docs/operations.md share/doc/leader-exec/docs/operations.md 644
+docs/security.md share/doc/leader-exec/docs/security.md 644
+docs/development.md share/doc/leader-exec/docs/development.md 644
 LICENSE-MIT share/doc/leader-exec/LICENSE-MIT 644
 LICENSE-APACHE share/doc/leader-exec/LICENSE-APACHE 644
 packaging/examples/outbox-relay.conf share/doc/leader-exec/examples/outbox-relay.conf 644
@@ -213,7 +221,7 @@ if $UNINSTALL; then
     # The directories left empty, deepest first. Under a system PREFIX only leader-exec's own:
     # the others (share/man/man1, lib/systemd/system, ...) belong to the system.
     if $SYSTEM_PREFIX; then
-        dirs="share/doc/leader-exec/examples share/doc/leader-exec libexec/leader-exec"
+        dirs="share/doc/leader-exec/examples share/doc/leader-exec/docs share/doc/leader-exec libexec/leader-exec"
     else
         dirs=$(echo "$FILES" | while read -r _source destination _mode; do
             [ -n "$destination" ] || continue

@@ -11,7 +11,7 @@
 #   share/man/man1/leader-exec*.1
 #   share/bash-completion/completions/leader-exec, share/zsh/site-functions/_leader-exec,
 #   share/fish/vendor_completions.d/leader-exec.fish
-#   share/doc/leader-exec/README.md, LICENSE-MIT, LICENSE-APACHE, examples/*.conf
+#   share/doc/leader-exec/README.md, docs/*.md, LICENSE-MIT, LICENSE-APACHE, examples/*.conf
 #
 # laid out to be unpacked into PREFIX (default /usr/local, which systemd searches for units):
 #
@@ -58,7 +58,7 @@ for page in man/*.1; do put 644 "$page" "share/man/man1/$(basename "$page")"; do
 put 644 completions/leader-exec.bash share/bash-completion/completions/leader-exec
 put 644 completions/_leader-exec share/zsh/site-functions/_leader-exec
 put 644 completions/leader-exec.fish share/fish/vendor_completions.d/leader-exec.fish
-for doc in README.md LICENSE-MIT LICENSE-APACHE; do put 644 "$doc" "share/doc/leader-exec/$doc"; done
+for doc in README.md docs/*.md LICENSE-MIT LICENSE-APACHE; do put 644 "$doc" "share/doc/leader-exec/$doc"; done
 for conf in packaging/examples/*.conf; do
     put 644 "$conf" "share/doc/leader-exec/examples/$(basename "$conf")"
 done
@@ -86,7 +86,8 @@ if $check; then
         share/man/man1/leader-exec.1 share/bash-completion/completions/leader-exec \
         share/zsh/site-functions/_leader-exec share/fish/vendor_completions.d/leader-exec.fish \
         share/doc/leader-exec/LICENSE-MIT share/doc/leader-exec/LICENSE-APACHE \
-        share/doc/leader-exec/README.md share/doc/leader-exec/examples/outbox-relay.conf; do
+        share/doc/leader-exec/README.md share/doc/leader-exec/docs/reference.md \
+        share/doc/leader-exec/examples/outbox-relay.conf; do
         [ -f "$unpacked/$file" ] || fail "$file missing"
     done
     [ "$("$unpacked/bin/leader-exec" --version)" = "leader-exec $version" ] || fail "--version"

@@ -76,6 +76,14 @@ expected="
 /usr/lib/systemd/system/leader-exec@.timer
 /usr/lib/systemd/system/leader-exec-etcd.service
 /usr/share/doc/leader-exec/README.md
+/usr/share/doc/leader-exec/docs/reference.md
+/usr/share/doc/leader-exec/docs/safety.md
+/usr/share/doc/leader-exec/docs/etcd.md
+/usr/share/doc/leader-exec/docs/postgresql.md
+/usr/share/doc/leader-exec/docs/zookeeper.md
+/usr/share/doc/leader-exec/docs/operations.md
+/usr/share/doc/leader-exec/docs/security.md
+/usr/share/doc/leader-exec/docs/development.md
 /usr/share/doc/leader-exec/LICENSE-MIT
 /usr/share/doc/leader-exec/LICENSE-APACHE
 /usr/share/doc/leader-exec/copyright

@@ -61,7 +61,8 @@ prefix=$work/caller/rel
 [ ! -e "$repo/rel" ] || fail "installed into the checkout"
 for file in share/man/man1/leader-exec.1 share/bash-completion/completions/leader-exec \
     share/zsh/site-functions/_leader-exec share/fish/vendor_completions.d/leader-exec.fish \
-    libexec/leader-exec/run-job lib/systemd/system/leader-exec@.service share/doc/leader-exec/README.md; do
+    libexec/leader-exec/run-job lib/systemd/system/leader-exec@.service share/doc/leader-exec/README.md \
+    share/doc/leader-exec/docs/reference.md; do
     [ -f "$prefix/$file" ] || fail "$prefix/$file missing"
 done
 grep -qx "ExecStart=$prefix/libexec/leader-exec/run-job /etc/leader-exec/%i.conf" \

@@ -28,7 +28,7 @@ use prometheus_client::registry::Registry;
 
 use crate::clock::{BootClock, Clock};
 
-/// The man page's METRICS section (the README has the same table).
+/// The man page's METRICS section (docs/operations.md has the same table).
 pub const MAN_SECTION: &str = "\
 With --http ADDR, GET /metrics (Prometheus text format; OpenMetrics when the Accept header asks
 for application/openmetrics-text), GET /leader and GET /healthz. Every metric carries a

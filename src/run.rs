@@ -40,7 +40,7 @@ const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 
 /// How long the command's group may outlive SIGKILL before leader-exec stops waiting for it
 /// (a process in uninterruptible sleep cannot die until the kernel lets it), logs the pids left,
-/// leaves the lease to expire and exits 75. Documented in the README.
+/// leaves the lease to expire and exits 75. Documented in docs/safety.md (step-down is bounded).
 pub const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// How often a stepping-down leader looks in /proc for what is left of the command's group.
@@ -785,7 +785,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     "occurrence {id} was recorded by token {} but this leader's token is {}: \
                      the store's revisions went backwards (data loss, or a snapshot restore without \
                      --bump-revision), so fencing tokens no longer increase; nothing was run \
-                     (see the README, 'Tokens after data loss')",
+                     (see docs/safety.md, 'Tokens after data loss')",
                     newer.token, candidacy.token
                 ))
                 .into());

@@ -57,7 +57,7 @@ fn terminated_sessions_cost_the_leader_nothing_and_the_waiter_still_gets_the_han
     assert!(pg.held().is_empty(), "{:?}", pg.held());
 }
 
-/// The README's recipe, one statement: the job's write commits only while the lease row still
+/// The recipe of docs/postgresql.md ("Fencing in the same database"), one statement: the job's write commits only while the lease row still
 /// holds its token, and the row lock (FOR SHARE) makes a takeover wait for the write.
 fn fenced_insert(lease: &str) -> String {
     format!(

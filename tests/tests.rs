@@ -60,6 +60,7 @@ store_independent! {
 
 mod ambiguous;
 mod cron;
+mod docs;
 mod election;
 mod exit_codes;
 mod faults;

@@ -563,7 +563,7 @@ impl Postgres {
         // running primary), and that restart ends every session; a standby promoted under a
         // session only turns it into a session on a primary. Behind a pooler in transaction
         // mode the server may change under a session: every write there is refused by a
-        // standby (read-only), so only reads could be stale (README: PostgreSQL).
+        // standby (read-only), so only reads could be stale (docs/postgresql.md).
         if row.get(0) != Some("f") {
             return Err(StoreError::Transient(format!(
                 "PostgreSQL at {}: the server is in recovery (a standby); only a primary is used",
@@ -800,7 +800,7 @@ impl Postgres {
         Err(StoreError::Fatal(format!(
             "PostgreSQL: {what} is owned by role {owner}, not by {user} or a role it is a member \
              of{more}: not used (its owner could rewrite tokens or run code as {user}); drop it \
-             or change its owner (README: PostgreSQL, schema and ownership)",
+             or change its owner (docs/postgresql.md: Schema, Ownership)",
             what = escape_str(&what),
             owner = escape_str(&owner),
             user = escape_str(&user),

@@ -323,7 +323,7 @@ impl ZooKeeper {
     }
 
     /// The ACL for every node this instance creates: see [`CREATOR_ALL_ANYONE_READ`]. Without
-    /// credentials there is no identity to give rights to, and nodes are open (README).
+    /// credentials there is no identity to give rights to, and nodes are open (docs/zookeeper.md, ACLs).
     fn acls(&self) -> Acls<'static> {
         if self.target.digest.is_some() {
             Acls::new(&CREATOR_ALL_ANYONE_READ)
@@ -1062,7 +1062,7 @@ impl Backend for ZooKeeper {
 /// after about 2/5 of the timeout, later than a short renew deadline. `sync` goes through the
 /// ensemble's leader, so a follower that lost the leader (and so no longer relays this session's
 /// activity to it) cannot answer it; a follower relays activity on its next ping to the leader,
-/// every tickTime/2, which the margin must cover (README).
+/// every tickTime/2, which the margin must cover (docs/zookeeper.md, In an ensemble).
 ///
 /// The timeout is the one negotiated on the session's *current* connection: the client
 /// renegotiates it on every reconnect (a server with a smaller `maxSessionTimeout`, or another

@@ -1,0 +1,236 @@
+//! The documentation's relative links resolve: README.md, docs/*.md, RELIABILITY.md,
+//! BENCHMARKS.md and bench/*.md link into each other (and into sections of each other), and a page
+//! moved or a heading renamed must not leave a link pointing nowhere. No network: links with a
+//! scheme (`https://…`) are not followed.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The Markdown files whose links are checked, relative to the repository.
+fn documentation_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = vec![
+        root.join("README.md"),
+        root.join("RELIABILITY.md"),
+        root.join("BENCHMARKS.md"),
+    ];
+    for dir in ["docs", "bench"] {
+        let mut pages: Vec<PathBuf> = fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("{dir}/: {e}"))
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+            .collect();
+        pages.sort();
+        files.extend(pages);
+    }
+    files
+}
+
+/// The text outside code: fenced blocks, indented blocks (four spaces after a blank line) and
+/// inline code spans become blanks, so that `](x)` inside an example is not taken for a link.
+fn prose(markdown: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    let mut indented = false;
+    let mut previous_blank = true;
+    for line in markdown.lines() {
+        let blank = line.trim().is_empty();
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            out.push('\n');
+        } else if fenced {
+            out.push('\n');
+        } else if line.starts_with("    ") && (previous_blank || indented) {
+            indented = true;
+            out.push('\n');
+        } else {
+            if !blank {
+                indented = false;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        previous_blank = blank;
+    }
+    // Inline code spans (a span may continue on the next line).
+    let mut without_code = String::new();
+    let mut in_code = false;
+    for c in out.chars() {
+        if c == '`' {
+            in_code = !in_code;
+        } else if !in_code || c == '\n' {
+            without_code.push(c);
+        }
+    }
+    without_code
+}
+
+/// Every link target `](TARGET)` in the prose; a link's text may run over a line break.
+fn link_targets(markdown: &str) -> Vec<String> {
+    let text = prose(markdown);
+    let mut targets = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        if let Some(end) = rest.find(|c: char| c == ')' || c.is_whitespace()) {
+            targets.push(rest[..end].to_string());
+        }
+    }
+    targets
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped (letters, digits, `_` and `-`
+/// stay), each space a `-`; a link inside the heading counts with its text.
+fn slug(heading: &str) -> String {
+    let mut text = String::new();
+    let mut rest = heading;
+    while let Some(open) = rest.find("](") {
+        text.push_str(&rest[..open]);
+        rest = &rest[open + 2..];
+        rest = rest.find(')').map_or("", |close| &rest[close + 1..]);
+    }
+    text.push_str(rest);
+    text.trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '_' || c == '-' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a page's headings, with GitHub's `-1`, `-2` … for repeated ones.
+fn anchors(markdown: &str) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let hashes = line.bytes().take_while(|&b| b == b'#').count();
+        if fenced || !(1..=6).contains(&hashes) || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let base = slug(line[hashes..].trim_end_matches('#'));
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while seen.contains(&anchor) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+        seen.insert(anchor);
+    }
+    seen
+}
+
+/// What is wrong with the relative links of `file`: one line per link that names a missing file
+/// or a heading its target does not have.
+fn broken_links(file: &Path) -> Vec<String> {
+    let markdown = fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut broken = Vec::new();
+    for target in link_targets(&markdown) {
+        let is_external = target.contains("://") || target.starts_with("mailto:");
+        if is_external {
+            continue;
+        }
+        let (path, anchor) = match target.split_once('#') {
+            Some((path, anchor)) => (path, Some(anchor)),
+            None => (target.as_str(), None),
+        };
+        let resolved = if path.is_empty() {
+            file.to_path_buf()
+        } else {
+            file.parent().unwrap().join(path)
+        };
+        if !resolved.exists() {
+            broken.push(format!(
+                "{}: ({target}): no file {}",
+                file.display(),
+                resolved.display()
+            ));
+            continue;
+        }
+        if let Some(anchor) = anchor {
+            let page = fs::read_to_string(&resolved).unwrap_or_default();
+            if !anchors(&page).contains(anchor) {
+                broken.push(format!(
+                    "{}: ({target}): {} has no heading #{anchor}",
+                    file.display(),
+                    resolved.display()
+                ));
+            }
+        }
+    }
+    broken
+}
+
+#[test]
+fn every_relative_link_in_the_documentation_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = documentation_files(root);
+    assert!(
+        files.iter().any(|f| f.ends_with("docs/reference.md")),
+        "{files:?}"
+    );
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for file in &files {
+        checked += link_targets(&fs::read_to_string(file).unwrap()).len();
+        broken.extend(broken_links(file));
+    }
+    assert!(checked > 50, "only {checked} links found in {files:?}");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_link_check_names_a_missing_page_and_a_missing_heading() {
+    let dir = std::env::temp_dir().join(format!("leader-exec-docs-{}", std::process::id()));
+    fs::create_dir_all(dir.join("docs")).unwrap();
+    fs::write(
+        dir.join("docs/page.md"),
+        "# A page\n\n## Limits and bad input\n\n## Monitoring: metrics, `--http`\n\n## Once\n\n## Once\n",
+    )
+    .unwrap();
+    fs::write(
+        dir.join("README.md"),
+        "See [limits](docs/page.md#limits-and-bad-input), [the\nmetrics](docs/page.md#monitoring-metrics---http),\n\
+         [again](docs/page.md#once-1), [here](#top) and [the web](https://example.invalid/x#y).\n\n\
+         # Top\n\n    [not a link](docs/absent.md)\n\n\
+         Broken: [gone](docs/gone.md), [no heading](docs/page.md#signals), `[code](docs/absent.md)`.\n",
+    )
+    .unwrap();
+    let broken = broken_links(&dir.join("README.md"));
+    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(broken.len(), 2, "{broken:#?}");
+    assert!(broken[0].contains("(docs/gone.md): no file"), "{broken:#?}");
+    assert!(broken[1].contains("has no heading #signals"), "{broken:#?}");
+}
+
+/// The installed documentation stays complete: every docs/ page is in the package's assets
+/// (Cargo.toml) and in install.sh's file list (which packaging/test-install.sh compares with the
+/// assets), so README.md's links into docs/ resolve under /usr/share/doc/leader-exec too.
+#[test]
+fn every_docs_page_is_installed_beside_the_readme() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo_toml = fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let install_sh = fs::read_to_string(root.join("install.sh")).unwrap();
+    let mut missing = Vec::new();
+    for page in documentation_files(root) {
+        let relative = page.strip_prefix(root).unwrap().display().to_string();
+        if !relative.starts_with("docs/") {
+            continue;
+        }
+        let asset = format!(r#"["{relative}", "usr/share/doc/leader-exec/docs/", "644"]"#);
+        if !cargo_toml.contains(&asset) {
+            missing.push(format!("Cargo.toml's assets lack {asset}"));
+        }
+        let file = format!("\n{relative} share/doc/leader-exec/{relative} 644\n");
+        if !install_sh.contains(&file) {
+            missing.push(format!("install.sh's FILES lack {}", file.trim()));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
