@@ -125,8 +125,8 @@ fn redact_key_values(text: &str) -> String {
     out.join(" ")
 }
 
-/// `%XX` sequences decoded.
-fn percent_decode(text: &str) -> String {
+/// `%XX` sequences decoded (URL query values: passwords, file paths).
+pub fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -817,27 +817,7 @@ fn postgres_connection(endpoints: Vec<String>, args: EtcdArgs) -> Result<Connect
     })
 }
 
-/// `%XX` sequences decoded (file paths in a URL's query).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = text.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(hex, 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-pub use crate::redact::{redact_password, shown_endpoints};
+pub use crate::redact::{percent_decode, redact_password, shown_endpoints};
 
 /// host[:port] with an optional http:// or https:// scheme; the client library checks the rest.
 fn validate_endpoint(endpoint: &str) -> Result<(), Failure> {
