@@ -28,7 +28,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use harness::{Cluster, Etcd};
+use harness::{Cluster, Etcd, Postgres};
 use trial::Trial;
 
 /// Trials per scenario when `LEADER_EXEC_CHAOS_TRIALS` is not set.
@@ -219,6 +219,7 @@ every_store! {
     "8" scenario_8_term_ignoring_command_with_a_grandchild [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, false);
     "9" scenario_9_supervisor_sigstopped_then_proxy_frozen [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, true);
     "10" scenario_10_every_process_named_leader_exec_sigkilled [1] => scenarios::pkill_by_name;
+    "13" scenario_13_resign_during_a_term_ignoring_command_with_a_grandchild [1] => scenarios::rows::resign_term_ignoring;
 }
 
 // An etcd cluster's members (5a, 5b), and etcd's own view of the token through etcdctl (7).
@@ -226,4 +227,13 @@ store_specific! {
     scenario_5a_cluster_member_the_leader_talks_to_killed("5a", SHORT_TRIALS, || Cluster::start(3), |c, ctx| scenarios::member_kill(c, ctx, false));
     scenario_5b_cluster_raft_leader_killed("5b", SHORT_TRIALS, || Cluster::start(3), |c, ctx| scenarios::member_kill(c, ctx, true));
     scenario_7_leader_exec_sigstopped_past_the_ttl("7", SHORT_TRIALS, Etcd::start, scenarios::leader_exec_sigstop);
+}
+
+// PostgreSQL's own faults: its server's clock stepped under libfaketime (p11), a lagging standby
+// first in the URL (p12); ZooKeeper's: the server restarted with a smaller session maximum (z11).
+// Slow (a standby's base backup, ZooKeeper restarts, 20 s sessions): one trial in the short run.
+store_specific! {
+    scenario_p11_postgres_server_clock_stepped("p11", 1, scenarios::rows::SteppedPostgres::start, scenarios::rows::postgres_clock_step);
+    scenario_p12_postgres_lagging_standby_first_in_the_url("p12", 1, Postgres::start, scenarios::rows::postgres_standby_first);
+    scenario_z11_zookeeper_restarted_with_a_smaller_session_maximum("z11", 1, scenarios::rows::ShrinkingZooKeeper::start, scenarios::rows::zookeeper_smaller_maximum);
 }
