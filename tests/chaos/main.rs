@@ -3,7 +3,8 @@
 //! property checked on a history recorded by the jobs themselves (see `history.rs`). The
 //! store-neutral scenarios are one list (`every_store!`) that runs against etcd, PostgreSQL (ids
 //! `p…`) and a standalone ZooKeeper server (ids `z…`); the rows that need an etcd cluster or
-//! etcdctl are listed apart (`store_specific!`).
+//! etcdctl, or one store's own setup (a PostgreSQL server under libfaketime, a standby; a
+//! ZooKeeper server restarted with other settings), are listed apart (`store_specific!`).
 //!
 //! Each scenario is one test; they run one at a time (a lock), so that timing measurements are
 //! not distorted by each other. By default every scenario runs its row's short trial count
@@ -78,15 +79,18 @@ pub struct Stats {
     /// Faults meant to be short that lasted longer than `Timing::short_fault` (then a step-down
     /// is allowed; safety is still checked).
     pub long_faults: usize,
-    /// How long the fault lasted, or etcd did not answer (scenarios 1b–5b; 3: etcd frozen).
+    /// How long the fault lasted, or etcd did not answer (scenarios 1b–5b; 3: etcd frozen; p11:
+    /// how long the server's clock stood ahead; z11: the new maxSessionTimeout).
     pub outages: Vec<Duration>,
     /// Scenarios 1–3: the old command's signal after the fault began; 6 and 6b: command and
-    /// grandchild dead after the SIGKILL; 7: command stopped after SIGCONT; 8: SIGKILL after the
-    /// ignored TERM.
+    /// grandchild dead after the SIGKILL; 7: command stopped after SIGCONT; 8 and 13: SIGKILL
+    /// after the ignored TERM.
     pub reactions: Vec<Duration>,
-    /// Scenario 7: how long the stale leader's job ran on after the next one started.
+    /// Scenario 7: how long the stale leader's job ran on after the next one started; p11: the
+    /// clock steps (whole seconds ahead).
     pub windows: Vec<Duration>,
-    /// A per-scenario count (5a: the member killed was the raft leader; 7: stale token checks).
+    /// A per-scenario count (5a: the member killed was the raft leader; 7, p12: stale token
+    /// checks; p11: fresh `--no-wait` instances refused).
     pub tally: usize,
 }
 
