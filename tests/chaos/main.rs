@@ -217,8 +217,8 @@ every_store! {
     "3b" scenario_3b_store_sigstopped_briefly [SHORT_TRIALS] => scenarios::store_sigstop_brief;
     "4" scenario_4_store_restarted_within_the_renew_deadline [SHORT_TRIALS] => scenarios::store_restart;
     "6" scenario_6_leader_exec_sigkilled [SHORT_TRIALS] => scenarios::leader_exec_sigkill;
-    // leader-exec's own processes as the fault: the same local code on every store, so one
-    // trial per store in the short run (three in all).
+    // leader-exec's own processes as the fault, or a handover (13): the same local code on every
+    // store, so one trial per store in the short run (three in all).
     "6b" scenario_6b_supervisor_sigkilled [1] => scenarios::supervisor_sigkill;
     "8" scenario_8_term_ignoring_command_with_a_grandchild [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, false);
     "9" scenario_9_supervisor_sigstopped_then_proxy_frozen [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, true);

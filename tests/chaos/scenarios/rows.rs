@@ -75,7 +75,13 @@ fn fresh_no_wait(trial: &Trial, endpoint: &str, name: &str) -> Option<i32> {
     );
     let mut command = leader_exec();
     command
-        .args(["--endpoints", endpoint, "--lease", &trial.lease, "--no-wait"])
+        .args([
+            "--endpoints",
+            endpoint,
+            "--lease",
+            &trial.lease,
+            "--no-wait",
+        ])
         .args(["--identity", name])
         .args(trial.timing.args())
         .args(["--", "bash", "-c", &script])
@@ -227,10 +233,18 @@ pub fn postgres_standby_first(primary: &mut Postgres, ctx: &mut Ctx) {
             }
         }
         if check(&direct, &trial.lease, leader.token) != Some(true) {
-            trial.fail(format!("the leader's token {} is not current", leader.token));
+            trial.fail(format!(
+                "the leader's token {} is not current",
+                leader.token
+            ));
         }
     }
-    trial.fault("standby-first-replay-paused", begin.unwrap(), now_ns(), false);
+    trial.fault(
+        "standby-first-replay-paused",
+        begin.unwrap(),
+        now_ns(),
+        false,
+    );
     let verdict = trial.finish();
     ctx.failover(&trial, &verdict);
     drop(standby);
