@@ -3,7 +3,8 @@
 //! property checked on a history recorded by the jobs themselves (see `history.rs`). The
 //! store-neutral scenarios are one list (`every_store!`) that runs against etcd, PostgreSQL (ids
 //! `p…`) and a standalone ZooKeeper server (ids `z…`); the rows that need an etcd cluster or
-//! etcdctl are listed apart (`store_specific!`).
+//! etcdctl, or one store's own setup (a PostgreSQL server under libfaketime, a standby; a
+//! ZooKeeper server restarted with other settings), are listed apart (`store_specific!`).
 //!
 //! Each scenario is one test; they run one at a time (a lock), so that timing measurements are
 //! not distorted by each other. By default every scenario runs its row's short trial count
@@ -28,7 +29,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use harness::{Cluster, Etcd};
+use harness::{Cluster, Etcd, Postgres};
 use trial::Trial;
 
 /// Trials per scenario when `LEADER_EXEC_CHAOS_TRIALS` is not set.
@@ -78,15 +79,18 @@ pub struct Stats {
     /// Faults meant to be short that lasted longer than `Timing::short_fault` (then a step-down
     /// is allowed; safety is still checked).
     pub long_faults: usize,
-    /// How long the fault lasted, or etcd did not answer (scenarios 1b–5b; 3: etcd frozen).
+    /// How long the fault lasted, or etcd did not answer (scenarios 1b–5b; 3: etcd frozen; p11:
+    /// how long the server's clock stood ahead; z11: the new maxSessionTimeout).
     pub outages: Vec<Duration>,
     /// Scenarios 1–3: the old command's signal after the fault began; 6 and 6b: command and
-    /// grandchild dead after the SIGKILL; 7: command stopped after SIGCONT; 8: SIGKILL after the
-    /// ignored TERM.
+    /// grandchild dead after the SIGKILL; 7: command stopped after SIGCONT; 8 and 13: SIGKILL
+    /// after the ignored TERM.
     pub reactions: Vec<Duration>,
-    /// Scenario 7: how long the stale leader's job ran on after the next one started.
+    /// Scenario 7: how long the stale leader's job ran on after the next one started; p11: the
+    /// clock steps (whole seconds ahead).
     pub windows: Vec<Duration>,
-    /// A per-scenario count (5a: the member killed was the raft leader; 7: stale token checks).
+    /// A per-scenario count (5a: the member killed was the raft leader; 7, p12: stale token
+    /// checks; p11: fresh `--no-wait` instances refused).
     pub tally: usize,
 }
 
@@ -213,12 +217,13 @@ every_store! {
     "3b" scenario_3b_store_sigstopped_briefly [SHORT_TRIALS] => scenarios::store_sigstop_brief;
     "4" scenario_4_store_restarted_within_the_renew_deadline [SHORT_TRIALS] => scenarios::store_restart;
     "6" scenario_6_leader_exec_sigkilled [SHORT_TRIALS] => scenarios::leader_exec_sigkill;
-    // leader-exec's own processes as the fault: the same local code on every store, so one
-    // trial per store in the short run (three in all).
+    // leader-exec's own processes as the fault, or a handover (13): the same local code on every
+    // store, so one trial per store in the short run (three in all).
     "6b" scenario_6b_supervisor_sigkilled [1] => scenarios::supervisor_sigkill;
     "8" scenario_8_term_ignoring_command_with_a_grandchild [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, false);
     "9" scenario_9_supervisor_sigstopped_then_proxy_frozen [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, true);
     "10" scenario_10_every_process_named_leader_exec_sigkilled [1] => scenarios::pkill_by_name;
+    "13" scenario_13_resign_during_a_term_ignoring_command_with_a_grandchild [1] => scenarios::rows::resign_term_ignoring;
 }
 
 // An etcd cluster's members (5a, 5b), and etcd's own view of the token through etcdctl (7).
@@ -226,4 +231,13 @@ store_specific! {
     scenario_5a_cluster_member_the_leader_talks_to_killed("5a", SHORT_TRIALS, || Cluster::start(3), |c, ctx| scenarios::member_kill(c, ctx, false));
     scenario_5b_cluster_raft_leader_killed("5b", SHORT_TRIALS, || Cluster::start(3), |c, ctx| scenarios::member_kill(c, ctx, true));
     scenario_7_leader_exec_sigstopped_past_the_ttl("7", SHORT_TRIALS, Etcd::start, scenarios::leader_exec_sigstop);
+}
+
+// PostgreSQL's own faults: its server's clock stepped under libfaketime (p11), a lagging standby
+// first in the URL (p12); ZooKeeper's: the server restarted with a smaller session maximum (z11).
+// Slow (a standby's base backup, ZooKeeper restarts, 20 s sessions): one trial in the short run.
+store_specific! {
+    scenario_p11_postgres_server_clock_stepped("p11", 1, scenarios::rows::SteppedPostgres::start, scenarios::rows::postgres_clock_step);
+    scenario_p12_postgres_lagging_standby_first_in_the_url("p12", 1, Postgres::start, scenarios::rows::postgres_standby_first);
+    scenario_z11_zookeeper_restarted_with_a_smaller_session_maximum("z11", 1, scenarios::rows::ShrinkingZooKeeper::start, scenarios::rows::zookeeper_smaller_maximum);
 }

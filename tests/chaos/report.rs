@@ -9,14 +9,16 @@ use crate::trial::{FAST, STEADY, Timing};
 use crate::{Stats, config};
 
 pub struct Info {
-    /// The row's id on etcd; PostgreSQL's and ZooKeeper's rows add `p` and `z` in front.
+    /// The row's id on etcd; PostgreSQL's and ZooKeeper's rows add `p` and `z` in front. A row
+    /// that only one store runs has that store's prefix in its id (`p11`, `z11`; none: etcd).
     pub id: &'static str,
     /// `{store}` stands for the store's name.
     pub fault: &'static str,
     pub timing: Timing,
     /// What each trial asserts besides the history check.
     pub asserts: &'static str,
-    /// Whether every store runs it (`every_store!` in main.rs), or etcd only.
+    /// Whether every store runs it (`every_store!` in main.rs), or only the store its id's
+    /// prefix names (`store_specific!`).
     pub every_store: bool,
     /// What happens on one store in particular, added to the fault: (row prefix, text).
     pub on: &'static [(&'static str, &'static str)],
@@ -168,6 +170,38 @@ pub const SCENARIOS: &[Info] = &[
         every_store: true,
         on: &[],
     },
+    Info {
+        id: "13",
+        fault: "`leader-exec resign` (from elsewhere) at a random moment; the command ignores SIGTERM, grandchild too",
+        timing: FAST,
+        asserts: "TERM recorded, SIGKILL no earlier than --kill-after, group gone before the next command starts; `resign` exits 0, the old instance 75",
+        every_store: true,
+        on: &[],
+    },
+    Info {
+        id: "p11",
+        fault: "the server's wall clock stepped 5–60 s ahead and back (libfaketime), once or twice at random moments, while a leader holds and two waiters campaign; a fresh `--no-wait` instance tries while it stands ahead",
+        timing: FAST,
+        asserts: "the fresh instance exits 124 (held); leadership kept: leader-exec and its command still run a renew deadline + 1 s after the clock came back, nothing was stopped or started",
+        every_store: false,
+        on: &[],
+    },
+    Info {
+        id: "p12",
+        fault: "every instance's URL names a hot standby first, the primary second; the standby's replay paused at a random moment; two handovers (`resign`) at random moments",
+        timing: FAST,
+        asserts: "each handover: the old instance exits 75, a greater token starts; `leader-exec check` through the same URL calls every deposed token stale (exit 1) and the leader's current",
+        every_store: false,
+        on: &[],
+    },
+    Info {
+        id: "z11",
+        fault: "the server restarted on the same data with `maxSessionTimeout` 4–8 s while a leader with a 20 s session holds (waiters with flags that fit 4 s in line), then the leader's proxy cut 0–3 s after it serves again",
+        timing: crate::scenarios::rows::ZK_LONG,
+        asserts: "the old leader exits 75 and its group is gone before a waiter's command starts (waiters: ZK-SHORT, `--ttl 4s --renew-deadline 2s --retry-period 500ms --kill-after 1s`)",
+        every_store: false,
+        on: &[],
+    },
 ];
 
 /// One line of the table: a scenario on one store.
@@ -183,7 +217,7 @@ pub fn lines() -> Vec<Line> {
     let mut lines = Vec::new();
     for (prefix, store) in STORES {
         for info in SCENARIOS {
-            if !info.every_store && !prefix.is_empty() {
+            if !info.every_store && split(info.id).0 != store {
                 continue;
             }
             let mut fault = info.fault.replace("{store}", store);
@@ -194,7 +228,11 @@ pub fn lines() -> Vec<Line> {
                 fault = format!("{fault}; {extra}");
             }
             lines.push(Line {
-                id: format!("{prefix}{}", info.id),
+                id: if info.every_store {
+                    format!("{prefix}{}", info.id)
+                } else {
+                    info.id.to_owned()
+                },
                 fault,
                 info,
             });
@@ -237,7 +275,10 @@ pub fn publish(row: Row) {
 
 fn info(id: &str) -> Option<&'static Info> {
     let (_, base) = split(id);
-    SCENARIOS.iter().find(|s| s.id == base)
+    SCENARIOS
+        .iter()
+        .find(|s| !s.every_store && s.id == id)
+        .or_else(|| SCENARIOS.iter().find(|s| s.every_store && s.id == base))
 }
 
 pub fn duration(d: Duration) -> String {
@@ -272,6 +313,26 @@ fn notes(row: &Row) -> String {
     let s = &row.stats;
     // A PostgreSQL or ZooKeeper row measures what the etcd row of the same number does.
     let (store, id) = split(row.id);
+    match row.id {
+        "p11" => {
+            return format!(
+                "leadership kept {}/{}; clock ahead by {} s for {}; fresh `--no-wait` instances refused {}",
+                s.kept,
+                s.trials,
+                spread(&s.windows).replace(" s", ""),
+                spread(&s.outages),
+                s.tally
+            );
+        }
+        "p12" => return format!("deposed tokens called stale {}/{}", s.tally, 3 * s.trials),
+        "z11" => {
+            return format!(
+                "new maxSessionTimeout {} (the leader's session: 20 s)",
+                spread(&s.outages)
+            );
+        }
+        _ => {}
+    }
     match id {
         "1b" | "2b" | "3b" | "4" | "5a" | "5b" => {
             let limit = info(row.id).map_or(STEADY, |i| i.timing).short_fault();
@@ -314,7 +375,7 @@ fn notes(row: &Row) -> String {
             s.tally,
             s.trials
         ),
-        "8" | "9" => format!("SIGKILL {} after the ignored TERM", spread(&s.reactions)),
+        "8" | "9" | "13" => format!("SIGKILL {} after the ignored TERM", spread(&s.reactions)),
         _ => String::new(),
     }
 }
@@ -443,7 +504,10 @@ the evidence: the faults that break leader election in practice, injected over m
 randomised timing against real store processes, with the promise checked on a history that the
 commands themselves wrote. Every store runs every store-neutral scenario: etcd (rows `1`…), a
 PostgreSQL server (rows `p…`) and a standalone ZooKeeper server (rows `z…`); an etcd cluster's
-faults (`5a`, `5b`) and the comparison with etcd's own view of the token (`7`) are etcd's alone.
+faults (`5a`, `5b`) and the comparison with etcd's own view of the token (`7`) are etcd's alone,
+and each store has rows for faults of its own: PostgreSQL's server clock stepped (`p11`) and a
+lagging standby first in the URL (`p12`), ZooKeeper's server restarted with a smaller session
+maximum (`z11`).
 
 The table below was produced by:
 
@@ -484,6 +548,14 @@ observes what must happen, and writes `fault KIND BEGIN END short|long`. At the 
 pid of every job (and its process group) is gone and writes `gone NAME T` for each. Faults touch
 only what the runner started (etcd, PostgreSQL and ZooKeeper processes, proxies, leader-exec instances and their
 descendants), all on loopback; every wait is bounded.
+
+Rows of one store's own faults differ where their fault needs it: `p11`'s server runs under
+libfaketime (`FAKETIME_TIMESTAMP_FILE`, the offset the runner writes), and a fresh `--no-wait`
+instance runs a one-line job that records its start; `p12` gives every instance two proxies,
+one to a hot standby and one to the primary, named `standby,primary` in one URL, and hands
+leadership over with `leader-exec resign`; `z11` starts the leader first with a 20 s session
+(ZK-LONG) and then the two waiters with flags that fit 4 s (ZK-SHORT), and records the fault
+from the server's restart to the cut.
 
 ## What the checker verifies on every history
 

@@ -211,36 +211,60 @@ impl Trial {
         timing: Timing,
         kind: JobKind,
     ) -> Trial {
+        let mut trial = Trial::empty(endpoints, lease, timing);
+        for name in NAMES {
+            trial.add(
+                name,
+                targets,
+                |proxies| proxies.iter().map(&via).collect::<Vec<_>>().join(","),
+                timing,
+                kind,
+            );
+        }
+        trial
+    }
+
+    /// A trial with no instance yet (`add` starts them): `timing` is the one its waits use.
+    pub fn empty(endpoints: &str, lease: &str, timing: Timing) -> Trial {
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-chaos")
             .tempdir()
             .unwrap();
-        let mut trial = Trial {
+        Trial {
             dir: Some(dir),
             lease: lease.to_owned(),
             timing,
             endpoints: endpoints.to_owned(),
             contenders: Vec::new(),
-        };
-        for name in NAMES {
-            let proxies: Vec<Proxy> = targets.iter().map(|t| Proxy::start(*t)).collect();
-            let through = proxies.iter().map(&via).collect::<Vec<_>>().join(",");
-            let script = job_script(&trial.history_path(), &trial.path("pids"), name, kind);
-            let mut command = leader_exec();
-            command
-                .args(["-v", "--endpoints", &through, "--lease", lease])
-                .args(["--identity", name])
-                .args(timing.args())
-                .args(["--", "bash", "-c", &script]);
-            die_with_the_runner(&mut command);
-            let instance = Instance::start_command(&mut command);
-            trial.contenders.push(Contender {
-                name: name.to_owned(),
-                proxies,
-                instance,
-            });
         }
-        trial
+    }
+
+    /// Starts one instance `name` with timing flags of its own, through its own proxy to every
+    /// target; `endpoints` gives its `--endpoints` value from its proxies.
+    pub fn add(
+        &mut self,
+        name: &str,
+        targets: &[SocketAddr],
+        endpoints: impl FnOnce(&[Proxy]) -> String,
+        timing: Timing,
+        kind: JobKind,
+    ) {
+        let proxies: Vec<Proxy> = targets.iter().map(|t| Proxy::start(*t)).collect();
+        let through = endpoints(&proxies);
+        let script = job_script(&self.history_path(), &self.path("pids"), name, kind);
+        let mut command = leader_exec();
+        command
+            .args(["-v", "--endpoints", &through, "--lease", &self.lease])
+            .args(["--identity", name])
+            .args(timing.args())
+            .args(["--", "bash", "-c", &script]);
+        die_with_the_runner(&mut command);
+        let instance = Instance::start_command(&mut command);
+        self.contenders.push(Contender {
+            name: name.to_owned(),
+            proxies,
+            instance,
+        });
     }
 
     fn path(&self, name: &str) -> PathBuf {
