@@ -63,6 +63,79 @@ use super::{
     Renewal, StoreError, Turn,
 };
 
+/// How every statement with parameters is sent: unnamed (Parse, Bind, Describe, Execute, Sync
+/// in one message, `query_typed`), never prepared by name. A pooler in transaction mode
+/// (pgbouncer before 1.21) hands each transaction any server connection: a named statement
+/// prepared on one is missing on the next, or collides with another client's of the same name
+/// (`prepared statement "s1" already exists`, and the pool stays poisoned). An unnamed one lives
+/// only until the next Parse on the same connection, all inside one Sync. It also saves the
+/// round trip of a separate prepare. Statements without parameters may use the simple-query
+/// protocol (`simple_query`, `batch_execute`), which binds nothing either.
+///
+/// Use `unnamed::query(&client, sql, &[&a, &b])` and its siblings wherever `client.query`
+/// would be used; each parameter says its own PostgreSQL type ([`unnamed::Param`]).
+pub(crate) mod unnamed {
+    use tokio_postgres::types::{ToSql, Type};
+    use tokio_postgres::{Client, Error, Row};
+
+    /// A statement parameter and the type it is sent as (the server infers none: the type of
+    /// every parameter of an unnamed statement sent in one go is given).
+    pub trait Param: ToSql + Sync {
+        fn pg_type(&self) -> Type;
+    }
+
+    macro_rules! param {
+        ($($rust:ty => $pg:ident),* $(,)?) => {
+            $(
+                impl Param for $rust {
+                    fn pg_type(&self) -> Type {
+                        Type::$pg
+                    }
+                }
+                impl Param for Option<$rust> {
+                    fn pg_type(&self) -> Type {
+                        Type::$pg
+                    }
+                }
+            )*
+        };
+    }
+    param!(String => TEXT, &str => TEXT, i64 => INT8, Vec<u8> => BYTEA, bool => BOOL);
+
+    fn typed<'a>(params: &'a [&'a dyn Param]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+        params.iter().map(|p| (*p as _, p.pg_type())).collect()
+    }
+
+    pub async fn query(
+        client: &Client,
+        sql: &str,
+        params: &[&dyn Param],
+    ) -> Result<Vec<Row>, Error> {
+        client.query_typed(sql, &typed(params)).await
+    }
+
+    pub async fn query_opt(
+        client: &Client,
+        sql: &str,
+        params: &[&dyn Param],
+    ) -> Result<Option<Row>, Error> {
+        client.query_typed_opt(sql, &typed(params)).await
+    }
+
+    pub async fn query_one(
+        client: &Client,
+        sql: &str,
+        params: &[&dyn Param],
+    ) -> Result<Row, Error> {
+        client.query_typed_one(sql, &typed(params)).await
+    }
+
+    /// The number of rows the statement wrote.
+    pub async fn execute(client: &Client, sql: &str, params: &[&dyn Param]) -> Result<u64, Error> {
+        client.execute_typed(sql, &typed(params)).await
+    }
+}
+
 /// How a PostgreSQL server is reached: the parsed URL, TLS, and the timing its statements get.
 #[derive(Clone)]
 pub struct Target {
@@ -582,16 +655,16 @@ impl Postgres {
                 })?;
                 // Tables an earlier version found further down search_path (a schema made
                 // ahead of theirs since) would be made again here, their tokens from 1: never.
-                let found = client
-                    .query_opt(
-                        "SELECT n.nspname::text FROM pg_catalog.pg_class c
+                let found = unnamed::query_opt(
+                    client,
+                    "SELECT n.nspname::text FROM pg_catalog.pg_class c
                          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                          WHERE c.oid = pg_catalog.to_regclass($1)",
-                        &[&quote_ident(&shared.leases)],
-                    )
-                    .await
-                    .map_err(classify)?
-                    .map(|r| r.get::<_, String>(0));
+                    &[&quote_ident(&shared.leases)],
+                )
+                .await
+                .map_err(classify)?
+                .map(|r| r.get::<_, String>(0));
                 if let Some(found) = found.filter(|found| found != current) {
                     use crate::escape::escape_str;
                     return Err(StoreError::Fatal(format!(
@@ -645,8 +718,8 @@ impl Postgres {
         let guard_fn = self.qualified(&self.shared.guard);
         // Everything the current layout needs, so that tables made by an earlier version are
         // brought up to date (the `renewals` column, the token sequence, the guard trigger).
-        let exists = client
-            .query_one(
+        let exists = unnamed::query_one(
+                client,
                 "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
                     AND pg_catalog.to_regclass($3) IS NOT NULL
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)
@@ -783,8 +856,7 @@ impl Postgres {
              SELECT what, pg_catalog.pg_get_userbyid(owner)::text, CURRENT_USER::text
              FROM objects WHERE owner NOT IN (SELECT oid FROM mine)
              ORDER BY rank, what";
-        let rows = client
-            .query(sql, &[&schema, &prefix])
+        let rows = unnamed::query(client, sql, &[&schema, &prefix])
             .await
             .map_err(classify)?;
         let Some(first) = rows.first() else {
@@ -857,7 +929,7 @@ impl Postgres {
         let wait = shared.request_timeout.min(Duration::from_secs(1));
         let sql = "SELECT pg_notify($1, $2)::text";
         let a = (shared.channel.clone(), shared.probe.clone());
-        self.request(|c| async move { c.query(sql, &[&a.0, &a.1]).await })
+        self.request(|c| async move { unnamed::query(&c, sql, &[&a.0, &a.1]).await })
             .await?;
         let until = tokio::time::Instant::now() + wait;
         loop {
@@ -904,7 +976,7 @@ impl Postgres {
         );
         let name = self.shared.name.clone();
         let row = self
-            .request(|c| async move { c.query_opt(&sql, &[&name]).await })
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&name]).await })
             .await?;
         Ok(row.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))))
     }
@@ -949,7 +1021,8 @@ impl Postgres {
         );
         let row = self
             .request(|c| async move {
-                c.query_opt(
+                unnamed::query_opt(
+                    &c,
                     &update,
                     &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5, &a.6, &a.7, &a.8],
                 )
@@ -1019,7 +1092,7 @@ impl Postgres {
         );
         let name = self.shared.name.clone();
         let row = self
-            .request(|c| async move { c.query_opt(&sql, &[&name]).await })
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&name]).await })
             .await?;
         let received = BootClock.now();
         Ok(match row {
@@ -1048,7 +1121,9 @@ impl Postgres {
             shared.channel.clone(),
         );
         let row = self
-            .request(|c| async move { c.query_opt(&insert, &[&a.0, &a.1, &a.2, &a.3]).await })
+            .request(
+                |c| async move { unnamed::query_opt(&c, &insert, &[&a.0, &a.1, &a.2, &a.3]).await },
+            )
             .await?;
         Ok(row.map(|r| r.get(0)))
     }
@@ -1322,7 +1397,7 @@ impl Backend for Postgres {
             candidacy.token,
             s.channel.clone(),
         );
-        self.request(|c| async move { c.query(&sql, &[&a.0, &a.1, &a.2, &a.3]).await })
+        self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await })
             .await?;
         let _ = self.shared.held.compare_exchange(
             candidacy.token,
@@ -1381,7 +1456,7 @@ impl Backend for Postgres {
         );
         let key = key.to_owned();
         let row = self
-            .request(|c| async move { c.query_opt(&sql, &[&key]).await })
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&key]).await })
             .await?;
         Ok(row.map(|r| r.get(0)))
     }
@@ -1413,15 +1488,15 @@ impl Backend for Postgres {
             candidacy.token,
         );
         let written = self
-            .request(
-                |c| async move { c.execute(&sql, &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5]).await },
-            )
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5]).await
+            })
             .await?;
         if written > 0 {
             // Best effort: records past their retention go.
             let sql = format!("DELETE FROM {} WHERE expires_at < now()", self.records());
             let _ = self
-                .request(|c| async move { c.execute(&sql, &[]).await })
+                .request(|c| async move { unnamed::execute(&c, &sql, &[]).await })
                 .await;
         }
         Ok(written > 0)
@@ -1456,7 +1531,9 @@ impl Backend for Postgres {
             leader.token,
         );
         let written = self
-            .request(|c| async move { c.execute(&sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await })
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
             .await?;
         Ok(written > 0)
     }
@@ -1469,7 +1546,7 @@ impl Backend for Postgres {
         );
         let p = prefix.to_owned();
         let rows = self
-            .request(|c| async move { c.query(&sql, &[&p]).await })
+            .request(|c| async move { unnamed::query(&c, &sql, &[&p]).await })
             .await?;
         Ok(rows
             .into_iter()
@@ -1488,7 +1565,7 @@ impl Backend for Postgres {
             self.leases()
         );
         let rows = self
-            .request(|c| async move { c.query(&sql, &[]).await })
+            .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
             .await?;
         Ok(rows
             .into_iter()
@@ -1526,7 +1603,7 @@ impl Backend for Postgres {
         );
         let a = (name.to_owned(), token, self.shared.channel.clone());
         let rows = self
-            .request(|c| async move { c.query(&sql, &[&a.0, &a.1, &a.2]).await })
+            .request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2]).await })
             .await?;
         Ok(!rows.is_empty())
     }
@@ -1559,7 +1636,9 @@ impl Backend for Postgres {
             candidacy.token,
         );
         let written = self
-            .request(|c| async move { c.execute(&sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await })
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
             .await?;
         Ok(written > 0)
     }
@@ -1572,7 +1651,7 @@ impl Backend for Postgres {
         );
         let a = (self.shared.name.clone(), leader.token);
         let row = self
-            .request(|c| async move { c.query_opt(&sql, &[&a.0, &a.1]).await })
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&a.0, &a.1]).await })
             .await?;
         Ok(row.map(|r| LeaseTime {
             remaining: Duration::from_millis(r.get::<_, i64>(0).max(0) as u64),
@@ -1678,12 +1757,12 @@ impl Keeper for PgKeeper {
              WHERE name = $1 AND holder = $2 AND token = $3",
             self.backend.leases()
         );
-        let renewed = client
-            .execute(
-                &sql,
-                &[&shared.name, &shared.identity, &token, &shared.ttl_ms],
-            )
-            .await;
+        let renewed = unnamed::execute(
+            client,
+            &sql,
+            &[&shared.name, &shared.identity, &token, &shared.ttl_ms],
+        )
+        .await;
         match renewed {
             Ok(1) => Ok(Renewal::Alive),
             // Taken over, released by `resign`, or the row deleted (the table truncated): the
