@@ -2252,8 +2252,9 @@ impl Postgres {
 /// ports: every transaction may run on another server connection, named prepared statements
 /// collide across clients, session state (`SET`, `LISTEN`) does not stay with a client. The
 /// `options` startup parameter (leader-exec's `statement_timeout` and `lock_timeout`) is ignored,
-/// as a fleet's pgbouncer must be configured to accept libpq-style clients. Stopped by pid when
-/// dropped, before its PostgreSQL.
+/// as a fleet's pgbouncer must be configured to accept libpq-style clients. `server_login_retry`
+/// is 1 s (default 15 s: after PostgreSQL restarts, pgbouncer would hold every client that long
+/// before it tries to log in again). Stopped by pid when dropped, before its PostgreSQL.
 pub struct PgBouncer {
     pub port: u16,
     /// The server behind it (`psql` and `claims` go to it directly).
@@ -2316,6 +2317,7 @@ impl PgBouncer {
                  ignore_startup_parameters = extra_float_digits,options\n\
                  max_client_conn = 2000\n\
                  default_pool_size = 100\n\
+                 server_login_retry = 1\n\
                  logfile = {log}\n\
                  pidfile = {pid}\n",
                 pg = self.pg.port,

@@ -519,6 +519,25 @@ impl Postgres {
 
     /// Opens a session; notifications (when `heard` is given) go to the waiters.
     async fn open(&self, listen: bool) -> Result<Client, StoreError> {
+        let (client, encrypted) = self.open_unchecked(listen).await?;
+        self.checked(&client, encrypted).await?;
+        Ok(client)
+    }
+
+    /// [`check_session`](Self::check_session) under the same bound as a connect.
+    async fn checked(&self, client: &Client, encrypted: bool) -> Result<(), StoreError> {
+        let limit = self.shared.request_timeout * 4 + Duration::from_secs(1);
+        match tokio::time::timeout(limit, self.check_session(client, encrypted)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Transient(format!(
+                "PostgreSQL at {} did not answer",
+                self.shared.target.shown
+            ))),
+        }
+    }
+
+    /// Connects, and says whether the session got TLS; the session is not checked yet.
+    async fn open_unchecked(&self, listen: bool) -> Result<(Client, bool), StoreError> {
         let shared = &self.shared;
         let heard = listen.then(|| Ears {
             heard: shared.heard.clone(),
@@ -553,8 +572,7 @@ impl Postgres {
                     (client, encrypted.load(Ordering::SeqCst))
                 }
             };
-            self.check_session(&client, encrypted).await?;
-            Ok(client)
+            Ok((client, encrypted))
         };
         let limit = shared.request_timeout * 4 + Duration::from_secs(1);
         match tokio::time::timeout(limit, attempt).await {
@@ -615,10 +633,27 @@ impl Postgres {
     /// out without TLS.
     async fn check_session(&self, client: &Client, encrypted: bool) -> Result<(), StoreError> {
         let shared = &self.shared;
+        // One round trip (the simple-query protocol runs both statements in order): whether
+        // this is a primary, the first schema of search_path, where tables of this prefix are
+        // found through it (read before the second statement pins search_path), and the pin:
+        // to the schema this process already uses, or (first session) to that first schema.
+        // A session that fails a check below is dropped, its pin with it.
+        let pin = match shared.schema.get() {
+            Some(schema) => format!("SET search_path = {}", quote_ident(schema)),
+            None => "SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident(s), false)
+                     FROM (SELECT pg_catalog.current_schema()::text AS s) AS first
+                     WHERE s IS NOT NULL"
+                .to_owned(),
+        };
         let messages = client
-            .simple_query(
-                "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_schema()::text",
-            )
+            .simple_query(&format!(
+                "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_schema()::text,
+                        (SELECT n.nspname::text FROM pg_catalog.pg_class c
+                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                         WHERE c.oid = pg_catalog.to_regclass({table}));
+                 {pin}",
+                table = quote_literal(&quote_ident(&shared.leases)),
+            ))
             .await
             .map_err(classify)?;
         let Some(row) = messages.iter().find_map(|m| match m {
@@ -643,8 +678,8 @@ impl Postgres {
                 shared.target.shown
             )));
         }
-        let schema = match shared.schema.get() {
-            Some(schema) => schema,
+        match shared.schema.get() {
+            Some(_) => {}
             None => {
                 let current = row.get(1).ok_or_else(|| {
                     StoreError::Fatal(
@@ -655,17 +690,7 @@ impl Postgres {
                 })?;
                 // Tables an earlier version found further down search_path (a schema made
                 // ahead of theirs since) would be made again here, their tokens from 1: never.
-                let found = unnamed::query_opt(
-                    client,
-                    "SELECT n.nspname::text FROM pg_catalog.pg_class c
-                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                         WHERE c.oid = pg_catalog.to_regclass($1)",
-                    &[&quote_ident(&shared.leases)],
-                )
-                .await
-                .map_err(classify)?
-                .map(|r| r.get::<_, String>(0));
-                if let Some(found) = found.filter(|found| found != current) {
+                if let Some(found) = row.get(2).filter(|found| *found != current) {
                     use crate::escape::escape_str;
                     return Err(StoreError::Fatal(format!(
                         "PostgreSQL: {table} is in schema {found}, but the first schema of \
@@ -677,17 +702,13 @@ impl Postgres {
                         current = escape_str(current),
                     )));
                 }
-                shared.schema.get_or_init(|| current.to_owned())
+                shared.schema.get_or_init(|| current.to_owned());
             }
-        };
-        // Names resolved through search_path: only this schema, and pg_catalog (implicitly
-        // first, so a built-in function always beats one of the same name elsewhere). Table
-        // names are qualified as well (`qualified`): a pooler in transaction mode does not
-        // keep a session's SET.
-        client
-            .batch_execute(&format!("SET search_path = {}", quote_ident(schema)))
-            .await
-            .map_err(classify)?;
+        }
+        // Names resolved through search_path (the pin above): only this schema, and pg_catalog
+        // (implicitly first, so a built-in function always beats one of the same name
+        // elsewhere). Table names are qualified as well (`qualified`): a pooler in transaction
+        // mode does not keep a session's SET.
         let config = &shared.target.config;
         let on_network = !config.get_hostaddrs().is_empty()
             || config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
@@ -718,7 +739,12 @@ impl Postgres {
         let guard_fn = self.qualified(&self.shared.guard);
         // Everything the current layout needs, so that tables made by an earlier version are
         // brought up to date (the `renewals` column, the token sequence, the guard trigger).
-        let exists = unnamed::query_one(
+        // The ownership check is sent with the look at the tables, in the same round trip
+        // (pipelined); its answer counts only when the tables are complete, else the DDL below
+        // runs it again inside its transaction.
+        let params: [&dyn unnamed::Param; 4] = [&leases, &records, &tokens, &self.shared.guard];
+        let (exists, foreign) = tokio::join!(
+            unnamed::query_one(
                 client,
                 "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
                     AND pg_catalog.to_regclass($3) IS NOT NULL
@@ -726,12 +752,13 @@ impl Postgres {
                                 AND attname = 'renewals' AND NOT attisdropped)
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1)
                                 AND tgname = $4)",
-                &[&leases, &records, &tokens, &self.shared.guard],
-            )
-            .await
-            .map_err(classify)?;
+                &params,
+            ),
+            self.refuse_foreign_objects(client),
+        );
+        let exists = exists.map_err(classify)?;
         if exists.get::<_, bool>(0) {
-            self.refuse_foreign_objects(client).await?;
+            foreign?;
         } else {
             // Serialised by a transaction-scoped advisory lock: two first runs at once would
             // otherwise race in the catalog (a unique violation on pg_type). The lock only
@@ -892,18 +919,37 @@ impl Postgres {
             return Ok(());
         }
         *slot = None;
-        // The tables first: LISTEN is fine without them, but the first read is not.
-        self.client().await?;
-        let client = self.open(true).await?;
+        // The shared session (with the tables) and the listening one are opened at the same
+        // time: the first read needs the tables, LISTEN does not, and two connects overlap.
+        // The listening session is checked after the shared one (which learns the schema).
+        let (tables, client) = tokio::join!(self.client(), self.open_unchecked(true));
+        tables?;
+        let (client, encrypted) = client?;
+        self.checked(&client, encrypted).await?;
         let listen = self.listen_statement();
         tokio::time::timeout(self.shared.request_timeout, client.batch_execute(&listen))
             .await
             .map_err(|_| StoreError::Transient("LISTEN got no answer".into()))?
             .map_err(classify)?;
-        if !self.shared.probed.load(Ordering::SeqCst) {
-            let arrived = self.probe().await?;
-            self.shared.probed.store(true, Ordering::SeqCst);
-            if !arrived {
+        self.shared.heard.send_modify(|h| h.free += 1);
+        *slot = Some(Listening { client });
+        if !self.shared.probed.swap(true, Ordering::SeqCst) {
+            // Whether notifications arrive is checked in the background: the first attempt
+            // and the command do not wait for it. Until it answers, a waiter listens and polls
+            // the row every --retry-period as well (`predecessor_gone`), so a notification
+            // that never comes costs no more than the poll that follows anyway.
+            let me = self.clone();
+            tokio::spawn(async move { me.probe_listener().await });
+        }
+        Ok(())
+    }
+
+    /// Runs the probe; when the NOTIFY does not come back (pgbouncer in transaction mode),
+    /// waiters stop listening and poll, and the listening session is closed.
+    async fn probe_listener(&self) {
+        match self.probe().await {
+            Ok(true) => {}
+            Ok(false) => {
                 tracing::warn!(
                     "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
                      waiters read the lease row every {:?} and at its expiry instead; \
@@ -911,12 +957,16 @@ impl Postgres {
                     self.shared.poll
                 );
                 self.shared.listening.store(false, Ordering::SeqCst);
-                return Ok(());
+                self.shared.listener.lock().await.take();
+                // Anything announced meanwhile went unheard: look again.
+                self.shared.heard.send_modify(|h| h.free += 1);
+            }
+            // No answer: the next listening session checks again.
+            Err(_) => {
+                self.shared.probed.store(false, Ordering::SeqCst);
+                self.shared.listener.lock().await.take();
             }
         }
-        self.shared.heard.send_modify(|h| h.free += 1);
-        *slot = Some(Listening { client });
-        Ok(())
     }
 
     /// Whether notifications reach the listening session: a NOTIFY on the channel, sent from
