@@ -329,6 +329,12 @@ struct Shared {
     listening: AtomicBool,
     /// Whether the probe has been made (once per process).
     probed: AtomicBool,
+    /// Whether a listening session is being opened (in the background).
+    opening: AtomicBool,
+    /// Whether a request on the shared session has been answered (the first attempt, in a
+    /// run), and its waiters: the listening session is opened only after that answer.
+    answered: AtomicBool,
+    answered_now: tokio::sync::Notify,
     /// The payload of this process's probe (`probe`, the identity and the pid).
     probe: String,
     /// How often a waiter that does not listen reads the row.
@@ -480,6 +486,9 @@ impl Postgres {
                 heard,
                 listening: AtomicBool::new(listen),
                 probed: AtomicBool::new(false),
+                opening: AtomicBool::new(false),
+                answered: AtomicBool::new(false),
+                answered_now: tokio::sync::Notify::new(),
                 probe,
                 poll: timing.retry_period.max(Duration::from_millis(100)),
                 held: AtomicI64::new(0),
@@ -608,6 +617,9 @@ impl Postgres {
     {
         let client = self.client().await?;
         let outcome = tokio::time::timeout(self.shared.request_timeout, f(client.clone())).await;
+        if !self.shared.answered.swap(true, Ordering::SeqCst) {
+            self.shared.answered_now.notify_waiters();
+        }
         let result = match outcome {
             Ok(Ok(value)) => return Ok(value),
             // The tables (or the token sequence) were dropped under us: make them again on the
@@ -906,40 +918,63 @@ impl Postgres {
         )))
     }
 
-    /// Makes sure the listening session is up; a new one counts as a release heard (anything
-    /// may have happened while none listened).
+    /// Makes sure the listening session is up, or being opened: it is opened in the background,
+    /// so that neither the first attempt nor the command waits for it. Once it listens, it
+    /// counts as a release heard: a waiter whose attempt failed before it listened (and any
+    /// waiter after a listener restart) then looks again, so no release is missed in between.
+    /// The shared session is opened first (it learns the schema the listening one is pinned to;
+    /// an unreachable server or a refused login is reported here).
     async fn ensure_listener(&self) -> Result<(), StoreError> {
         if !self.shared.listening.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let mut slot = self.shared.listener.lock().await;
-        if let Some(listening) = slot.as_ref()
+        self.client().await?;
+        if let Some(listening) = self.shared.listener.lock().await.as_ref()
             && !listening.client.is_closed()
         {
             return Ok(());
         }
-        *slot = None;
-        // The shared session (with the tables) and the listening one are opened at the same
-        // time: the first read needs the tables, LISTEN does not, and two connects overlap.
-        // The listening session is checked after the shared one (which learns the schema).
-        let (tables, client) = tokio::join!(self.client(), self.open_unchecked(true));
-        tables?;
-        let (client, encrypted) = client?;
-        self.checked(&client, encrypted).await?;
+        if self.shared.opening.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            // Not before the first attempt has been answered (bounded): on a loaded host a
+            // second connect would compete with it for the CPU, and an instance that won needs
+            // no listening session (it opens one if it campaigns again, holding nothing).
+            let answered = me.shared.answered_now.notified();
+            if !me.shared.answered.load(Ordering::SeqCst) {
+                let _ = tokio::time::timeout(me.shared.request_timeout, answered).await;
+            }
+            if me.shared.held.load(Ordering::SeqCst) != 0 {
+                me.shared.opening.store(false, Ordering::SeqCst);
+                return;
+            }
+            if let Err(e) = me.open_listener().await {
+                // Waiters poll meanwhile; the next look tries again.
+                tracing::debug!(error = %e, "PostgreSQL: the listening session did not open");
+            }
+            me.shared.opening.store(false, Ordering::SeqCst);
+        });
+        Ok(())
+    }
+
+    /// Opens the listening session, LISTENs, and announces it (see `ensure_listener`).
+    async fn open_listener(&self) -> Result<(), StoreError> {
+        let client = self.open(true).await?;
         let listen = self.listen_statement();
         tokio::time::timeout(self.shared.request_timeout, client.batch_execute(&listen))
             .await
             .map_err(|_| StoreError::Transient("LISTEN got no answer".into()))?
             .map_err(classify)?;
+        *self.shared.listener.lock().await = Some(Listening { client });
         self.shared.heard.send_modify(|h| h.free += 1);
-        *slot = Some(Listening { client });
         if !self.shared.probed.swap(true, Ordering::SeqCst) {
-            // Whether notifications arrive is checked in the background: the first attempt
-            // and the command do not wait for it. Until it answers, a waiter listens and polls
-            // the row every --retry-period as well (`predecessor_gone`), so a notification
-            // that never comes costs no more than the poll that follows anyway.
-            let me = self.clone();
-            tokio::spawn(async move { me.probe_listener().await });
+            // Whether notifications arrive is checked in the background too. Until it answers,
+            // a waiter listens and polls the row every --retry-period as well
+            // (`predecessor_gone`), so a notification that never comes costs no more than the
+            // poll that follows anyway.
+            self.probe_listener().await;
         }
         Ok(())
     }
@@ -1276,8 +1311,8 @@ impl Backend for Postgres {
         // it could not release is left to expire, never renewed by the new keeper (which would
         // keep it alive while this candidacy waits behind it).
         self.shared.held.store(0, Ordering::SeqCst);
-        // Listening before the first attempt: no release can fall between a failed attempt
-        // and the wait that follows it.
+        // The listening session opens in the background; a release between a failed attempt
+        // and the moment it listens is not missed (`ensure_listener`).
         self.ensure_listener().await?;
         Ok(Candidacy {
             lease_id: None,
