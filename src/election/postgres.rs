@@ -331,6 +331,8 @@ struct Shared {
     probed: AtomicBool,
     /// Whether a listening session is being opened (in the background).
     opening: AtomicBool,
+    /// Whether this process campaigns (the run form), not only watches or resigns.
+    campaigned: AtomicBool,
     /// Whether a request on the shared session has been answered (the first attempt, in a
     /// run), and its waiters: the listening session is opened only after that answer.
     answered: AtomicBool,
@@ -487,6 +489,7 @@ impl Postgres {
                 listening: AtomicBool::new(listen),
                 probed: AtomicBool::new(false),
                 opening: AtomicBool::new(false),
+                campaigned: AtomicBool::new(false),
                 answered: AtomicBool::new(false),
                 answered_now: tokio::sync::Notify::new(),
                 probe,
@@ -985,12 +988,18 @@ impl Postgres {
         match self.probe().await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(
-                    "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
-                     waiters read the lease row every {:?} and at its expiry instead; \
-                     add leader_exec_listen=off to the URL to skip this check",
-                    self.shared.poll
-                );
+                // Said once by an instance that campaigns; `watch` and `resign` (whose one line
+                // on stderr is their answer) only poll.
+                if self.shared.campaigned.load(Ordering::SeqCst) {
+                    tracing::warn!(
+                        "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
+                         waiters read the lease row every {:?} and at its expiry instead; \
+                         add leader_exec_listen=off to the URL to skip this check",
+                        self.shared.poll
+                    );
+                } else {
+                    tracing::debug!("PostgreSQL: notifications do not arrive; polling");
+                }
                 self.shared.listening.store(false, Ordering::SeqCst);
                 self.shared.listener.lock().await.take();
                 // Anything announced meanwhile went unheard: look again.
@@ -1311,6 +1320,7 @@ impl Backend for Postgres {
         // it could not release is left to expire, never renewed by the new keeper (which would
         // keep it alive while this candidacy waits behind it).
         self.shared.held.store(0, Ordering::SeqCst);
+        self.shared.campaigned.store(true, Ordering::SeqCst);
         // The listening session opens in the background; a release between a failed attempt
         // and the moment it listens is not missed (`ensure_listener`).
         self.ensure_listener().await?;
