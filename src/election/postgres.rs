@@ -713,7 +713,7 @@ impl Postgres {
                          from 1 again): put {found} first in search_path \
                          (?options=-csearch_path%3D{found}) or move the tables",
                         table = escape_str(&shared.leases),
-                        found = escape_str(&found),
+                        found = escape_str(found),
                         current = escape_str(current),
                     )));
                 }
