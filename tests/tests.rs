@@ -74,6 +74,7 @@ mod input;
 mod local_faults;
 mod metrics;
 mod operator;
+mod pgbouncer_only;
 mod postgres_conn;
 mod postgres_lease;
 mod postgres_only;

@@ -30,7 +30,9 @@
 //! is a certain loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same
 //! statement.
 //!
-//! Waiters LISTEN on the table's channel before their first attempt. A release wakes them; each
+//! Waiters LISTEN on the table's channel, on a session opened in the background once their first
+//! attempt has been answered (`ensure_listener`: once it listens, the waiter looks again, so no
+//! release is missed; an instance that won opens none). A release wakes them; each
 //! then waits a random delay within its spread before it tries, and an acquisition announces
 //! itself (`NOTIFY … taken`), which cancels the attempts not yet made. The spread adapts as
 //! backoff does on a shared medium: it starts from 5 ms per session listening on the channel
@@ -42,7 +44,9 @@
 //! unchanged for a full TTL, about TTL + retry period after the holder's last renewal.
 //!
 //! Every statement runs under `statement_timeout` and `lock_timeout` shorter than
-//! `--retry-period`, and every request under a client-side timer as well.
+//! `--retry-period` (startup `options`, which pgbouncer drops), and every request under a
+//! client-side timer as well. Statements are sent unnamed ([`unnamed`]): nothing is prepared by
+//! name, so a pooler in transaction mode (pgbouncer 1.18) can carry every one of them.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
