@@ -531,11 +531,12 @@ class Postgres(SecondStore):
     @classmethod
     def differences_text(cls, args, results, med):
         return [
-            f"**Uncontended start.** On PostgreSQL leader-exec opens a session, checks that its tables exist,",
-            f"opens a second session that `LISTEN`s, sends one `NOTIFY` to itself to check that notifications",
-            f"arrive (the pgbouncer check) and makes one acquiring `UPDATE`; the renewal has a session of its",
-            f"own, opened at the first renewal. On etcd it grants a lease, creates its key and reads its place in",
-            f"line.",
+            f"**Uncontended start.** On PostgreSQL leader-exec opens a session, checks it (primary, schema,",
+            f"`search_path`: one round trip), checks that its tables exist and who owns them (one round trip,",
+            f"pipelined) and makes one acquiring `UPDATE` (sent unnamed: one round trip). A waiter's",
+            f"listening session (`LISTEN`, and the `NOTIFY` check for pgbouncer) opens in the background after",
+            f"that first answer, never for an instance that won; the renewal has a session of its own, opened at",
+            f"the first renewal. On etcd it grants a lease, creates its key and reads its place in line.",
             "",
             f"**Graceful handover.** The holder's release is one `UPDATE` with a `NOTIFY` in the same statement;",
             f"the waiter's listening session receives it and the waiter tries after a random delay within its",

@@ -75,7 +75,11 @@ fn grandchild(scratch: &Scratch, name: &str) -> i32 {
 /// Waits until `b` stands in line (etcd and ZooKeeper hold a claim per candidate; PostgreSQL
 /// only the holder's row).
 fn wait_in_line<S: Store>(store: &S, b: &Instance, lease: &str) {
-    let in_line = if S::NAME == "postgres" { 1 } else { 2 };
+    let in_line = if matches!(S::NAME, "postgres" | "pgbouncer") {
+        1
+    } else {
+        2
+    };
     assert!(
         wait_for(Duration::from_secs(10), || campaigning(b)
             && store.claims(lease) == in_line),

@@ -448,9 +448,15 @@ fn sslmode_is_understood_as_libpq_does() {
     scratch_job
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let ssl = pg.psql(
-        "SELECT count(*), bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'leader-exec'",
-    );
+    // The leader's request session and its renewal session (opened at the first renewal).
+    let query = "SELECT count(*), bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'leader-exec'";
+    let mut ssl = String::new();
+    wait_for(Duration::from_secs(10), || {
+        ssl = pg.psql(query);
+        ssl.trim()
+            .split_once('|')
+            .is_some_and(|(n, _)| n.parse::<i32>().unwrap_or(0) >= 2)
+    });
     let (sessions, all_ssl) = ssl.trim().split_once('|').unwrap();
     assert!(sessions.parse::<i32>().unwrap() >= 2, "{ssl}");
     assert_eq!(all_ssl, "t", "{ssl}");

@@ -6,7 +6,7 @@
 mod harness;
 
 /// The store-independent tests: each runs once per store (`etcd::NAME`, `postgres::NAME`,
-/// `zookeeper::NAME`).
+/// `zookeeper::NAME`, `pgbouncer::NAME`).
 /// One list; a test joins it by taking `<S: Store>` instead of `#[test]`.
 macro_rules! store_independent {
     ($($module:ident :: $test:ident),* $(,)?) => {
@@ -18,6 +18,10 @@ macro_rules! store_independent {
         }
         mod zookeeper {
             $( #[test] fn $test() { crate::$module::$test::<crate::harness::ZooKeeper>(); } )*
+        }
+        /// PostgreSQL behind pgbouncer in transaction mode (`harness::PgBouncer`).
+        mod pgbouncer {
+            $( #[test] fn $test() { crate::$module::$test::<crate::harness::PgBouncer>(); } )*
         }
     };
 }
@@ -71,6 +75,7 @@ mod input;
 mod local_faults;
 mod metrics;
 mod operator;
+mod pgbouncer_only;
 mod postgres_conn;
 mod postgres_lease;
 mod postgres_only;

@@ -30,7 +30,9 @@
 //! is a certain loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same
 //! statement.
 //!
-//! Waiters LISTEN on the table's channel before their first attempt. A release wakes them; each
+//! Waiters LISTEN on the table's channel, on a session opened in the background once their first
+//! attempt has been answered (`ensure_listener`: once it listens, the waiter looks again, so no
+//! release is missed; an instance that won opens none). A release wakes them; each
 //! then waits a random delay within its spread before it tries, and an acquisition announces
 //! itself (`NOTIFY … taken`), which cancels the attempts not yet made. The spread adapts as
 //! backoff does on a shared medium: it starts from 5 ms per session listening on the channel
@@ -42,7 +44,9 @@
 //! unchanged for a full TTL, about TTL + retry period after the holder's last renewal.
 //!
 //! Every statement runs under `statement_timeout` and `lock_timeout` shorter than
-//! `--retry-period`, and every request under a client-side timer as well.
+//! `--retry-period` (startup `options`, which pgbouncer drops), and every request under a
+//! client-side timer as well. Statements are sent unnamed ([`unnamed`]): nothing is prepared by
+//! name, so a pooler in transaction mode (pgbouncer 1.18) can carry every one of them.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -62,6 +66,79 @@ use super::{
     Ahead, Backend, Candidacy, Election, Keeper, Leader, LeaseTime, Observation, RawRecord,
     Renewal, StoreError, Turn,
 };
+
+/// How every statement with parameters is sent: unnamed (Parse, Bind, Describe, Execute, Sync
+/// in one message, `query_typed`), never prepared by name. A pooler in transaction mode
+/// (pgbouncer before 1.21) hands each transaction any server connection: a named statement
+/// prepared on one is missing on the next, or collides with another client's of the same name
+/// (`prepared statement "s1" already exists`, and the pool stays poisoned). An unnamed one lives
+/// only until the next Parse on the same connection, all inside one Sync. It also saves the
+/// round trip of a separate prepare. Statements without parameters may use the simple-query
+/// protocol (`simple_query`, `batch_execute`), which binds nothing either.
+///
+/// Use `unnamed::query(&client, sql, &[&a, &b])` and its siblings wherever `client.query`
+/// would be used; each parameter says its own PostgreSQL type ([`unnamed::Param`]).
+pub(crate) mod unnamed {
+    use tokio_postgres::types::{ToSql, Type};
+    use tokio_postgres::{Client, Error, Row};
+
+    /// A statement parameter and the type it is sent as (the server infers none: the type of
+    /// every parameter of an unnamed statement sent in one go is given).
+    pub trait Param: ToSql + Sync {
+        fn pg_type(&self) -> Type;
+    }
+
+    macro_rules! param {
+        ($($rust:ty => $pg:ident),* $(,)?) => {
+            $(
+                impl Param for $rust {
+                    fn pg_type(&self) -> Type {
+                        Type::$pg
+                    }
+                }
+                impl Param for Option<$rust> {
+                    fn pg_type(&self) -> Type {
+                        Type::$pg
+                    }
+                }
+            )*
+        };
+    }
+    param!(String => TEXT, &str => TEXT, i64 => INT8, Vec<u8> => BYTEA, bool => BOOL);
+
+    fn typed<'a>(params: &'a [&'a dyn Param]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+        params.iter().map(|p| (*p as _, p.pg_type())).collect()
+    }
+
+    pub async fn query(
+        client: &Client,
+        sql: &str,
+        params: &[&dyn Param],
+    ) -> Result<Vec<Row>, Error> {
+        client.query_typed(sql, &typed(params)).await
+    }
+
+    pub async fn query_opt(
+        client: &Client,
+        sql: &str,
+        params: &[&dyn Param],
+    ) -> Result<Option<Row>, Error> {
+        client.query_typed_opt(sql, &typed(params)).await
+    }
+
+    pub async fn query_one(
+        client: &Client,
+        sql: &str,
+        params: &[&dyn Param],
+    ) -> Result<Row, Error> {
+        client.query_typed_one(sql, &typed(params)).await
+    }
+
+    /// The number of rows the statement wrote.
+    pub async fn execute(client: &Client, sql: &str, params: &[&dyn Param]) -> Result<u64, Error> {
+        client.execute_typed(sql, &typed(params)).await
+    }
+}
 
 /// How a PostgreSQL server is reached: the parsed URL, TLS, and the timing its statements get.
 #[derive(Clone)]
@@ -256,6 +333,14 @@ struct Shared {
     listening: AtomicBool,
     /// Whether the probe has been made (once per process).
     probed: AtomicBool,
+    /// Whether a listening session is being opened (in the background).
+    opening: AtomicBool,
+    /// Whether this process campaigns (the run form), not only watches or resigns.
+    campaigned: AtomicBool,
+    /// Whether a request on the shared session has been answered (the first attempt, in a
+    /// run), and its waiters: the listening session is opened only after that answer.
+    answered: AtomicBool,
+    answered_now: tokio::sync::Notify,
     /// The payload of this process's probe (`probe`, the identity and the pid).
     probe: String,
     /// How often a waiter that does not listen reads the row.
@@ -407,6 +492,10 @@ impl Postgres {
                 heard,
                 listening: AtomicBool::new(listen),
                 probed: AtomicBool::new(false),
+                opening: AtomicBool::new(false),
+                campaigned: AtomicBool::new(false),
+                answered: AtomicBool::new(false),
+                answered_now: tokio::sync::Notify::new(),
                 probe,
                 poll: timing.retry_period.max(Duration::from_millis(100)),
                 held: AtomicI64::new(0),
@@ -446,6 +535,25 @@ impl Postgres {
 
     /// Opens a session; notifications (when `heard` is given) go to the waiters.
     async fn open(&self, listen: bool) -> Result<Client, StoreError> {
+        let (client, encrypted) = self.open_unchecked(listen).await?;
+        self.checked(&client, encrypted).await?;
+        Ok(client)
+    }
+
+    /// [`check_session`](Self::check_session) under the same bound as a connect.
+    async fn checked(&self, client: &Client, encrypted: bool) -> Result<(), StoreError> {
+        let limit = self.shared.request_timeout * 4 + Duration::from_secs(1);
+        match tokio::time::timeout(limit, self.check_session(client, encrypted)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Transient(format!(
+                "PostgreSQL at {} did not answer",
+                self.shared.target.shown
+            ))),
+        }
+    }
+
+    /// Connects, and says whether the session got TLS; the session is not checked yet.
+    async fn open_unchecked(&self, listen: bool) -> Result<(Client, bool), StoreError> {
         let shared = &self.shared;
         let heard = listen.then(|| Ears {
             heard: shared.heard.clone(),
@@ -480,8 +588,7 @@ impl Postgres {
                     (client, encrypted.load(Ordering::SeqCst))
                 }
             };
-            self.check_session(&client, encrypted).await?;
-            Ok(client)
+            Ok((client, encrypted))
         };
         let limit = shared.request_timeout * 4 + Duration::from_secs(1);
         match tokio::time::timeout(limit, attempt).await {
@@ -517,6 +624,9 @@ impl Postgres {
     {
         let client = self.client().await?;
         let outcome = tokio::time::timeout(self.shared.request_timeout, f(client.clone())).await;
+        if !self.shared.answered.swap(true, Ordering::SeqCst) {
+            self.shared.answered_now.notify_waiters();
+        }
         let result = match outcome {
             Ok(Ok(value)) => return Ok(value),
             // The tables (or the token sequence) were dropped under us: make them again on the
@@ -542,10 +652,27 @@ impl Postgres {
     /// out without TLS.
     async fn check_session(&self, client: &Client, encrypted: bool) -> Result<(), StoreError> {
         let shared = &self.shared;
+        // One round trip (the simple-query protocol runs both statements in order): whether
+        // this is a primary, the first schema of search_path, where tables of this prefix are
+        // found through it (read before the second statement pins search_path), and the pin:
+        // to the schema this process already uses, or (first session) to that first schema.
+        // A session that fails a check below is dropped, its pin with it.
+        let pin = match shared.schema.get() {
+            Some(schema) => format!("SET search_path = {}", quote_ident(schema)),
+            None => "SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident(s), false)
+                     FROM (SELECT pg_catalog.current_schema()::text AS s) AS first
+                     WHERE s IS NOT NULL"
+                .to_owned(),
+        };
         let messages = client
-            .simple_query(
-                "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_schema()::text",
-            )
+            .simple_query(&format!(
+                "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_schema()::text,
+                        (SELECT n.nspname::text FROM pg_catalog.pg_class c
+                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                         WHERE c.oid = pg_catalog.to_regclass({table}));
+                 {pin}",
+                table = quote_literal(&quote_ident(&shared.leases)),
+            ))
             .await
             .map_err(classify)?;
         let Some(row) = messages.iter().find_map(|m| match m {
@@ -570,8 +697,8 @@ impl Postgres {
                 shared.target.shown
             )));
         }
-        let schema = match shared.schema.get() {
-            Some(schema) => schema,
+        match shared.schema.get() {
+            Some(_) => {}
             None => {
                 let current = row.get(1).ok_or_else(|| {
                     StoreError::Fatal(
@@ -582,17 +709,7 @@ impl Postgres {
                 })?;
                 // Tables an earlier version found further down search_path (a schema made
                 // ahead of theirs since) would be made again here, their tokens from 1: never.
-                let found = client
-                    .query_opt(
-                        "SELECT n.nspname::text FROM pg_catalog.pg_class c
-                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                         WHERE c.oid = pg_catalog.to_regclass($1)",
-                        &[&quote_ident(&shared.leases)],
-                    )
-                    .await
-                    .map_err(classify)?
-                    .map(|r| r.get::<_, String>(0));
-                if let Some(found) = found.filter(|found| found != current) {
+                if let Some(found) = row.get(2).filter(|found| *found != current) {
                     use crate::escape::escape_str;
                     return Err(StoreError::Fatal(format!(
                         "PostgreSQL: {table} is in schema {found}, but the first schema of \
@@ -600,21 +717,17 @@ impl Postgres {
                          from 1 again): put {found} first in search_path \
                          (?options=-csearch_path%3D{found}) or move the tables",
                         table = escape_str(&shared.leases),
-                        found = escape_str(&found),
+                        found = escape_str(found),
                         current = escape_str(current),
                     )));
                 }
-                shared.schema.get_or_init(|| current.to_owned())
+                shared.schema.get_or_init(|| current.to_owned());
             }
-        };
-        // Names resolved through search_path: only this schema, and pg_catalog (implicitly
-        // first, so a built-in function always beats one of the same name elsewhere). Table
-        // names are qualified as well (`qualified`): a pooler in transaction mode does not
-        // keep a session's SET.
-        client
-            .batch_execute(&format!("SET search_path = {}", quote_ident(schema)))
-            .await
-            .map_err(classify)?;
+        }
+        // Names resolved through search_path (the pin above): only this schema, and pg_catalog
+        // (implicitly first, so a built-in function always beats one of the same name
+        // elsewhere). Table names are qualified as well (`qualified`): a pooler in transaction
+        // mode does not keep a session's SET.
         let config = &shared.target.config;
         let on_network = !config.get_hostaddrs().is_empty()
             || config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
@@ -645,20 +758,26 @@ impl Postgres {
         let guard_fn = self.qualified(&self.shared.guard);
         // Everything the current layout needs, so that tables made by an earlier version are
         // brought up to date (the `renewals` column, the token sequence, the guard trigger).
-        let exists = client
-            .query_one(
+        // The ownership check is sent with the look at the tables, in the same round trip
+        // (pipelined); its answer counts only when the tables are complete, else the DDL below
+        // runs it again inside its transaction.
+        let params: [&dyn unnamed::Param; 4] = [&leases, &records, &tokens, &self.shared.guard];
+        let (exists, foreign) = tokio::join!(
+            unnamed::query_one(
+                client,
                 "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
                     AND pg_catalog.to_regclass($3) IS NOT NULL
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)
                                 AND attname = 'renewals' AND NOT attisdropped)
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1)
                                 AND tgname = $4)",
-                &[&leases, &records, &tokens, &self.shared.guard],
-            )
-            .await
-            .map_err(classify)?;
+                &params,
+            ),
+            self.refuse_foreign_objects(client),
+        );
+        let exists = exists.map_err(classify)?;
         if exists.get::<_, bool>(0) {
-            self.refuse_foreign_objects(client).await?;
+            foreign?;
         } else {
             // Serialised by a transaction-scoped advisory lock: two first runs at once would
             // otherwise race in the catalog (a unique violation on pg_type). The lock only
@@ -783,8 +902,7 @@ impl Postgres {
              SELECT what, pg_catalog.pg_get_userbyid(owner)::text, CURRENT_USER::text
              FROM objects WHERE owner NOT IN (SELECT oid FROM mine)
              ORDER BY rank, what";
-        let rows = client
-            .query(sql, &[&schema, &prefix])
+        let rows = unnamed::query(client, sql, &[&schema, &prefix])
             .await
             .map_err(classify)?;
         let Some(first) = rows.first() else {
@@ -807,44 +925,96 @@ impl Postgres {
         )))
     }
 
-    /// Makes sure the listening session is up; a new one counts as a release heard (anything
-    /// may have happened while none listened).
+    /// Makes sure the listening session is up, or being opened: it is opened in the background,
+    /// so that neither the first attempt nor the command waits for it. Once it listens, it
+    /// counts as a release heard: a waiter whose attempt failed before it listened (and any
+    /// waiter after a listener restart) then looks again, so no release is missed in between.
+    /// The shared session is opened first (it learns the schema the listening one is pinned to;
+    /// an unreachable server or a refused login is reported here).
     async fn ensure_listener(&self) -> Result<(), StoreError> {
         if !self.shared.listening.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let mut slot = self.shared.listener.lock().await;
-        if let Some(listening) = slot.as_ref()
+        self.client().await?;
+        if let Some(listening) = self.shared.listener.lock().await.as_ref()
             && !listening.client.is_closed()
         {
             return Ok(());
         }
-        *slot = None;
-        // The tables first: LISTEN is fine without them, but the first read is not.
-        self.client().await?;
+        if self.shared.opening.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            // Not before the first attempt has been answered (bounded): on a loaded host a
+            // second connect would compete with it for the CPU, and an instance that won needs
+            // no listening session (it opens one if it campaigns again, holding nothing).
+            let answered = me.shared.answered_now.notified();
+            if !me.shared.answered.load(Ordering::SeqCst) {
+                let _ = tokio::time::timeout(me.shared.request_timeout, answered).await;
+            }
+            if me.shared.held.load(Ordering::SeqCst) != 0 {
+                me.shared.opening.store(false, Ordering::SeqCst);
+                return;
+            }
+            if let Err(e) = me.open_listener().await {
+                // Waiters poll meanwhile; the next look tries again.
+                tracing::debug!(error = %e, "PostgreSQL: the listening session did not open");
+            }
+            me.shared.opening.store(false, Ordering::SeqCst);
+        });
+        Ok(())
+    }
+
+    /// Opens the listening session, LISTENs, and announces it (see `ensure_listener`).
+    async fn open_listener(&self) -> Result<(), StoreError> {
         let client = self.open(true).await?;
         let listen = self.listen_statement();
         tokio::time::timeout(self.shared.request_timeout, client.batch_execute(&listen))
             .await
             .map_err(|_| StoreError::Transient("LISTEN got no answer".into()))?
             .map_err(classify)?;
-        if !self.shared.probed.load(Ordering::SeqCst) {
-            let arrived = self.probe().await?;
-            self.shared.probed.store(true, Ordering::SeqCst);
-            if !arrived {
-                tracing::warn!(
-                    "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
-                     waiters read the lease row every {:?} and at its expiry instead; \
-                     add leader_exec_listen=off to the URL to skip this check",
-                    self.shared.poll
-                );
+        *self.shared.listener.lock().await = Some(Listening { client });
+        self.shared.heard.send_modify(|h| h.free += 1);
+        if !self.shared.probed.swap(true, Ordering::SeqCst) {
+            // Whether notifications arrive is checked in the background too. Until it answers,
+            // a waiter listens and polls the row every --retry-period as well
+            // (`predecessor_gone`), so a notification that never comes costs no more than the
+            // poll that follows anyway.
+            self.probe_listener().await;
+        }
+        Ok(())
+    }
+
+    /// Runs the probe; when the NOTIFY does not come back (pgbouncer in transaction mode),
+    /// waiters stop listening and poll, and the listening session is closed.
+    async fn probe_listener(&self) {
+        match self.probe().await {
+            Ok(true) => {}
+            Ok(false) => {
+                // Said once by an instance that campaigns; `watch` and `resign` (whose one line
+                // on stderr is their answer) only poll.
+                if self.shared.campaigned.load(Ordering::SeqCst) {
+                    tracing::warn!(
+                        "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
+                         waiters read the lease row every {:?} and at its expiry instead; \
+                         add leader_exec_listen=off to the URL to skip this check",
+                        self.shared.poll
+                    );
+                } else {
+                    tracing::debug!("PostgreSQL: notifications do not arrive; polling");
+                }
                 self.shared.listening.store(false, Ordering::SeqCst);
-                return Ok(());
+                self.shared.listener.lock().await.take();
+                // Anything announced meanwhile went unheard: look again.
+                self.shared.heard.send_modify(|h| h.free += 1);
+            }
+            // No answer: the next listening session checks again.
+            Err(_) => {
+                self.shared.probed.store(false, Ordering::SeqCst);
+                self.shared.listener.lock().await.take();
             }
         }
-        self.shared.heard.send_modify(|h| h.free += 1);
-        *slot = Some(Listening { client });
-        Ok(())
     }
 
     /// Whether notifications reach the listening session: a NOTIFY on the channel, sent from
@@ -857,7 +1027,7 @@ impl Postgres {
         let wait = shared.request_timeout.min(Duration::from_secs(1));
         let sql = "SELECT pg_notify($1, $2)::text";
         let a = (shared.channel.clone(), shared.probe.clone());
-        self.request(|c| async move { c.query(sql, &[&a.0, &a.1]).await })
+        self.request(|c| async move { unnamed::query(&c, sql, &[&a.0, &a.1]).await })
             .await?;
         let until = tokio::time::Instant::now() + wait;
         loop {
@@ -904,7 +1074,7 @@ impl Postgres {
         );
         let name = self.shared.name.clone();
         let row = self
-            .request(|c| async move { c.query_opt(&sql, &[&name]).await })
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&name]).await })
             .await?;
         Ok(row.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))))
     }
@@ -949,7 +1119,8 @@ impl Postgres {
         );
         let row = self
             .request(|c| async move {
-                c.query_opt(
+                unnamed::query_opt(
+                    &c,
                     &update,
                     &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5, &a.6, &a.7, &a.8],
                 )
@@ -1019,7 +1190,7 @@ impl Postgres {
         );
         let name = self.shared.name.clone();
         let row = self
-            .request(|c| async move { c.query_opt(&sql, &[&name]).await })
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&name]).await })
             .await?;
         let received = BootClock.now();
         Ok(match row {
@@ -1048,7 +1219,9 @@ impl Postgres {
             shared.channel.clone(),
         );
         let row = self
-            .request(|c| async move { c.query_opt(&insert, &[&a.0, &a.1, &a.2, &a.3]).await })
+            .request(
+                |c| async move { unnamed::query_opt(&c, &insert, &[&a.0, &a.1, &a.2, &a.3]).await },
+            )
             .await?;
         Ok(row.map(|r| r.get(0)))
     }
@@ -1151,8 +1324,9 @@ impl Backend for Postgres {
         // it could not release is left to expire, never renewed by the new keeper (which would
         // keep it alive while this candidacy waits behind it).
         self.shared.held.store(0, Ordering::SeqCst);
-        // Listening before the first attempt: no release can fall between a failed attempt
-        // and the wait that follows it.
+        self.shared.campaigned.store(true, Ordering::SeqCst);
+        // The listening session opens in the background; a release between a failed attempt
+        // and the moment it listens is not missed (`ensure_listener`).
         self.ensure_listener().await?;
         Ok(Candidacy {
             lease_id: None,
@@ -1322,7 +1496,7 @@ impl Backend for Postgres {
             candidacy.token,
             s.channel.clone(),
         );
-        self.request(|c| async move { c.query(&sql, &[&a.0, &a.1, &a.2, &a.3]).await })
+        self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await })
             .await?;
         let _ = self.shared.held.compare_exchange(
             candidacy.token,
@@ -1381,7 +1555,7 @@ impl Backend for Postgres {
         );
         let key = key.to_owned();
         let row = self
-            .request(|c| async move { c.query_opt(&sql, &[&key]).await })
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&key]).await })
             .await?;
         Ok(row.map(|r| r.get(0)))
     }
@@ -1413,15 +1587,15 @@ impl Backend for Postgres {
             candidacy.token,
         );
         let written = self
-            .request(
-                |c| async move { c.execute(&sql, &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5]).await },
-            )
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5]).await
+            })
             .await?;
         if written > 0 {
             // Best effort: records past their retention go.
             let sql = format!("DELETE FROM {} WHERE expires_at < now()", self.records());
             let _ = self
-                .request(|c| async move { c.execute(&sql, &[]).await })
+                .request(|c| async move { unnamed::execute(&c, &sql, &[]).await })
                 .await;
         }
         Ok(written > 0)
@@ -1456,7 +1630,9 @@ impl Backend for Postgres {
             leader.token,
         );
         let written = self
-            .request(|c| async move { c.execute(&sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await })
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
             .await?;
         Ok(written > 0)
     }
@@ -1469,7 +1645,7 @@ impl Backend for Postgres {
         );
         let p = prefix.to_owned();
         let rows = self
-            .request(|c| async move { c.query(&sql, &[&p]).await })
+            .request(|c| async move { unnamed::query(&c, &sql, &[&p]).await })
             .await?;
         Ok(rows
             .into_iter()
@@ -1488,7 +1664,7 @@ impl Backend for Postgres {
             self.leases()
         );
         let rows = self
-            .request(|c| async move { c.query(&sql, &[]).await })
+            .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
             .await?;
         Ok(rows
             .into_iter()
@@ -1526,7 +1702,7 @@ impl Backend for Postgres {
         );
         let a = (name.to_owned(), token, self.shared.channel.clone());
         let rows = self
-            .request(|c| async move { c.query(&sql, &[&a.0, &a.1, &a.2]).await })
+            .request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2]).await })
             .await?;
         Ok(!rows.is_empty())
     }
@@ -1559,7 +1735,9 @@ impl Backend for Postgres {
             candidacy.token,
         );
         let written = self
-            .request(|c| async move { c.execute(&sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await })
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
             .await?;
         Ok(written > 0)
     }
@@ -1572,7 +1750,7 @@ impl Backend for Postgres {
         );
         let a = (self.shared.name.clone(), leader.token);
         let row = self
-            .request(|c| async move { c.query_opt(&sql, &[&a.0, &a.1]).await })
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&a.0, &a.1]).await })
             .await?;
         Ok(row.map(|r| LeaseTime {
             remaining: Duration::from_millis(r.get::<_, i64>(0).max(0) as u64),
@@ -1678,12 +1856,12 @@ impl Keeper for PgKeeper {
              WHERE name = $1 AND holder = $2 AND token = $3",
             self.backend.leases()
         );
-        let renewed = client
-            .execute(
-                &sql,
-                &[&shared.name, &shared.identity, &token, &shared.ttl_ms],
-            )
-            .await;
+        let renewed = unnamed::execute(
+            client,
+            &sql,
+            &[&shared.name, &shared.identity, &token, &shared.ttl_ms],
+        )
+        .await;
         match renewed {
             Ok(1) => Ok(Renewal::Alive),
             // Taken over, released by `resign`, or the row deleted (the table truncated): the
