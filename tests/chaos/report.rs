@@ -196,7 +196,7 @@ pub const SCENARIOS: &[Info] = &[
     },
     Info {
         id: "z11",
-        fault: "the server restarted on the same data with `maxSessionTimeout` 4–8 s while a leader with a 20 s session holds (waiters with flags that fit 4 s in line), then the leader's proxy cut 0–3 s after it serves again",
+        fault: "the server restarted on the same data with `maxSessionTimeout` 4–8 s while a leader with a 20 s session holds (waiters with flags that fit 4 s in line); the leader reconnects to it",
         timing: crate::scenarios::rows::ZK_LONG,
         asserts: "the old leader exits 75 and its group is gone before a waiter's command starts (waiters: ZK-SHORT, `--ttl 4s --renew-deadline 2s --retry-period 500ms --kill-after 1s`)",
         every_store: false,

@@ -329,19 +329,21 @@ pub fn zookeeper_smaller_maximum(store: &mut ShrinkingZooKeeper, ctx: &mut Ctx) 
         .zk
         .restart_with(&format!("maxSessionTimeout={maximum}\n"));
     store.shrunk = true;
-    std::thread::sleep(ctx.between(Duration::ZERO, Duration::from_secs(3)));
-    trial.contender(&first.name).cut();
-    let cut = now_ns();
-    // A leader cut off before it reconnected: the server expires its loaded session after 20 s.
+    let served = now_ns();
+    // The leader reconnects and learns the shorter timeout: it must stop its command before a
+    // waiter can start. (Not injected here: a leader cut off after its reconnect request reached
+    // the server but before the answer reached it. The server then expires the session by the new,
+    // shorter timeout while the leader still counts with the old one; no client can see that.
+    // docs/zookeeper.md states the rule that avoids it: never lower the session bounds of a server
+    // while leaders hold sessions longer than the new maximum.)
     let timeout = ZK_LONG.ttl + SLACK + SLACK;
     let next = trial
         .wait_start(&[&first.name], timeout)
         .unwrap_or_else(|| trial.fail(format!("no other instance took over within {timeout:?}")));
-    trial.contender(&first.name).heal();
     if next.token <= first.token {
         trial.fail(format!("token {} after {}", next.token, first.token));
     }
-    trial.fault("zookeeper-max-session-timeout", begin, cut, false);
+    trial.fault("zookeeper-max-session-timeout", begin, served, false);
     ctx.stats.outages.push(Duration::from_millis(maximum));
     trial.expect_exit(&first.name, 75);
     if group_has_live_member(first.pid) {
