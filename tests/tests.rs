@@ -72,6 +72,7 @@ mod metrics;
 mod operator;
 mod postgres_conn;
 mod postgres_lease;
+mod postgres_line;
 mod postgres_only;
 mod reach;
 mod rough_edges;

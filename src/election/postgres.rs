@@ -6,7 +6,7 @@
 //! `current_schema()` (every name qualified with it, every session's `search_path` pinned to it;
 //! objects there that another role owns are refused, `refuse_foreign_objects`), named from
 //! `--prefix` (`/leader-exec/` gives `leader_exec_leases`, `leader_exec_records`,
-//! `leader_exec_tokens`, `leader_exec_guard`; every session is on a primary, never a standby:
+//! `leader_exec_tokens`, `leader_exec_guard`, `leader_exec_waiters`; every session is on a primary, never a standby:
 //! `check_session`):
 //!
 //! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
@@ -18,6 +18,9 @@
 //!   token the table holds, so a token never resets: not after a deleted row, a truncated table,
 //!   or tables dropped and made again.
 //! - `<p>_guard()` and its trigger `<p>_guard` on `<p>_leases`: DELETE and TRUNCATE refused.
+//! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at)`, key (name, id): the line
+//!   of waiters, one row each, `id` from `<p>_tokens` (its order; never a clock), `renewals`
+//!   bumped by its owner every `--retry-period`, `expires_at` for `status` only.
 //! - `<p>_records (key text primary key, value bytea, expires_at timestamptz, lease_name text,
 //!   lease_token bigint)`: occurrence records (kept until `expires_at`) and the leader's state
 //!   for `status` (kept while the lease row holds `lease_token`), written fenced.
@@ -30,16 +33,16 @@
 //! is a certain loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same
 //! statement.
 //!
-//! Waiters LISTEN on the table's channel before their first attempt. A release wakes them; each
-//! then waits a random delay within its spread before it tries, and an acquisition announces
-//! itself (`NOTIFY … taken`), which cancels the attempts not yet made. The spread adapts as
-//! backoff does on a shared medium: it starts from 5 ms per session listening on the channel
-//! (`pg_stat_activity`, read with every failed attempt), doubles when an attempt loses the race
-//! (up to the retry period) and shrinks back a little each time an attempt is cancelled, so a
-//! lone waiter takes over within milliseconds and a crowd makes a bounded number of attempts
-//! per handover (measured in `tests/postgres_only.rs`). A holder that crashed announces nothing:
-//! waiters read the row every `--retry-period` (a read, no lock) and try once they have seen it
-//! unchanged for a full TTL, about TTL + retry period after the holder's last renewal.
+//! Waiters stand in line: each joins with a waiter row and LISTENs on a channel of its own
+//! (`w<id>_<p>`) before its first attempt. A release notifies only the first waiter (lowest id),
+//! which tries at once; the others sleep on, so a handover costs the same few statements with any
+//! number of waiters (measured in `tests/postgres_only.rs`). Every waiter looks at the line every
+//! `--retry-period` (one statement: renews its own row, reads the one just ahead and the lease
+//! row). One that has seen the row ahead unchanged for a full TTL on its boot clock deletes it as
+//! dead (see [`AheadSighting`]); the first waiter takes a released row it finds, and a crashed
+//! holder's row once seen unchanged for a full TTL (see [`Sighting`]). A withdrawn waiter deletes
+//! its row (and wakes the next one if the lease row is free); a winner's acquisition deletes it.
+//! The table's own channel carries `free`/`taken` for `watch` (and waiters of older versions).
 //!
 //! Every statement runs under `statement_timeout` and `lock_timeout` shorter than
 //! `--retry-period`, and every request under a client-side timer as well.
