@@ -522,10 +522,10 @@ class Postgres(SecondStore):
             return None
 
     def in_line(self, lease):
-        """Sessions of the lease's application name whose last statement was LISTEN: one per
-        instance of leader-exec that stands in line (or leads)."""
-        out = self.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                       f"'bench-{lease}' AND query LIKE 'LISTEN%'")
+        """The waiter rows of the lease and its holder: one per instance of leader-exec that
+        stands in line (or leads)."""
+        out = self.sql(f"SELECT (SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}') + "
+                       f"(SELECT count(*) FROM leader_exec_leases WHERE name = '{lease}' AND holder IS NOT NULL)")
         return int(out) if out and out.isdigit() else 0
 
     def stop(self):
@@ -542,8 +542,8 @@ class Postgres(SecondStore):
             "PostgreSQL: `initdb -A trust --no-sync` and `pg_ctl start` as the postgres user on a temporary",
             "directory (`--etcd-data`, default /dev/shm), TCP on a free loopback port, `fsync=off` (like etcd's",
             "data on tmpfs: the figures measure the tool, not the disk). leader-exec connects with",
-            "`sslmode=disable` and an `application_name` per lease, by which the runner counts the sessions that",
-            "`LISTEN` (one per instance standing in line). Raw values in",
+            "`sslmode=disable`; the runner counts who stands in line from `leader_exec_waiters` and the lease",
+            "row, and statements from `pg_stat_statements`. Raw values in",
         ]
 
     @classmethod

@@ -342,18 +342,26 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
     let mut waiters: Vec<Instance> = (1..=WAITERS)
         .map(|i| Instance::start(&args, &job(&format!("w{i}"))))
         .collect();
-    // Every waiter listens.
+    // Every waiter stands in line.
     assert!(
         wait_for(Duration::from_secs(120), || {
-            pg.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leader-exec' AND query LIKE 'LISTEN%'")
+            pg.psql("SELECT count(*) FROM leader_exec_waiters WHERE name = 'herd'")
                 .trim()
                 .parse::<usize>()
                 .unwrap_or(0)
                 >= WAITERS
         }),
-        "not every waiter listens"
+        "not every waiter stands in line"
     );
     std::thread::sleep(Duration::from_secs(1));
+    // Only the first few listen (PostgreSQL wakes every listening session on each NOTIFY): the
+    // leader's session and four waiters'.
+    let listening: usize = pg
+        .psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leader-exec' AND query LIKE 'LISTEN%'")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((2..=5).contains(&listening), "{listening} sessions listen");
     let mut per_handover = Vec::new();
     let mut attempts_per_handover = Vec::new();
     let mut leader = "w0".to_owned();
@@ -387,8 +395,9 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
     }
     // The release wakes the first waiter in line only: one attempt per handover, whatever the
     // number of waiters. In all, the old leader's release, the winner's acquisition and its
-    // status record, and the new leader's renewal session's setup and first renewal if they fall
-    // in the window (measured here: 4 or 8 statements per handover with 200 waiters).
+    // status record; and, if they fall in the window, the new leader's renewal session's setup
+    // and first renewal, and the session setup and NOTIFY check of the waiter that moved up into
+    // the listening places (measured here: 4 to 16 statements per handover with 200 waiters).
     eprintln!("requests per handover with {WAITERS} waiters: {per_handover:?}");
     eprintln!("attempts per handover with {WAITERS} waiters: {attempts_per_handover:?}");
     assert!(
@@ -397,7 +406,7 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
     );
     for requests in &per_handover {
         assert!(
-            *requests <= 10,
+            *requests <= 20,
             "{requests} requests for one handover with {WAITERS} waiters: {per_handover:?}"
         );
     }

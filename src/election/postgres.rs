@@ -190,6 +190,14 @@ fn error_text(error: &tokio_postgres::Error) -> String {
     parts.join(": ")
 }
 
+/// How many waiters at the front of the line LISTEN; those behind only look every
+/// --retry-period, and start listening once they have moved up this far. PostgreSQL wakes every
+/// session listening in the database on each NOTIFY, whatever its channel (each checks its own
+/// and sleeps again): a line of hundreds that all listened would make each handover wake
+/// hundreds of server processes. A few listening places cover a few handovers within one
+/// retry period; a faster succession reaches the waiters behind at their next look.
+const LISTENING_PLACES: i64 = 4;
+
 /// One attempt to acquire.
 enum Attempt {
     Won(i64),
@@ -242,6 +250,8 @@ struct Shared {
     base: String,
     /// This candidacy's waiter row id (from the token sequence), 0 while it has none.
     waiter: AtomicI64,
+    /// Whether this waiter stands behind the listening places (it does not LISTEN yet).
+    far_back: AtomicBool,
     /// The waiter row just ahead of this one as last seen, and since when (see [`AheadSighting`]).
     ahead: Mutex<Option<(AheadSighting, Duration)>>,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
@@ -402,6 +412,7 @@ impl Postgres {
                 waiters: format!("{base}_waiters"),
                 base,
                 waiter: AtomicI64::new(0),
+                far_back: AtomicBool::new(false),
                 ahead: Mutex::new(None),
                 client: tokio::sync::Mutex::new(None),
                 listener: tokio::sync::Mutex::new(None),
@@ -826,6 +837,11 @@ impl Postgres {
         if !self.shared.listening.load(Ordering::SeqCst) {
             return Ok(());
         }
+        if self.shared.waiter.load(Ordering::SeqCst) != 0
+            && self.shared.far_back.load(Ordering::SeqCst)
+        {
+            return Ok(());
+        }
         let channel = self.listen_channel();
         let mut slot = self.shared.listener.lock().await;
         if let Some(listening) = slot.as_ref()
@@ -1134,7 +1150,8 @@ impl Postgres {
         let sql = format!(
             "INSERT INTO {waiters} (name, id, identity, ttl_ms, expires_at)
              VALUES ($1, nextval({tokens}), $2, $3, now() + $3::bigint * interval '1 millisecond')
-             RETURNING id",
+             RETURNING id, (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1
+                                                   LIMIT {LISTENING_PLACES}) ahead)",
             waiters = self.qualified(&shared.waiters),
             tokens = quote_literal(&self.qualified(&shared.tokens)),
         );
@@ -1142,6 +1159,10 @@ impl Postgres {
         let row = self
             .request(|c| async move { c.query_one(&sql, &[&a.0, &a.1, &a.2]).await })
             .await?;
+        // The rows there before this one, all ahead of it (ids only grow).
+        shared
+            .far_back
+            .store(row.get::<_, i64>(1) >= LISTENING_PLACES, Ordering::SeqCst);
         shared.waiter.store(row.get(0), Ordering::SeqCst);
         *shared.ahead.lock().expect("not poisoned") = None;
         Ok(())
@@ -1151,7 +1172,7 @@ impl Postgres {
     /// back if it was taken for dead), reads the row just ahead of it and the lease row. Returns
     /// the row ahead (none: this waiter is first) and how long until the lease row may be taken
     /// (see [`Postgres::sight`]).
-    async fn poll_line(&self) -> Result<(Option<AheadSighting>, Duration), StoreError> {
+    async fn poll_line(&self) -> Result<(Option<AheadSighting>, i64, Duration), StoreError> {
         let shared = &self.shared;
         let sql = format!(
             "WITH mine AS (
@@ -1162,7 +1183,9 @@ impl Postgres {
                  RETURNING 1)
              SELECT (SELECT count(*) FROM mine), a.id, a.renewals, a.ttl_ms,
                     l.holder, l.token, l.renewals,
-                    (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint, l.ttl_ms
+                    (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint, l.ttl_ms,
+                    (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1 AND id < $2
+                                           LIMIT {LISTENING_PLACES}) places)
              FROM (SELECT 1) one
              LEFT JOIN LATERAL (SELECT id, renewals, ttl_ms FROM {waiters}
                                 WHERE name = $1 AND id < $2 ORDER BY id DESC LIMIT 1) a ON true
@@ -1191,7 +1214,7 @@ impl Postgres {
             Some(_) => self.sight(&Row::from(&row, 4), received),
             None => Duration::ZERO,
         };
-        Ok((ahead, wait))
+        Ok((ahead, row.get(9), wait))
     }
 
     /// Notes the waiter row ahead as seen at `received`; how long until it counts as dead
@@ -1377,8 +1400,16 @@ impl Backend for Postgres {
                 return Ok(());
             }
             seen = heard.free;
-            let (ahead, lease_wait) = self.poll_line().await?;
+            let (ahead, places, lease_wait) = self.poll_line().await?;
             let received = BootClock.now();
+            if places < LISTENING_PLACES && shared.far_back.swap(false, Ordering::SeqCst) {
+                // Moved up into the listening places: LISTEN, then look again, so that a
+                // release between that look and the LISTEN is not missed.
+                self.ensure_listener().await?;
+                seen = shared.heard.borrow().free;
+                wait = Duration::ZERO;
+                continue;
+            }
             match ahead {
                 None => {
                     *shared.ahead.lock().expect("not poisoned") = None;
