@@ -33,8 +33,9 @@
 //! is a certain loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same
 //! statement.
 //!
-//! Waiters stand in line: each joins with a waiter row and LISTENs on a channel of its own
-//! (`w<id>_<p>`) before its first attempt. A release notifies only the first waiter (lowest id),
+//! Waiters stand in line: each joins with a waiter row; the first few (`LISTENING_PLACES`) LISTEN
+//! on a channel of their own (`w<id>_<p>`), from before their first attempt or from when they
+//! moved up that far. A release notifies only the first waiter (lowest id),
 //! which tries at once; the others sleep on, so a handover costs the same few statements with any
 //! number of waiters (measured in `tests/postgres_only.rs`). Every waiter looks at the line every
 //! `--retry-period` (one statement: renews its own row, reads the one just ahead and the lease
