@@ -191,5 +191,10 @@ fn a_sigkilled_first_waiter_is_skipped_within_a_ttl() {
     go(&scratch, "c");
     assert_eq!(c.wait(Duration::from_secs(10)), Some(0), "{}", c.stderr());
     assert_one_at_a_time(&scratch.history());
-    assert_eq!(waiter_rows(&pg, "skipped"), 0);
+    assert_eq!(
+        waiter_rows(&pg, "skipped"),
+        0,
+        "{}",
+        pg.psql("SELECT id, identity, renewals FROM leader_exec_waiters")
+    );
 }

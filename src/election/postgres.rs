@@ -6,8 +6,8 @@
 //! `current_schema()` (every name qualified with it, every session's `search_path` pinned to it;
 //! objects there that another role owns are refused, `refuse_foreign_objects`), named from
 //! `--prefix` (`/leader-exec/` gives `leader_exec_leases`, `leader_exec_records`,
-//! `leader_exec_tokens`, `leader_exec_guard`, `leader_exec_waiters`; every session is on a primary, never a standby:
-//! `check_session`):
+//! `leader_exec_tokens`, `leader_exec_guard`, `leader_exec_waiters`; every session is on a
+//! primary, never a standby: `check_session`):
 //!
 //! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
 //!   ttl_ms bigint, renewals bigint)`: one row per lease name. `holder` is the leader's
@@ -19,7 +19,7 @@
 //!   or tables dropped and made again.
 //! - `<p>_guard()` and its trigger `<p>_guard` on `<p>_leases`: DELETE and TRUNCATE refused.
 //! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at)`, key (name, id): the line
-//!   of waiters, one row each, `id` from `<p>_tokens` (its order; never a clock), `renewals`
+//!   of waiters, one row each, `id` from its sequence (its order; never a clock), `renewals`
 //!   bumped by its owner every `--retry-period`, `expires_at` for `status` only.
 //! - `<p>_records (key text primary key, value bytea, expires_at timestamptz, lease_name text,
 //!   lease_token bigint)`: occurrence records (kept until `expires_at`) and the leader's state
@@ -30,13 +30,13 @@
 //! it unchanged — holder, token, renewals and expires_at — for a full TTL on its boot clock, and
 //! only by an UPDATE conditional on exactly that (see [`Sighting`]). Renew: UPDATE … WHERE name,
 //! holder and token match (no clock in the condition), bumping `renewals`; no row, or no table,
-//! is a certain loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same
-//! statement.
+//! is a certain loss. Release: holder NULL, expires_at = now(), and in the same statement a
+//! NOTIFY to the first waiter in line (and one on the table's channel).
 //!
 //! Waiters stand in line: each joins with a waiter row; the first few (`LISTENING_PLACES`) LISTEN
 //! on a channel of their own (`w<id>_<p>`), from before their first attempt or from when they
-//! moved up that far. A release notifies only the first waiter (lowest id),
-//! which tries at once; the others sleep on, so a handover costs the same few statements with any
+//! moved up that far. A release notifies only the first waiter (lowest id), which tries at once;
+//! the others sleep on, so a handover costs the same few statements with any
 //! number of waiters (measured in `tests/postgres_only.rs`). Every waiter looks at the line every
 //! `--retry-period` (one statement: renews its own row, reads the one just ahead and the lease
 //! row). One that has seen the row ahead unchanged for a full TTL on its boot clock deletes it as
@@ -709,7 +709,7 @@ impl Postgres {
                  );
                  CREATE TABLE IF NOT EXISTS {waiters} (
                      name text NOT NULL,
-                     id bigint NOT NULL,
+                     id bigserial NOT NULL,
                      identity text NOT NULL,
                      renewals bigint NOT NULL DEFAULT 0,
                      ttl_ms bigint NOT NULL,
@@ -1141,20 +1141,19 @@ impl Postgres {
         )
     }
 
-    /// Joins the line: a waiter row at its back, its id from the token sequence (strictly
-    /// increasing; never a clock).
+    /// Joins the line: a waiter row at its back, its id from the table's own sequence
+    /// (`<p>_waiters_id_seq`: strictly increasing; never a clock).
     async fn join_line(&self) -> Result<(), StoreError> {
         let shared = &self.shared;
         if shared.waiter.load(Ordering::SeqCst) != 0 {
             return Ok(());
         }
         let sql = format!(
-            "INSERT INTO {waiters} (name, id, identity, ttl_ms, expires_at)
-             VALUES ($1, nextval({tokens}), $2, $3, now() + $3::bigint * interval '1 millisecond')
+            "INSERT INTO {waiters} (name, identity, ttl_ms, expires_at)
+             VALUES ($1, $2, $3, now() + $3::bigint * interval '1 millisecond')
              RETURNING id, (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1
                                                    LIMIT {LISTENING_PLACES}) ahead)",
             waiters = self.qualified(&shared.waiters),
-            tokens = quote_literal(&self.qualified(&shared.tokens)),
         );
         let a = (shared.name.clone(), shared.identity.clone(), shared.ttl_ms);
         let row = self
