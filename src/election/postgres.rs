@@ -313,7 +313,7 @@ struct Sighting {
 /// TTL on this waiter's boot clock (its owner bumps `renewals` every --retry-period), it is dead:
 /// this waiter deletes it (only if still exactly that) and moves up. Waiter rows decide only the
 /// order of attempts, never who may take the lease row: a live waiter wrongly skipped (paused for
-/// a TTL) loses its place, not safety, and puts its row back at its next renewal.
+/// a TTL) loses its place, not safety, and joins again at the back at its next look.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct AheadSighting {
     id: i64,
@@ -1168,18 +1168,18 @@ impl Postgres {
         Ok(())
     }
 
-    /// A waiter's look, once per --retry-period, in one statement: renews its own row (puts it
-    /// back if it was taken for dead), reads the row just ahead of it and the lease row. Returns
-    /// the row ahead (none: this waiter is first) and how long until the lease row may be taken
-    /// (see [`Postgres::sight`]).
-    async fn poll_line(&self) -> Result<(Option<AheadSighting>, i64, Duration), StoreError> {
+    /// A waiter's look, once per --retry-period, in one statement: renews its own row, reads
+    /// the row just ahead of it and the lease row. Returns whether its own row is still there
+    /// (an UPDATE, never an upsert: a look that arrives late, after the row was deleted, puts
+    /// nothing back), the row ahead (none: this waiter is first), how many are ahead (up to
+    /// `LISTENING_PLACES`) and how long until the lease row may be taken ([`Postgres::sight`]).
+    async fn poll_line(&self) -> Result<(bool, Option<AheadSighting>, i64, Duration), StoreError> {
         let shared = &self.shared;
         let sql = format!(
             "WITH mine AS (
-                 INSERT INTO {waiters} AS w (name, id, identity, ttl_ms, expires_at)
-                 VALUES ($1, $2, $3, $4, now() + $4::bigint * interval '1 millisecond')
-                 ON CONFLICT (name, id) DO UPDATE SET renewals = w.renewals + 1,
-                     ttl_ms = EXCLUDED.ttl_ms, expires_at = EXCLUDED.expires_at
+                 UPDATE {waiters} SET renewals = renewals + 1, ttl_ms = $4,
+                     expires_at = now() + $4::bigint * interval '1 millisecond'
+                 WHERE name = $1 AND id = $2 AND identity = $3
                  RETURNING 1)
              SELECT (SELECT count(*) FROM mine), a.id, a.renewals, a.ttl_ms,
                     l.holder, l.token, l.renewals,
@@ -1214,7 +1214,7 @@ impl Postgres {
             Some(_) => self.sight(&Row::from(&row, 4), received),
             None => Duration::ZERO,
         };
-        Ok((ahead, row.get(9), wait))
+        Ok((row.get::<_, i64>(0) > 0, ahead, row.get(9), wait))
     }
 
     /// Notes the waiter row ahead as seen at `received`; how long until it counts as dead
@@ -1400,8 +1400,18 @@ impl Backend for Postgres {
                 return Ok(());
             }
             seen = heard.free;
-            let (ahead, places, lease_wait) = self.poll_line().await?;
+            let (mine, ahead, places, lease_wait) = self.poll_line().await?;
             let received = BootClock.now();
+            if !mine {
+                // Taken for dead by the waiter behind (this process was paused for a TTL, say):
+                // back in line, at the back, on a new channel.
+                shared.waiter.store(0, Ordering::SeqCst);
+                self.join_line().await?;
+                self.ensure_listener().await?;
+                seen = shared.heard.borrow().free;
+                wait = Duration::ZERO;
+                continue;
+            }
             if places < LISTENING_PLACES && shared.far_back.swap(false, Ordering::SeqCst) {
                 // Moved up into the listening places: LISTEN, then look again, so that a
                 // release between that look and the LISTEN is not missed.
