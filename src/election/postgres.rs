@@ -231,8 +231,9 @@ struct Ears {
 
 struct Listening {
     client: Client,
-    /// The one channel it LISTENs on: this waiter's own, or the table's (`watch`).
-    channel: String,
+    /// The one channel it LISTENs on: this waiter's own, or the table's (`watch`); none yet for
+    /// a waiter behind the listening places.
+    channel: Option<String>,
 }
 
 struct Shared {
@@ -838,23 +839,37 @@ impl Postgres {
         if !self.shared.listening.load(Ordering::SeqCst) {
             return Ok(());
         }
-        if self.shared.waiter.load(Ordering::SeqCst) != 0
-            && self.shared.far_back.load(Ordering::SeqCst)
-        {
-            return Ok(());
-        }
+        // Behind the listening places: the session is opened now (its setup is the costly part,
+        // kept away from handovers), the LISTEN comes once this waiter has moved up.
+        let far_back = self.shared.waiter.load(Ordering::SeqCst) != 0
+            && self.shared.far_back.load(Ordering::SeqCst);
         let channel = self.listen_channel();
+        let wanted = (!far_back).then_some(channel.clone());
         let mut slot = self.shared.listener.lock().await;
         if let Some(listening) = slot.as_ref()
             && !listening.client.is_closed()
-            && listening.channel == channel
+            && listening.channel == wanted
         {
             return Ok(());
         }
-        *slot = None;
-        // The tables first: LISTEN is fine without them, but the first read is not.
-        self.client().await?;
-        let client = self.open(true).await?;
+        let client = match slot.take() {
+            // Open and listening on nothing yet: LISTEN there.
+            Some(listening) if !listening.client.is_closed() && listening.channel.is_none() => {
+                listening.client
+            }
+            _ => {
+                // The tables first: LISTEN is fine without them, but the first read is not.
+                self.client().await?;
+                self.open(true).await?
+            }
+        };
+        if far_back {
+            *slot = Some(Listening {
+                client,
+                channel: None,
+            });
+            return Ok(());
+        }
         let listen = format!("LISTEN {}", quote_ident(&channel));
         tokio::time::timeout(self.shared.request_timeout, client.batch_execute(&listen))
             .await
@@ -875,7 +890,10 @@ impl Postgres {
             }
         }
         self.shared.heard.send_modify(|h| h.free += 1);
-        *slot = Some(Listening { client, channel });
+        *slot = Some(Listening {
+            client,
+            channel: Some(channel),
+        });
         Ok(())
     }
 
