@@ -478,10 +478,11 @@ class Postgres(SecondStore):
         for _ in range(5):
             self.port = free_port()
             options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {data} -c fsync=off "
-                       f"-c max_connections=600")
+                       f"-c max_connections=600 -c shared_preload_libraries=pg_stat_statements")
             r = self.as_postgres("pg_ctl", "-D", str(data), "-o", options, "-l", str(self.dir / "log"),
                                  "-w", "-t", "30", "start")
             if r.returncode == 0:
+                self.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 return
         raise BenchError(f"PostgreSQL did not start (see {self.dir / 'log'})")
 
@@ -503,11 +504,28 @@ class Postgres(SecondStore):
                            capture_output=True, text=True, timeout=10, env=clean_env())
         return p.stdout.strip() if p.returncode == 0 else None
 
+    def requests(self):
+        """Statements the server has run so far (pg_stat_statements), less the runner's own (every
+        one of which reads a pg_stat_ view) and the waiters' periodic looks at the line (`looks`),
+        as etcd's counts leave out lease renewals."""
+        return self._calls("query NOT LIKE '%pg_stat%' AND query NOT LIKE 'WITH mine AS%'")
+
+    def looks(self):
+        """The waiters' periodic looks at the line so far (one per waiter per retry period)."""
+        return self._calls("query LIKE 'WITH mine AS%'")
+
+    def _calls(self, where):
+        out = self.sql(f"SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE {where}")
+        try:
+            return float(out)
+        except (TypeError, ValueError):
+            return None
+
     def in_line(self, lease):
-        """Sessions of the lease's application name whose last statement was LISTEN: one per
-        instance of leader-exec that stands in line (or leads)."""
-        out = self.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                       f"'bench-{lease}' AND query LIKE 'LISTEN%'")
+        """The waiter rows of the lease and its holder: one per instance of leader-exec that
+        stands in line (or leads)."""
+        out = self.sql(f"SELECT (SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}') + "
+                       f"(SELECT count(*) FROM leader_exec_leases WHERE name = '{lease}' AND holder IS NOT NULL)")
         return int(out) if out and out.isdigit() else 0
 
     def stop(self):
@@ -524,8 +542,8 @@ class Postgres(SecondStore):
             "PostgreSQL: `initdb -A trust --no-sync` and `pg_ctl start` as the postgres user on a temporary",
             "directory (`--etcd-data`, default /dev/shm), TCP on a free loopback port, `fsync=off` (like etcd's",
             "data on tmpfs: the figures measure the tool, not the disk). leader-exec connects with",
-            "`sslmode=disable` and an `application_name` per lease, by which the runner counts the sessions that",
-            "`LISTEN` (one per instance standing in line). Raw values in",
+            "`sslmode=disable`; the runner counts who stands in line from `leader_exec_waiters` and the lease",
+            "row, and statements from `pg_stat_statements`. Raw values in",
         ]
 
     @classmethod
@@ -538,13 +556,14 @@ class Postgres(SecondStore):
             f"that first answer, never for an instance that won; the renewal has a session of its own, opened at",
             f"the first renewal. On etcd it grants a lease, creates its key and reads its place in line.",
             "",
-            f"**Graceful handover.** The holder's release is one `UPDATE` with a `NOTIFY` in the same statement;",
-            f"the waiter's listening session receives it and the waiter tries after a random delay within its",
-            f"spread: at least min(retry period / 8, 20 ms) — 20 ms with this profile, 10 ms on average — and",
-            f"5 ms per session listening on the table's channel when more listen. The delay is what keeps",
-            f"hundreds of waiters from trying at once (tests/postgres_only.rs); it is most of the difference",
-            f"here ({med('handover', digits=2)} ms median against {med('handover', 'leader-exec')} ms on etcd, where",
-            f"the one waiter watching its predecessor's key reads the line once more and starts).",
+            f"**Graceful handover.** Waiters stand in line (`leader_exec_waiters`, ordered by ids from a",
+            f"sequence), the first four listening on channels of their own. The holder's release is one `UPDATE` that",
+            f"notifies the first waiter in the same statement; that waiter's listening session receives it and",
+            f"it takes the released row at once with one conditional `UPDATE` ({med('handover', digits=2)} ms median",
+            f"against {med('handover', 'leader-exec')} ms on etcd, where the one waiter watching its predecessor's",
+            f"key reads the line once more and starts). The other waiters sleep on: with {args.waiters} waiters the",
+            f"handover makes the same statements; besides, each waiter looks at the line once per retry period",
+            f"(one statement: it renews its own row and reads the row ahead and the lease row), counted apart.",
             "",
             f"**Crash failover.** Nobody releases the row, and no wall clock decides a takeover (the",
             f"server's `now()` may be stepped): the waiter reads the row every retry period and takes it with",
@@ -1206,8 +1225,9 @@ class StoreLeaderExec(LeaderExec):
 
 # Scenarios run against another store (--store postgres, --store zookeeper): the others measure
 # etcd-specific paths (the proxy scans etcd's gRPC frames; requests are counted from etcd's
-# /metrics) or are covered by the tests (200 waiters: tests/postgres_only.rs).
-STORE_SCENARIOS = ("uncontended", "handover", "crash", "hold")
+# /metrics). The waiters scenario counts a store's requests where it can (PostgreSQL:
+# pg_stat_statements; ZooKeeper: packets), etcd's from its /metrics.
+STORE_SCENARIOS = ("uncontended", "handover", "crash", "hold", "waiters")
 
 
 # The scraper of the --scraped tool: requests per second, and the longest it runs for one instance.
@@ -1340,8 +1360,12 @@ def handover_chain(ctx, tool, d, lease, count, name, counted=0):
     on. etcd's counters are read around the first `counted` handovers. Returns the figures."""
     h = History(d / "history")
     endpoint = ctx.endpoint(tool, lease)
+    counter = None
     if tool.store != "etcd":
-        counted = 0  # etcd's counters say nothing about another store
+        # etcd's counters say nothing about another store: its own, where it has them.
+        counter = ctx.request_counter(tool)
+        if counter is None:
+            counted = 0
     wrappers = [ctx.start(tool, endpoint, lease, f"{name}0", "hold", d)]
     current = ctx.started(h, f"{name}0")
     out = {"latency": [], "requests": [], "events": [], "traffic": []}
@@ -1350,13 +1374,18 @@ def handover_chain(ctx, tool, d, lease, count, name, counted=0):
         ctx.wait_in_line(tool, lease, 2)
         time.sleep(0.1)  # the waiter's watch on the holder's key is in place
         if k <= counted:
-            before, t_before = ctx.etcd.metrics(), mono()
+            before, t_before = (counter() if counter else ctx.etcd.metrics()), mono()
             time.sleep(0.1)  # etcd has finished serving the scrape
         os.kill(current["pid"], signal.SIGUSR1)
         ended = h.wait("end", current["name"], 5)
         following = ctx.started(h, f"{name}{k}")
         out["latency"].append(ms(following["t"] - ended["t"]))
-        if k <= counted:
+        if k <= counted and counter:
+            time.sleep(0.3)
+            n = counter() - before
+            out["requests"].append(n)
+            out["traffic"].append({"requests": n})
+        elif k <= counted:
             time.sleep(0.3)  # the new leader's own follow-up requests, if any
             traffic = handover_traffic(before, ctx.etcd.metrics(), (mono() - t_before) / 1e9)
             out["requests"].append(traffic["requests"])
@@ -1377,6 +1406,7 @@ def scenario_handover(ctx, tool, i, _shared):
     return {
         "handover": chain["latency"],
         "handover_requests": chain["requests"],
+        "store_handover_requests": chain["requests"],
         "handover_events": chain["events"],
         "_traffic": chain["traffic"],
     }
@@ -1547,29 +1577,40 @@ def scenario_waiters(ctx, tool, i, _shared):
     d = ctx.run_dir("waiters", tool, i)
     # The one-waiter reference, in the same run just before the line is built, so that both see
     # the same machine: other work on a shared machine comes and goes between scenarios.
-    reference = handover_chain(ctx, tool, d, ctx.lease("waiters-reference", i), ctx.args.handovers, "r")
+    # On another store its requests are counted for the one waiter too (etcd's: BENCHMARKS.md).
+    counter = ctx.request_counter(tool) if tool.store != "etcd" else None
+    reference = handover_chain(ctx, tool, d, ctx.lease("waiters-reference", i), ctx.args.handovers, "r",
+                               counted=ctx.args.handovers if counter else 0)
     h = History(d / "history")
     lease = ctx.lease("waiters", i)
+    endpoint = ctx.endpoint(tool, lease)
     n = ctx.args.waiters
-    holder = ctx.start(tool, ctx.etcd.endpoint, lease, "w0", "hold", d)
+    holder = ctx.start(tool, endpoint, lease, "w0", "hold", d)
     current = ctx.started(h, "w0")
     wrappers = {"w0": holder}
     for j in range(1, n + 1):
-        wrappers[f"w{j}"] = ctx.start(tool, ctx.etcd.endpoint, lease, f"w{j}", "hold", d)
+        wrappers[f"w{j}"] = ctx.start(tool, endpoint, lease, f"w{j}", "hold", d)
         if j % 25 == 0:  # don't launch hundreds at once on a small machine
             ctx.wait_in_line(tool, lease, j + 1, timeout=60)
     ctx.wait_in_line(tool, lease, n + 1, timeout=120)
     time.sleep(1.0)
     # What the line costs etcd while nothing happens: renewals, over several renewal periods.
-    before, t0 = ctx.etcd.metrics(), mono()
+    # Another store: every request (PostgreSQL: each waiter's look at the line).
+    periodic = getattr(ctx.second, "looks", counter) if counter else None
+    before, t0 = (periodic() if periodic else ctx.etcd.metrics()), mono()
     time.sleep(2.0 if ctx.args.smoke else 10.0)
-    idle = handover_traffic(before, ctx.etcd.metrics(), (mono() - t0) / 1e9)
+    if periodic:
+        idle_n = periodic() - before
+        idle = {"renewals_per_s": idle_n / ((mono() - t0) / 1e9), "requests": idle_n}
+    else:
+        idle = handover_traffic(before, ctx.etcd.metrics(), (mono() - t0) / 1e9)
     out = {"waiters_latency": [], "waiters_requests": [], "waiters_events": [], "_traffic": [],
            "waiters_reference": reference["latency"],
+           "store_waiters_reference_requests": reference["requests"],
            "waiters_renewals": idle["renewals_per_s"], "_idle_requests_per_s": idle["requests"] / ((mono() - t0) / 1e9)}
     seen = {r["name"] for r in h.records() if r["kind"] == "start"}
     for _ in range(ctx.args.handovers):
-        before = ctx.etcd.metrics()
+        before = counter() if counter else ctx.etcd.metrics()
         t_before = mono()
         time.sleep(0.1)  # etcd has finished serving the scrape
         os.kill(current["pid"], signal.SIGUSR1)
@@ -1582,10 +1623,13 @@ def scenario_waiters(ctx, tool, i, _shared):
         ctx.procs.stamp_pids.add(nxt["pid"])
         seen.add(nxt["name"])
         time.sleep(0.3)
-        after = ctx.etcd.metrics()
-        traffic = handover_traffic(before, after, (mono() - t_before) / 1e9)
+        if counter:
+            traffic = {"requests": counter() - before, "watch_events": 0}
+        else:
+            traffic = handover_traffic(before, ctx.etcd.metrics(), (mono() - t_before) / 1e9)
         out["waiters_latency"].append(ms(nxt["t"] - ended["t"]))
         out["waiters_requests"].append(traffic["requests"])
+        out.setdefault("store_waiters_requests", []).append(traffic["requests"])
         out["waiters_events"].append(traffic["watch_events"])
         out["_traffic"].append(traffic)
         wrappers.pop(current["name"])
@@ -1747,7 +1791,7 @@ FIGURES = [
     Figure("waiters_events", "{n} waiters: watch events sent per handover", "", "O(1): same as 1 waiter", judge_o1("handover_events"), digits=0),
     Figure("waiters_reference", "1 waiter, measured in the same runs just before the {n}-waiter line", "ms", "report", digits=2),
     Figure("waiters_latency", "{n} waiters: handover latency", "ms", "≤ 1.2 × the one-waiter figure", judge_waiter_latency, digits=2),
-    Figure("waiters_renewals", "{n} waiters, idle: lease renewals per second reaching etcd", "1/s", "report", digits=0),
+    Figure("waiters_renewals", "{n} waiters, idle: lease renewals (PostgreSQL: looks at the line) per second reaching the store", "1/s", "report", digits=0),
     Figure("check", "`leader-exec check` round trip (etcdctl: one `etcdctl get`, for reference)", "ms", "report", digits=2),
 ]
 
@@ -2414,11 +2458,19 @@ def report(args, argv, info, results, extras, loads, failures, notes, started_at
 
 
 STORE_FIGURES = ["uncontended", "uncontended_exit", "handover", "failover", "overlap_kill", "pss", "rss", "distinct",
-                 "anon", "cpu", "store_requests"]
+                 "anon", "cpu", "store_requests", "waiters_reference", "waiters_latency",
+                 "store_handover_requests", "store_waiters_reference_requests", "store_waiters_requests",
+                 "waiters_renewals"]
 
 # Figures only the store comparisons measure.
 STORE_ONLY_FIGURES = [
     Figure("store_requests", "requests reaching the store per second while holding idle", "1/s", "report", digits=1),
+    Figure("store_handover_requests", "graceful handover, 1 waiter: requests reaching the store (PostgreSQL: "
+           "statements; etcd: renewals excluded)", "", "report", digits=0),
+    Figure("store_waiters_reference_requests", "1 waiter, before the {n}-waiter line: requests per handover "
+           "(PostgreSQL: statements)", "", "report", digits=0),
+    Figure("store_waiters_requests", "{n} waiters: requests per handover (PostgreSQL: statements, the "
+           "waiters' periodic looks excluded; etcd: renewals excluded)", "", "report", digits=0),
 ]
 
 

@@ -242,9 +242,10 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 Led::Exit(code) => return Ok(code),
                 Led::HandedOver if self.settings.recampaign => {
                     // The back of the line: etcd and ZooKeeper put a new candidacy behind every
-                    // waiter anyway; on PostgreSQL, where waiters race for the row, this pause
-                    // lets every waiter that heard the release (each tries within a retry
-                    // period) go first.
+                    // waiter anyway; on PostgreSQL, whose line it joins at the back too, this
+                    // pause lets the first waiter (woken by the release, or finding it within a
+                    // retry period) take the row before the new candidacy's first attempt, which
+                    // takes a free row at once.
                     tracing::info!(
                         event = "recampaigning",
                         "handed over; campaigning again after --retry-period (--recampaign)"

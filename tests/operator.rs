@@ -47,12 +47,8 @@ pub fn status_shows_the_leader_or_exits_3<S: Store>() {
         .token();
     let waiter = Instance::start(&lease_args(&endpoint, "stat"), &scratch.job("b", "true"));
     assert!(wait_for(Duration::from_secs(10), || campaigning(&waiter)));
-    // etcd and ZooKeeper count every candidate; PostgreSQL knows only its holder.
-    let candidates = if matches!(S::NAME, "postgres" | "pgbouncer") {
-        1
-    } else {
-        2
-    };
+    // Every store counts every candidate: the leader and the one waiting.
+    let candidates = 2;
 
     let (code, stdout, stderr) = subcommand(&endpoint, &["status", "--lease", "stat"]);
     assert_eq!(code, 0, "{stderr}");

@@ -78,6 +78,7 @@ mod operator;
 mod pgbouncer_only;
 mod postgres_conn;
 mod postgres_lease;
+mod postgres_line;
 mod postgres_only;
 mod reach;
 mod rough_edges;

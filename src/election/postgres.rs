@@ -6,8 +6,8 @@
 //! `current_schema()` (every name qualified with it, every session's `search_path` pinned to it;
 //! objects there that another role owns are refused, `refuse_foreign_objects`), named from
 //! `--prefix` (`/leader-exec/` gives `leader_exec_leases`, `leader_exec_records`,
-//! `leader_exec_tokens`, `leader_exec_guard`; every session is on a primary, never a standby:
-//! `check_session`):
+//! `leader_exec_tokens`, `leader_exec_guard`, `leader_exec_waiters`; every session is on a
+//! primary, never a standby: `check_session`):
 //!
 //! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
 //!   ttl_ms bigint, renewals bigint)`: one row per lease name. `holder` is the leader's
@@ -18,6 +18,9 @@
 //!   token the table holds, so a token never resets: not after a deleted row, a truncated table,
 //!   or tables dropped and made again.
 //! - `<p>_guard()` and its trigger `<p>_guard` on `<p>_leases`: DELETE and TRUNCATE refused.
+//! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at)`, key (name, id): the line
+//!   of waiters, one row each, `id` from its sequence (its order; never a clock), `renewals`
+//!   bumped by its owner every `--retry-period`, `expires_at` for `status` only.
 //! - `<p>_records (key text primary key, value bytea, expires_at timestamptz, lease_name text,
 //!   lease_token bigint)`: occurrence records (kept until `expires_at`) and the leader's state
 //!   for `status` (kept while the lease row holds `lease_token`), written fenced.
@@ -27,28 +30,27 @@
 //! it unchanged — holder, token, renewals and expires_at — for a full TTL on its boot clock, and
 //! only by an UPDATE conditional on exactly that (see [`Sighting`]). Renew: UPDATE … WHERE name,
 //! holder and token match (no clock in the condition), bumping `renewals`; no row, or no table,
-//! is a certain loss. Release: holder NULL, expires_at = now(), and a NOTIFY in the same
-//! statement.
+//! is a certain loss. Release: holder NULL, expires_at = now(), and in the same statement a
+//! NOTIFY to the first waiter in line (and one on the table's channel).
 //!
-//! Waiters LISTEN on the table's channel, on a session opened in the background once their first
-//! attempt has been answered (`ensure_listener`: once it listens, the waiter looks again, so no
-//! release is missed; an instance that won opens none). A release wakes them; each
-//! then waits a random delay within its spread before it tries, and an acquisition announces
-//! itself (`NOTIFY … taken`), which cancels the attempts not yet made. The spread adapts as
-//! backoff does on a shared medium: it starts from 5 ms per session listening on the channel
-//! (`pg_stat_activity`, read with every failed attempt), doubles when an attempt loses the race
-//! (up to the retry period) and shrinks back a little each time an attempt is cancelled, so a
-//! lone waiter takes over within milliseconds and a crowd makes a bounded number of attempts
-//! per handover (measured in `tests/postgres_only.rs`). A holder that crashed announces nothing:
-//! waiters read the row every `--retry-period` (a read, no lock) and try once they have seen it
-//! unchanged for a full TTL, about TTL + retry period after the holder's last renewal.
+//! Waiters stand in line: each joins with a waiter row; the first few (`LISTENING_PLACES`) LISTEN
+//! on a channel of their own (`w<id>_<p>`), from before their first attempt or from when they
+//! moved up that far. A release notifies only the first waiter (lowest id), which tries at once;
+//! the others sleep on, so a handover costs the same few statements with any
+//! number of waiters (measured in `tests/postgres_only.rs`). Every waiter looks at the line every
+//! `--retry-period` (one statement: renews its own row, reads the one just ahead and the lease
+//! row). One that has seen the row ahead unchanged for a full TTL on its boot clock deletes it as
+//! dead (see [`AheadSighting`]); the first waiter takes a released row it finds, and a crashed
+//! holder's row once seen unchanged for a full TTL (see [`Sighting`]). A withdrawn waiter deletes
+//! its row (and wakes the next one if the lease row is free); a winner's acquisition deletes it.
+//! The table's own channel carries `free`/`taken` for `watch` (and waiters of older versions).
 //!
 //! Every statement runs under `statement_timeout` and `lock_timeout` shorter than
 //! `--retry-period` (startup `options`, which pgbouncer drops), and every request under a
 //! client-side timer as well. Statements are sent unnamed ([`unnamed`]): nothing is prepared by
 //! name, so a pooler in transaction mode (pgbouncer 1.18) can carry every one of them.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -264,9 +266,13 @@ fn error_text(error: &tokio_postgres::Error) -> String {
     parts.join(": ")
 }
 
-/// The spread of the attempts after a release, per waiter listening: about what waking one
-/// waiter process and its first look cost on a loaded 2-core host (measured: 200 waiters).
-const PER_WAITER: Duration = Duration::from_millis(5);
+/// How many waiters at the front of the line LISTEN; those behind only look every
+/// --retry-period, and start listening once they have moved up this far. PostgreSQL wakes every
+/// session listening in the database on each NOTIFY, whatever its channel (each checks its own
+/// and sleeps again): a line of hundreds that all listened would make each handover wake
+/// hundreds of server processes. A few listening places cover a few handovers within one
+/// retry period; a faster succession reaches the waiters behind at their next look.
+const LISTENING_PLACES: i64 = 4;
 
 /// One attempt to acquire.
 enum Attempt {
@@ -275,8 +281,6 @@ enum Attempt {
         holder: Option<String>,
         /// How long until this waiter may take the row over (see [`Sighting`]).
         wait: Duration,
-        /// Sessions listening on the channel: about how many wait (for any lease in the table).
-        listeners: i64,
     },
 }
 
@@ -302,6 +306,9 @@ struct Ears {
 
 struct Listening {
     client: Client,
+    /// The one channel it LISTENs on: this waiter's own, or the table's (`watch`); none yet for
+    /// a waiter behind the listening places.
+    channel: Option<String>,
 }
 
 struct Shared {
@@ -315,16 +322,15 @@ struct Shared {
     ttl_ms: i64,
     /// Each request's own timer (besides the server's statement_timeout).
     request_timeout: Duration,
-    /// The least spread of the random delay before a woken waiter tries.
-    spread: Duration,
-    /// The largest.
-    max_spread: Duration,
-    /// The current spread, in microseconds (adapted to the contention seen).
-    spread_us: AtomicU64,
-    /// The least spread for the waiters counted at the last attempt, in microseconds.
-    spread_floor_us: AtomicU64,
-    /// Whether the next attempt follows a release (so that losing it means contention).
-    after_release: AtomicBool,
+    /// The waiters table, `<p>_waiters`, and the text its waiters' channels end with.
+    waiters: String,
+    base: String,
+    /// This candidacy's waiter row id (from the token sequence), 0 while it has none.
+    waiter: AtomicI64,
+    /// Whether this waiter stands behind the listening places (it does not LISTEN yet).
+    far_back: AtomicBool,
+    /// The waiter row just ahead of this one as last seen, and since when (see [`AheadSighting`]).
+    ahead: Mutex<Option<(AheadSighting, Duration)>>,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     listener: tokio::sync::Mutex<Option<Listening>>,
     heard: watch::Sender<Heard>,
@@ -333,14 +339,6 @@ struct Shared {
     listening: AtomicBool,
     /// Whether the probe has been made (once per process).
     probed: AtomicBool,
-    /// Whether a listening session is being opened (in the background).
-    opening: AtomicBool,
-    /// Whether this process campaigns (the run form), not only watches or resigns.
-    campaigned: AtomicBool,
-    /// Whether a request on the shared session has been answered (the first attempt, in a
-    /// run), and its waiters: the listening session is opened only after that answer.
-    answered: AtomicBool,
-    answered_now: tokio::sync::Notify,
     /// The payload of this process's probe (`probe`, the identity and the pid).
     probe: String,
     /// How often a waiter that does not listen reads the row.
@@ -384,6 +382,19 @@ struct Sighting {
     /// `expires_at` in microseconds since the epoch (compared, never used as a time).
     expires_us: i64,
     /// The TTL the holder wrote (its own): the taker waits the longer of it and its own.
+    ttl: Duration,
+}
+
+/// The waiter row just ahead of this waiter's, as this waiter saw it. Seen unchanged for a full
+/// TTL on this waiter's boot clock (its owner bumps `renewals` every --retry-period), it is dead:
+/// this waiter deletes it (only if still exactly that) and moves up. Waiter rows decide only the
+/// order of attempts, never who may take the lease row: a live waiter wrongly skipped (paused for
+/// a TTL) loses its place, not safety, and joins again at the back at its next look.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct AheadSighting {
+    id: i64,
+    renewals: i64,
+    /// The longer of its owner's TTL and this waiter's.
     ttl: Duration,
 }
 
@@ -435,7 +446,7 @@ impl Postgres {
         timing: PgTiming,
     ) -> Result<Postgres, StoreError> {
         let (leases, records) = tables(prefix)?;
-        let base = leases.strip_suffix("_leases").unwrap_or(&leases);
+        let base = leases.strip_suffix("_leases").unwrap_or(&leases).to_owned();
         let (tokens, guard) = (format!("{base}_tokens"), format!("{base}_guard"));
         let statement = (timing.retry_period * 3 / 4).max(Duration::from_millis(50));
         let lock = (timing.retry_period / 2).max(Duration::from_millis(20));
@@ -475,27 +486,16 @@ impl Postgres {
                 identity,
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
                 request_timeout: timing.retry_period.max(Duration::from_millis(100)),
-                spread: (timing.retry_period / 8).min(Duration::from_millis(20)),
-                max_spread: timing.retry_period,
-                spread_us: AtomicU64::new(
-                    u64::try_from(
-                        (timing.retry_period / 8)
-                            .min(Duration::from_millis(20))
-                            .as_micros(),
-                    )
-                    .unwrap_or(u64::MAX),
-                ),
-                after_release: AtomicBool::new(false),
-                spread_floor_us: AtomicU64::new(0),
+                waiters: format!("{base}_waiters"),
+                base,
+                waiter: AtomicI64::new(0),
+                far_back: AtomicBool::new(false),
+                ahead: Mutex::new(None),
                 client: tokio::sync::Mutex::new(None),
                 listener: tokio::sync::Mutex::new(None),
                 heard,
                 listening: AtomicBool::new(listen),
                 probed: AtomicBool::new(false),
-                opening: AtomicBool::new(false),
-                campaigned: AtomicBool::new(false),
-                answered: AtomicBool::new(false),
-                answered_now: tokio::sync::Notify::new(),
                 probe,
                 poll: timing.retry_period.max(Duration::from_millis(100)),
                 held: AtomicI64::new(0),
@@ -624,9 +624,6 @@ impl Postgres {
     {
         let client = self.client().await?;
         let outcome = tokio::time::timeout(self.shared.request_timeout, f(client.clone())).await;
-        if !self.shared.answered.swap(true, Ordering::SeqCst) {
-            self.shared.answered_now.notify_waiters();
-        }
         let result = match outcome {
             Ok(Ok(value)) => return Ok(value),
             // The tables (or the token sequence) were dropped under us: make them again on the
@@ -753,20 +750,24 @@ impl Postgres {
         let leases = self.leases();
         let records = self.records();
         let tokens = self.qualified(&self.shared.tokens);
+        let waiters = self.qualified(&self.shared.waiters);
         // A trigger's name is not schema-qualified; its function's is.
         let guard = quote_ident(&self.shared.guard);
         let guard_fn = self.qualified(&self.shared.guard);
         // Everything the current layout needs, so that tables made by an earlier version are
-        // brought up to date (the `renewals` column, the token sequence, the guard trigger).
+        // brought up to date (the `renewals` column, the token sequence, the guard trigger, the
+        // waiters table).
         // The ownership check is sent with the look at the tables, in the same round trip
         // (pipelined); its answer counts only when the tables are complete, else the DDL below
         // runs it again inside its transaction.
-        let params: [&dyn unnamed::Param; 4] = [&leases, &records, &tokens, &self.shared.guard];
+        let params: [&dyn unnamed::Param; 5] =
+            [&leases, &records, &tokens, &self.shared.guard, &waiters];
         let (exists, foreign) = tokio::join!(
             unnamed::query_one(
                 client,
                 "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
                     AND pg_catalog.to_regclass($3) IS NOT NULL
+                    AND pg_catalog.to_regclass($5) IS NOT NULL
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)
                                 AND attname = 'renewals' AND NOT attisdropped)
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1)
@@ -809,6 +810,15 @@ impl Postgres {
                      expires_at timestamptz,
                      lease_name text,
                      lease_token bigint
+                 );
+                 CREATE TABLE IF NOT EXISTS {waiters} (
+                     name text NOT NULL,
+                     id bigserial NOT NULL,
+                     identity text NOT NULL,
+                     renewals bigint NOT NULL DEFAULT 0,
+                     ttl_ms bigint NOT NULL,
+                     expires_at timestamptz NOT NULL,
+                     PRIMARY KEY (name, id)
                  );
                  CREATE SEQUENCE IF NOT EXISTS {tokens};
                  SELECT CASE WHEN t.m >= s.last_value THEN setval({tokens_literal}, t.m) END
@@ -925,108 +935,80 @@ impl Postgres {
         )))
     }
 
-    /// Makes sure the listening session is up, or being opened: it is opened in the background,
-    /// so that neither the first attempt nor the command waits for it. Once it listens, it
-    /// counts as a release heard: a waiter whose attempt failed before it listened (and any
-    /// waiter after a listener restart) then looks again, so no release is missed in between.
-    /// The shared session is opened first (it learns the schema the listening one is pinned to;
-    /// an unreachable server or a refused login is reported here).
+    /// Makes sure the listening session is up; a new one counts as a release heard (anything
+    /// may have happened while none listened).
     async fn ensure_listener(&self) -> Result<(), StoreError> {
         if !self.shared.listening.load(Ordering::SeqCst) {
             return Ok(());
         }
-        self.client().await?;
-        if let Some(listening) = self.shared.listener.lock().await.as_ref()
+        // Behind the listening places: the session is opened now (its setup is the costly part,
+        // kept away from handovers), the LISTEN comes once this waiter has moved up.
+        let far_back = self.shared.waiter.load(Ordering::SeqCst) != 0
+            && self.shared.far_back.load(Ordering::SeqCst);
+        let channel = self.listen_channel();
+        let wanted = (!far_back).then_some(channel.clone());
+        let mut slot = self.shared.listener.lock().await;
+        if let Some(listening) = slot.as_ref()
             && !listening.client.is_closed()
+            && listening.channel == wanted
         {
             return Ok(());
         }
-        if self.shared.opening.swap(true, Ordering::SeqCst) {
+        let client = match slot.take() {
+            // Open and listening on nothing yet: LISTEN there.
+            Some(listening) if !listening.client.is_closed() && listening.channel.is_none() => {
+                listening.client
+            }
+            _ => {
+                // The tables first: LISTEN is fine without them, but the first read is not.
+                self.client().await?;
+                self.open(true).await?
+            }
+        };
+        if far_back {
+            *slot = Some(Listening {
+                client,
+                channel: None,
+            });
             return Ok(());
         }
-        let me = self.clone();
-        tokio::spawn(async move {
-            // Not before the first attempt has been answered (bounded): on a loaded host a
-            // second connect would compete with it for the CPU, and an instance that won needs
-            // no listening session (it opens one if it campaigns again, holding nothing).
-            let answered = me.shared.answered_now.notified();
-            if !me.shared.answered.load(Ordering::SeqCst) {
-                let _ = tokio::time::timeout(me.shared.request_timeout, answered).await;
-            }
-            if me.shared.held.load(Ordering::SeqCst) != 0 {
-                me.shared.opening.store(false, Ordering::SeqCst);
-                return;
-            }
-            if let Err(e) = me.open_listener().await {
-                // Waiters poll meanwhile; the next look tries again.
-                tracing::debug!(error = %e, "PostgreSQL: the listening session did not open");
-            }
-            me.shared.opening.store(false, Ordering::SeqCst);
-        });
-        Ok(())
-    }
-
-    /// Opens the listening session, LISTENs, and announces it (see `ensure_listener`).
-    async fn open_listener(&self) -> Result<(), StoreError> {
-        let client = self.open(true).await?;
-        let listen = self.listen_statement();
+        let listen = format!("LISTEN {}", quote_ident(&channel));
         tokio::time::timeout(self.shared.request_timeout, client.batch_execute(&listen))
             .await
             .map_err(|_| StoreError::Transient("LISTEN got no answer".into()))?
             .map_err(classify)?;
-        *self.shared.listener.lock().await = Some(Listening { client });
-        self.shared.heard.send_modify(|h| h.free += 1);
-        if !self.shared.probed.swap(true, Ordering::SeqCst) {
-            // Whether notifications arrive is checked in the background too. Until it answers,
-            // a waiter listens and polls the row every --retry-period as well
-            // (`predecessor_gone`), so a notification that never comes costs no more than the
-            // poll that follows anyway.
-            self.probe_listener().await;
-        }
-        Ok(())
-    }
-
-    /// Runs the probe; when the NOTIFY does not come back (pgbouncer in transaction mode),
-    /// waiters stop listening and poll, and the listening session is closed.
-    async fn probe_listener(&self) {
-        match self.probe().await {
-            Ok(true) => {}
-            Ok(false) => {
-                // Said once by an instance that campaigns; `watch` and `resign` (whose one line
-                // on stderr is their answer) only poll.
-                if self.shared.campaigned.load(Ordering::SeqCst) {
-                    tracing::warn!(
-                        "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
-                         waiters read the lease row every {:?} and at its expiry instead; \
-                         add leader_exec_listen=off to the URL to skip this check",
-                        self.shared.poll
-                    );
-                } else {
-                    tracing::debug!("PostgreSQL: notifications do not arrive; polling");
-                }
+        if !self.shared.probed.load(Ordering::SeqCst) {
+            let arrived = self.probe(&channel).await?;
+            self.shared.probed.store(true, Ordering::SeqCst);
+            if !arrived {
+                tracing::warn!(
+                    "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
+                     waiters read the lease row every {:?} and at its expiry instead; \
+                     add leader_exec_listen=off to the URL to skip this check",
+                    self.shared.poll
+                );
                 self.shared.listening.store(false, Ordering::SeqCst);
-                self.shared.listener.lock().await.take();
-                // Anything announced meanwhile went unheard: look again.
-                self.shared.heard.send_modify(|h| h.free += 1);
-            }
-            // No answer: the next listening session checks again.
-            Err(_) => {
-                self.shared.probed.store(false, Ordering::SeqCst);
-                self.shared.listener.lock().await.take();
+                return Ok(());
             }
         }
+        self.shared.heard.send_modify(|h| h.free += 1);
+        *slot = Some(Listening {
+            client,
+            channel: Some(channel),
+        });
+        Ok(())
     }
 
     /// Whether notifications reach the listening session: a NOTIFY on the channel, sent from
     /// the shared session (another one), must come back within min(--retry-period, 1 s).
     /// Other listeners on the channel ignore it.
-    async fn probe(&self) -> Result<bool, StoreError> {
+    async fn probe(&self, channel: &str) -> Result<bool, StoreError> {
         let shared = &self.shared;
         let mut rx = shared.heard.subscribe();
         let before = rx.borrow_and_update().probes;
         let wait = shared.request_timeout.min(Duration::from_secs(1));
         let sql = "SELECT pg_notify($1, $2)::text";
-        let a = (shared.channel.clone(), shared.probe.clone());
+        let a = (channel.to_owned(), shared.probe.clone());
         self.request(|c| async move { unnamed::query(&c, sql, &[&a.0, &a.1]).await })
             .await?;
         let until = tokio::time::Instant::now() + wait;
@@ -1058,9 +1040,36 @@ impl Postgres {
         tokio::time::Instant::now() + left
     }
 
-    /// The statement a listening session ran last (how `pg_stat_activity` shows the waiters).
-    fn listen_statement(&self) -> String {
-        format!("LISTEN {}", quote_ident(&self.shared.channel))
+    /// The channel a waiter row's owner LISTENs on: `w<id>_<p>`, cut to PostgreSQL's 63 bytes
+    /// (as [`waiter_channel_sql`] builds it). Two prefixes whose names share their first 50-odd
+    /// characters may share a channel for the same id: the cost is a wake-up that looks once.
+    fn waiter_channel(&self, id: i64) -> String {
+        let mut channel = format!("w{id}_{}", self.shared.base);
+        channel.truncate(63);
+        channel
+    }
+
+    /// The channel the listening session should be on: this waiter's own while it waits in
+    /// line (a release wakes only the first waiter), the table's otherwise (`watch`).
+    fn listen_channel(&self) -> String {
+        match self.shared.waiter.load(Ordering::SeqCst) {
+            0 => self.shared.channel.clone(),
+            id => self.waiter_channel(id),
+        }
+    }
+
+    /// The waiters in line whose last renewal was within their TTL as the server's clock says
+    /// (a display: a dead row stays in line until the waiter behind it skips it).
+    async fn waiting(&self) -> Result<i64, StoreError> {
+        let sql = format!(
+            "SELECT count(*) FROM {} WHERE name = $1 AND expires_at > now()",
+            self.qualified(&self.shared.waiters)
+        );
+        let name = self.shared.name.clone();
+        let row = self
+            .request(|c| async move { unnamed::query_one(&c, &sql, &[&name]).await })
+            .await?;
+        Ok(row.get(0))
     }
 
     /// The row: (holder, token, milliseconds left, whether it has not expired).
@@ -1096,12 +1105,14 @@ impl Postgres {
                      OR (holder = $6 AND token = $7 AND renewals = $8
                          AND (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint = $9))
                  RETURNING token),
-             told AS (SELECT pg_notify($4, {taken}) FROM won)
+             told AS (SELECT pg_notify($4, {taken}) FROM won),
+             left_line AS (DELETE FROM {waiters} WHERE name = $1 AND id = $5
+                           AND EXISTS (SELECT 1 FROM won))
              SELECT (SELECT token FROM won), (SELECT count(*) FROM told),
-                    (SELECT count(*) FROM pg_stat_activity WHERE query = $5),
                     {ROW_COLUMNS}
              FROM {leases} WHERE name = $1",
             leases = self.leases(),
+            waiters = self.qualified(&shared.waiters),
             tokens = quote_literal(&self.qualified(&shared.tokens)),
         );
         // What may be taken over: the sighting, once seen for its full TTL (NULLs match nothing).
@@ -1111,7 +1122,7 @@ impl Postgres {
             shared.identity.clone(),
             shared.ttl_ms,
             shared.channel.clone(),
-            self.listen_statement(),
+            shared.waiter.load(Ordering::SeqCst),
             ripe.as_ref().map(|s| s.holder.clone()),
             ripe.as_ref().map(|s| s.token),
             ripe.as_ref().map(|s| s.renewals),
@@ -1131,15 +1142,15 @@ impl Postgres {
         Ok(row.map(|row| match row.get::<_, Option<i64>>(0) {
             Some(token) => {
                 *shared.sighting.lock().expect("not poisoned") = None;
+                // Its waiter row went in the same statement.
+                shared.waiter.store(0, Ordering::SeqCst);
                 Attempt::Won(token)
             }
             None => {
-                let listeners = row.get(2);
-                let seen = Row::from(&row, 3);
+                let seen = Row::from(&row, 2);
                 Attempt::Held {
                     holder: seen.holder.clone(),
                     wait: self.sight(&seen, received),
-                    listeners,
                 }
             }
         }))
@@ -1207,9 +1218,12 @@ impl Postgres {
                  INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms)
                  VALUES ($1, $2, nextval({tokens}), now() + $3::bigint * interval '1 millisecond', $3)
                  ON CONFLICT (name) DO NOTHING
-                 RETURNING token)
+                 RETURNING token),
+             left_line AS (DELETE FROM {waiters} WHERE name = $1 AND id = $5
+                           AND EXISTS (SELECT 1 FROM won))
              SELECT token, pg_notify($4, {taken})::text FROM won",
             leases = self.leases(),
+            waiters = self.qualified(&shared.waiters),
             tokens = quote_literal(&self.qualified(&shared.tokens)),
         );
         let a = (
@@ -1217,13 +1231,18 @@ impl Postgres {
             shared.identity.clone(),
             shared.ttl_ms,
             shared.channel.clone(),
+            shared.waiter.load(Ordering::SeqCst),
         );
         let row = self
-            .request(
-                |c| async move { unnamed::query_opt(&c, &insert, &[&a.0, &a.1, &a.2, &a.3]).await },
-            )
+            .request(|c| async move {
+                unnamed::query_opt(&c, &insert, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
             .await?;
-        Ok(row.map(|r| r.get(0)))
+        let token = row.map(|r| r.get(0));
+        if token.is_some() {
+            shared.waiter.store(0, Ordering::SeqCst);
+        }
+        Ok(token)
     }
 
     fn leader_of(&self, holder: Option<String>, token: i64, live: bool) -> Option<Leader> {
@@ -1243,6 +1262,110 @@ impl Postgres {
             "FROM {} WHERE name = $4 AND holder = $5 AND token = $6 AND expires_at > now() FOR SHARE",
             self.leases()
         )
+    }
+
+    /// Joins the line: a waiter row at its back, its id from the table's own sequence
+    /// (`<p>_waiters_id_seq`: strictly increasing; never a clock).
+    async fn join_line(&self) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        if shared.waiter.load(Ordering::SeqCst) != 0 {
+            return Ok(());
+        }
+        let sql = format!(
+            "INSERT INTO {waiters} (name, identity, ttl_ms, expires_at)
+             VALUES ($1, $2, $3, now() + $3::bigint * interval '1 millisecond')
+             RETURNING id, (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1
+                                                   LIMIT {LISTENING_PLACES}) ahead)",
+            waiters = self.qualified(&shared.waiters),
+        );
+        let a = (shared.name.clone(), shared.identity.clone(), shared.ttl_ms);
+        let row = self
+            .request(|c| async move { unnamed::query_one(&c, &sql, &[&a.0, &a.1, &a.2]).await })
+            .await?;
+        // The rows there before this one, all ahead of it (ids only grow).
+        shared
+            .far_back
+            .store(row.get::<_, i64>(1) >= LISTENING_PLACES, Ordering::SeqCst);
+        shared.waiter.store(row.get(0), Ordering::SeqCst);
+        *shared.ahead.lock().expect("not poisoned") = None;
+        Ok(())
+    }
+
+    /// A waiter's look, once per --retry-period, in one statement: renews its own row, reads
+    /// the row just ahead of it and the lease row. Returns whether its own row is still there
+    /// (an UPDATE, never an upsert: a look that arrives late, after the row was deleted, puts
+    /// nothing back), the row ahead (none: this waiter is first), how many are ahead (up to
+    /// `LISTENING_PLACES`) and how long until the lease row may be taken ([`Postgres::sight`]).
+    async fn poll_line(&self) -> Result<(bool, Option<AheadSighting>, i64, Duration), StoreError> {
+        let shared = &self.shared;
+        let sql = format!(
+            "WITH mine AS (
+                 UPDATE {waiters} SET renewals = renewals + 1, ttl_ms = $4,
+                     expires_at = now() + $4::bigint * interval '1 millisecond'
+                 WHERE name = $1 AND id = $2 AND identity = $3
+                 RETURNING 1)
+             SELECT (SELECT count(*) FROM mine), a.id, a.renewals, a.ttl_ms,
+                    l.holder, l.token, l.renewals,
+                    (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint, l.ttl_ms,
+                    (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1 AND id < $2
+                                           LIMIT {LISTENING_PLACES}) places)
+             FROM (SELECT 1) one
+             LEFT JOIN LATERAL (SELECT id, renewals, ttl_ms FROM {waiters}
+                                WHERE name = $1 AND id < $2 ORDER BY id DESC LIMIT 1) a ON true
+             LEFT JOIN {leases} l ON l.name = $1",
+            waiters = self.qualified(&shared.waiters),
+            leases = self.leases(),
+        );
+        let a = (
+            shared.name.clone(),
+            shared.waiter.load(Ordering::SeqCst),
+            shared.identity.clone(),
+            shared.ttl_ms,
+        );
+        let row = self
+            .request(
+                |c| async move { unnamed::query_one(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await },
+            )
+            .await?;
+        let received = BootClock.now();
+        let ahead = row.get::<_, Option<i64>>(1).map(|id| AheadSighting {
+            id,
+            renewals: row.get(2),
+            ttl: shared
+                .ttl
+                .max(Duration::from_millis(row.get::<_, i64>(3).max(0) as u64)),
+        });
+        let wait = match row.get::<_, Option<i64>>(5) {
+            Some(_) => self.sight(&Row::from(&row, 4), received),
+            None => Duration::ZERO,
+        };
+        Ok((row.get::<_, i64>(0) > 0, ahead, row.get(9), wait))
+    }
+
+    /// Notes the waiter row ahead as seen at `received`; how long until it counts as dead
+    /// (zero: seen unchanged for its full TTL on this waiter's boot clock).
+    fn sight_ahead(&self, seen: AheadSighting, received: Duration) -> Duration {
+        let mut ahead = self.shared.ahead.lock().expect("not poisoned");
+        let since = match ahead.as_ref() {
+            Some((before, since)) if *before == seen => *since,
+            _ => received,
+        };
+        let dead_at = since + seen.ttl;
+        *ahead = Some((seen, since));
+        dead_at.saturating_sub(BootClock.now())
+    }
+
+    /// Deletes a dead waiter row ahead, only if it is still exactly as seen.
+    async fn skip_dead(&self, dead: &AheadSighting) -> Result<(), StoreError> {
+        let sql = format!(
+            "DELETE FROM {} WHERE name = $1 AND id = $2 AND renewals = $3",
+            self.qualified(&self.shared.waiters)
+        );
+        let a = (self.shared.name.clone(), dead.id, dead.renewals);
+        self.request(|c| async move { unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2]).await })
+            .await?;
+        *self.shared.ahead.lock().expect("not poisoned") = None;
+        Ok(())
     }
 
     /// Waits for a release heard after `seen`, or until `until`, whichever first. Returns the
@@ -1265,6 +1388,14 @@ impl Postgres {
             }
         }
     }
+}
+
+/// SQL for the channel of the waiter row whose id is `id` (an expression): [`Postgres::waiter_channel`].
+fn waiter_channel_sql(id: &str, base: &str) -> String {
+    format!(
+        "pg_catalog.left('w' || ({id})::text || '_' || {}, 63)",
+        quote_literal(base)
+    )
 }
 
 fn quote_literal(text: &str) -> String {
@@ -1324,9 +1455,10 @@ impl Backend for Postgres {
         // it could not release is left to expire, never renewed by the new keeper (which would
         // keep it alive while this candidacy waits behind it).
         self.shared.held.store(0, Ordering::SeqCst);
-        self.shared.campaigned.store(true, Ordering::SeqCst);
-        // The listening session opens in the background; a release between a failed attempt
-        // and the moment it listens is not missed (`ensure_listener`).
+        // A place at the back of the line (kept if a first try got one but failed later), and
+        // listening on its channel before the first attempt: no release can fall between a
+        // failed attempt and the wait that follows it.
+        self.join_line().await?;
         self.ensure_listener().await?;
         Ok(Candidacy {
             lease_id: None,
@@ -1348,35 +1480,16 @@ impl Backend for Postgres {
         if candidacy.token != 0 && held == candidacy.token {
             return Ok(Turn::Leading { token: held });
         }
+        self.join_line().await?;
         self.ensure_listener().await?;
         // What was heard before this look: a release after it wakes the wait that follows.
         let seen = shared.heard.borrow().free;
-        let after_release = shared.after_release.swap(false, Ordering::SeqCst);
         let (holder, wait) = match self.acquire().await? {
             Some(Attempt::Won(token)) => {
                 shared.held.store(token, Ordering::SeqCst);
                 return Ok(Turn::Leading { token });
             }
-            Some(Attempt::Held {
-                holder,
-                wait,
-                listeners,
-            }) => {
-                // About as many waiters as listen will wake on the next release: spread their
-                // attempts so that few are made before the winner's announcement arrives.
-                let floor = (PER_WAITER * u32::try_from(listeners.max(1)).unwrap_or(u32::MAX))
-                    .clamp(shared.spread, shared.max_spread);
-                shared.spread_floor_us.store(
-                    u64::try_from(floor.as_micros()).unwrap_or(u64::MAX),
-                    Ordering::SeqCst,
-                );
-                let _ = shared
-                    .spread_us
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |us| {
-                        Some(us.max(floor.as_micros() as u64))
-                    });
-                (holder, wait)
-            }
+            Some(Attempt::Held { holder, wait }) => (holder, wait),
             None => match self.insert_new().await? {
                 Some(token) => {
                     shared.held.store(token, Ordering::SeqCst);
@@ -1386,15 +1499,6 @@ impl Backend for Postgres {
                 None => (None, self.look().await?),
             },
         };
-        if after_release {
-            // Lost the race after a release: others are trying too; spread out more.
-            let max = u64::try_from(shared.max_spread.as_micros()).unwrap_or(u64::MAX);
-            let _ = shared
-                .spread_us
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |us| {
-                    Some(us.saturating_mul(2).min(max))
-                });
-        }
         Ok(Turn::Behind(Ahead {
             key: holder.unwrap_or_default().into_bytes(),
             revision: seen,
@@ -1405,67 +1509,63 @@ impl Backend for Postgres {
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
         let shared = &self.shared;
         let mut seen = ahead.revision;
+        // Until the first look at the line this waiter may be first: the lease row's own wait.
         let mut wait = ahead.expires_in.unwrap_or_default();
         loop {
-            // A holder that crashed announces nothing. The row is read every --retry-period
-            // (a read, no lock), so that the holder's last renewal is seen within a retry period
-            // of it and the takeover comes about a TTL after that; and at the instant this
-            // waiter will have seen the row unchanged for a full TTL it tries (the attempt's
-            // UPDATE is conditional on the row being exactly as seen).
-            let ripe = wait <= shared.poll;
+            // A release wakes only the first waiter in line (its own channel), which then tries
+            // at once. Every waiter looks at the line every --retry-period anyway (renewing its
+            // own row): the first one also reads the lease row, so that a holder that crashed
+            // is taken over once this waiter has seen its row unchanged for a full TTL, and a
+            // release whose notification was lost (or never sent: leader_exec_listen=off) is
+            // found within a retry period. Waiters behind the first sleep through releases.
             let heard = self
                 .wait_heard(seen, tokio::time::Instant::now() + wait.min(shared.poll))
                 .await;
-            let released = heard.free > seen;
-            if !released {
-                if ripe {
-                    return Ok(());
-                }
-                wait = self.look().await?;
-                if wait.is_zero() {
-                    return Ok(());
-                }
+            if heard.free > seen {
+                return Ok(());
+            }
+            seen = heard.free;
+            let (mine, ahead, places, lease_wait) = self.poll_line().await?;
+            let received = BootClock.now();
+            if !mine {
+                // Taken for dead by the waiter behind (this process was paused for a TTL, say):
+                // back in line, at the back, on a new channel.
+                shared.waiter.store(0, Ordering::SeqCst);
+                self.join_line().await?;
+                self.ensure_listener().await?;
                 seen = shared.heard.borrow().free;
+                wait = Duration::ZERO;
                 continue;
             }
-            // A release: try after a random delay within the spread, unless an acquisition is
-            // heard first.
-            let taken_before = heard.taken;
-            let spread = Duration::from_micros(shared.spread_us.load(Ordering::SeqCst));
-            let delay = spread.mul_f64(fastrand_f64());
-            let mut rx = shared.heard.subscribe();
-            let until = tokio::time::Instant::now() + delay;
-            let taken = loop {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(until) => break None,
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            break None;
-                        }
-                        let now = *rx.borrow_and_update();
-                        if now.taken > taken_before {
-                            break Some(now);
-                        }
-                    }
-                }
-            };
-            match taken {
+            if places < LISTENING_PLACES && shared.far_back.swap(false, Ordering::SeqCst) {
+                // Moved up into the listening places: LISTEN, then look again, so that a
+                // release between that look and the LISTEN is not missed.
+                self.ensure_listener().await?;
+                seen = shared.heard.borrow().free;
+                wait = Duration::ZERO;
+                continue;
+            }
+            match ahead {
                 None => {
-                    shared.after_release.store(true, Ordering::SeqCst);
-                    return Ok(());
+                    *shared.ahead.lock().expect("not poisoned") = None;
+                    // First in line: the lease row is free, gone, or ripe for a takeover.
+                    if lease_wait.is_zero() {
+                        return Ok(());
+                    }
+                    wait = lease_wait;
                 }
-                Some(now) => {
-                    // Someone was faster: contention is covered; narrow the spread a little.
-                    let least = shared.spread_floor_us.load(Ordering::SeqCst);
-                    let _ =
-                        shared
-                            .spread_us
-                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |us| {
-                                Some((us - us / 32).max(least))
-                            });
-                    seen = now.free;
-                    // The new holder has to be seen for a full TTL from now on.
-                    wait = Duration::from_millis(now.taken_ttl_ms.max(0) as u64).max(shared.ttl);
+                Some(ahead) => {
+                    // Not first: the lease row is the first waiter's to take. The one just
+                    // ahead, seen unchanged for a full TTL, is dead: skip it and look again, so
+                    // that a dead waiter delays the line by a TTL at most (each in a row of
+                    // dead ones by another).
+                    let left = self.sight_ahead(ahead.clone(), received);
+                    if left.is_zero() {
+                        self.skip_dead(&ahead).await?;
+                        wait = Duration::ZERO;
+                    } else {
+                        wait = left;
+                    }
                 }
             }
         }
@@ -1477,19 +1577,49 @@ impl Backend for Postgres {
     }
 
     async fn resign(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
+        let s = &self.shared;
         if candidacy.token == 0 {
-            // A waiter holds nothing.
+            // A waiter holds no lease, only its place in line: it leaves the line, and if the
+            // lease row is free meanwhile (a release woke this waiter, which is going), it wakes
+            // the next waiter in its place.
+            let id = s.waiter.load(Ordering::SeqCst);
+            if id == 0 {
+                return Ok(());
+            }
+            let sql = format!(
+                "WITH gone AS (DELETE FROM {waiters} WHERE name = $1 AND id = $2 RETURNING 1),
+                      next AS (SELECT id FROM {waiters} WHERE name = $1 AND id <> $2
+                               ORDER BY id LIMIT 1)
+                 SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text
+                 FROM next, {leases} l WHERE l.name = $1 AND l.holder IS NULL",
+                waiters = self.qualified(&s.waiters),
+                leases = self.leases(),
+                channel = waiter_channel_sql("next.id", &s.base),
+            );
+            let a = (s.name.clone(), id);
+            self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1]).await })
+                .await?;
+            let _ = s
+                .waiter
+                .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
             return Ok(());
         }
+        // The release wakes the first waiter in line (its own channel: the others sleep on) and
+        // whoever watches the table's channel (`watch`); a dead first waiter is skipped by the
+        // one behind it after a TTL, which then finds the row free.
         let sql = format!(
             "WITH gone AS (
-                 UPDATE {} SET holder = NULL, expires_at = now()
+                 UPDATE {leases} SET holder = NULL, expires_at = now()
                  WHERE name = $1 AND holder = $2 AND token = $3
-                 RETURNING 1)
-             SELECT pg_notify($4, 'free' || chr(10) || $1)::text FROM gone",
-            self.leases()
+                 RETURNING 1),
+             first AS (SELECT id FROM {waiters} WHERE name = $1 ORDER BY id LIMIT 1)
+             SELECT pg_notify($4, 'free' || chr(10) || $1)::text,
+                    (SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text FROM first)
+             FROM gone",
+            leases = self.leases(),
+            waiters = self.qualified(&s.waiters),
+            channel = waiter_channel_sql("first.id", &s.base),
         );
-        let s = &self.shared;
         let a = (
             s.name.clone(),
             s.identity.clone(),
@@ -1513,9 +1643,10 @@ impl Backend for Postgres {
         // listens and misses nothing in between.
         let heard = *self.shared.heard.borrow();
         let row = self.read_row().await?;
+        let waiting = self.waiting().await?;
         let leader = row.and_then(|(holder, token, _, live)| self.leader_of(holder, token, live));
         Ok(Observation {
-            candidates: i64::from(leader.is_some()),
+            candidates: i64::from(leader.is_some()) + waiting,
             leader,
             revision: heard.free + heard.taken,
         })
@@ -1660,8 +1791,11 @@ impl Backend for Postgres {
     async fn observe_all(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
         // The prefix is the table: every row in it is an election.
         let sql = format!(
-            "SELECT name, holder, token, expires_at > now() FROM {} ORDER BY name",
-            self.leases()
+            "SELECT l.name, l.holder, l.token, l.expires_at > now(),
+                    (SELECT count(*) FROM {waiters} w WHERE w.name = l.name AND w.expires_at > now())
+             FROM {leases} l ORDER BY l.name",
+            leases = self.leases(),
+            waiters = self.qualified(&self.shared.waiters),
         );
         let rows = self
             .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
@@ -1680,7 +1814,7 @@ impl Backend for Postgres {
                 });
                 Election {
                     name: name.into_bytes(),
-                    candidates: i64::from(leader.is_some()),
+                    candidates: i64::from(leader.is_some()) + r.get::<_, i64>(4),
                     leader,
                 }
             })
@@ -1813,18 +1947,6 @@ impl Postgres {
             self.leases()
         )
     }
-}
-
-/// A uniform random number in [0, 1).
-fn fastrand_f64() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Renews the row this instance holds, on a session of its own (a renewal never queues behind
