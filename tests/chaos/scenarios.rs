@@ -357,12 +357,23 @@ pub fn leader_exec_sigstop(store: &mut Etcd, ctx: &mut Ctx) {
 
     let resumed = now_ns();
     trial.contender_mut(&first.name).signal(Signal::SIGCONT);
+    // Stopped: the command's trap recorded the kill signal, or the command is dead (etcd
+    // expired the lease while leader-exec was frozen, so the claim is gone and SIGKILL follows
+    // the kill signal at once: the trap may never run).
     let name = first.name.clone();
-    let stop = trial.wait_record(
-        SLACK,
-        |r| matches!(r, crate::history::Record::Stop { name: n, .. } if *n == name),
-    );
-    let Some(crate::history::Record::Stop { time: stop, .. }) = stop else {
+    let mut stopped_at = None;
+    wait_for(SLACK, || {
+        stopped_at = trial
+            .records()
+            .into_iter()
+            .find_map(|r| match r {
+                crate::history::Record::Stop { name: n, time } if n == name => Some(time),
+                _ => None,
+            })
+            .or_else(|| (!alive(first.pid)).then(now_ns));
+        stopped_at.is_some()
+    });
+    let Some(stop) = stopped_at else {
         trial.fail("the resumed leader-exec did not stop its command");
     };
     let reaction = Duration::from_nanos(stop.saturating_sub(resumed) as u64);
