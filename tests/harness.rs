@@ -1093,6 +1093,30 @@ impl Postgres {
         Postgres::start_with_env(extra, &[])
     }
 
+    /// Starts under libfaketime (Debian's `faketime`): the server's clock is offset by what the
+    /// returned file says (`+0` at first; write `+30s`, say, to step it while the server runs).
+    pub fn start_with_faketime() -> (Postgres, tempfile::NamedTempFile) {
+        const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+        let clock = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(clock.path(), "+0\n").unwrap();
+        // The server runs as the `postgres` user and reads the file the test writes.
+        std::fs::set_permissions(
+            clock.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        let file = path_str(clock.path());
+        let pg = Postgres::start_with_env(
+            "",
+            &[
+                ("LD_PRELOAD", FAKETIME),
+                ("FAKETIME_TIMESTAMP_FILE", &file),
+                ("FAKETIME_NO_CACHE", "1"),
+            ],
+        );
+        (pg, clock)
+    }
+
     /// Starts with more environment for the server, e.g. `LD_PRELOAD` of libfaketime.
     pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Postgres {
         let dir = tempfile::Builder::new()

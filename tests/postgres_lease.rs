@@ -13,8 +13,6 @@ use crate::harness::*;
 /// Slack for a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(2);
 
-const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
 /// A job that waits for `go` and records a TERM it gets (it ignores it: only SIGKILL ends it
 /// before `go`).
 fn waiting_job(scratch: &Scratch, name: &str, go: &std::path::Path) -> Vec<String> {
@@ -38,23 +36,7 @@ fn starts(scratch: &Scratch) -> usize {
 
 #[test]
 fn a_server_clock_step_lets_no_waiter_and_no_fresh_instance_start_beside_the_leader() {
-    let clock = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(clock.path(), "+0\n").unwrap();
-    // The server reads the file the test writes (it runs as the `postgres` user).
-    std::fs::set_permissions(
-        clock.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .unwrap();
-    let file = path_str(clock.path());
-    let pg = Postgres::start_with_env(
-        "",
-        &[
-            ("LD_PRELOAD", FAKETIME),
-            ("FAKETIME_TIMESTAMP_FILE", &file),
-            ("FAKETIME_NO_CACHE", "1"),
-        ],
-    );
+    let (pg, clock) = Postgres::start_with_faketime();
     let server_now = || pg.psql("SELECT extract(epoch FROM now())::bigint");
     let scratch = Scratch::new();
     let endpoint = Store::endpoint(&pg);

@@ -9,13 +9,10 @@ use std::time::{Duration, Instant};
 use super::{SLACK, next_leader, parent_of, single, wait_all_dead};
 use crate::Ctx;
 use crate::harness::{
-    Postgres, Proxy, Store, ZooKeeper, group_has_live_member, leader_exec, now_ns, path_str,
-    wait_for,
+    Postgres, Proxy, Store, ZooKeeper, group_has_live_member, leader_exec, now_ns, wait_for,
 };
 use crate::history::Record;
 use crate::trial::{FAST, JobKind, NAMES, Timing, Trial, die_with_the_runner};
-
-const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// A PostgreSQL server under libfaketime whose clock offset the runner sets (a file the server
 /// reads on every clock call).
@@ -26,23 +23,7 @@ pub struct SteppedPostgres {
 
 impl SteppedPostgres {
     pub fn start() -> SteppedPostgres {
-        let clock = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(clock.path(), "+0\n").unwrap();
-        // The server runs as the `postgres` user and reads the file the runner writes.
-        std::fs::set_permissions(
-            clock.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o644),
-        )
-        .unwrap();
-        let file = path_str(clock.path());
-        let pg = Postgres::start_with_env(
-            "",
-            &[
-                ("LD_PRELOAD", FAKETIME),
-                ("FAKETIME_TIMESTAMP_FILE", &file),
-                ("FAKETIME_NO_CACHE", "1"),
-            ],
-        );
+        let (pg, clock) = Postgres::start_with_faketime();
         SteppedPostgres { pg, clock }
     }
 
