@@ -2,13 +2,14 @@
 
 use clap::error::ErrorKind;
 
-use crate::cli::{self, Cli, LogFormat, Subcommand};
+use crate::cli::{self, Cli, Subcommand};
 use crate::clock::BootClock;
 use crate::election::etcd::{self, Etcd};
 use crate::election::postgres::{PgTiming, Postgres};
 use crate::election::zookeeper::{ZkTiming, ZooKeeper};
 use crate::election::{Backend, Reach, StartError, first_contact};
 use crate::exit::{self, Failure};
+use crate::logging::LogFormat;
 use crate::observe;
 use crate::run::Runner;
 use crate::settings::{Connection, Scope, Settings, Store};
@@ -23,7 +24,7 @@ pub fn main() -> u8 {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    crate::logging::init(&cli.log);
+    crate::logging::init(cli.log.verbose, cli.log.quiet, cli.log.log_format);
     let json = cli.log.log_format == LogFormat::Json;
     let result = match cli.subcommand {
         None => run(cli),
@@ -213,7 +214,15 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     // Threads may start now.
     crate::logging::start();
     crate::notify::init();
-    let observed = crate::metrics::setup(&settings)?;
+    let observed =
+        crate::telemetry::setup(settings.http.clone(), settings.metrics_file.clone(), || {
+            crate::metrics::Config {
+                lease: settings.lease.clone(),
+                identity: settings.identity.clone(),
+                renew_deadline: settings.timing.renew_deadline,
+                health_grace: settings.timing.retry_period,
+            }
+        })?;
     // One thread: the runtime runs on the main thread, which lives as long as the process.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

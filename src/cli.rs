@@ -4,7 +4,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, ValueEnum};
+use clap::{Args, Parser};
+
+use crate::durations::parse_duration;
+use crate::logging::LogFormat;
 
 const ABOUT: &str = "Run a command on exactly one host at a time, elected through etcd";
 
@@ -537,50 +540,6 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// One human-readable line per event.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// humantime durations: `500ms`, `15s`, `2m`, `1h 30m`; at most [`MAX_DURATION`], never negative.
-///
-/// [`MAX_DURATION`]: crate::settings::MAX_DURATION
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    use crate::settings::MAX_DURATION;
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Err("empty: give a duration like 500ms, 15s or 2m".to_owned());
-    }
-    if trimmed.starts_with('-') {
-        return Err(format!(
-            "'{}' is negative: durations are 0 or more, like 500ms, 15s or 2m",
-            text.escape_debug()
-        ));
-    }
-    let duration = humantime::parse_duration(trimmed).map_err(|e| match e {
-        humantime::DurationError::NumberOverflow => format!(
-            "'{}' is out of range: at most {}s (about 285 years, the longest lease etcd grants), in steps of 1ns",
-            text.escape_debug(),
-            MAX_DURATION.as_secs()
-        ),
-        e => format!(
-            "'{}' is not a duration like 500ms, 15s or 2m ({e})",
-            text.escape_debug()
-        ),
-    })?;
-    if duration > MAX_DURATION {
-        return Err(format!(
-            "'{}' is too long: at most {}s (about 285 years, the longest lease etcd grants)",
-            text.escape_debug(),
-            MAX_DURATION.as_secs()
-        ));
-    }
-    Ok(duration)
-}
-
 /// `--kill-signal`'s parser: [`parse_signal`], plus the names shell completions offer (hidden in
 /// `--help`, which says "name or number": any signal name or number is accepted).
 #[derive(Clone, Copy, Debug)]
@@ -682,35 +641,5 @@ mod tests {
         for name in ["HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "ALRM", "PIPE"] {
             assert!(parse_signal(name).is_ok(), "{name}");
         }
-    }
-
-    #[test]
-    fn durations_are_humantime() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("soon").is_err());
-    }
-
-    #[test]
-    fn durations_are_bounded_and_never_negative() {
-        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("1ns"), Ok(Duration::from_nanos(1)));
-        assert_eq!(
-            parse_duration("9000000000s"),
-            Ok(crate::settings::MAX_DURATION)
-        );
-        for text in [
-            "9000000001s",
-            "300years",
-            "584000000000years",
-            "18446744073709551615s",
-        ] {
-            let err = parse_duration(text).unwrap_err();
-            assert!(err.contains("at most 9000000000s"), "{text}: {err}");
-        }
-        assert!(parse_duration("-5s").unwrap_err().contains("negative"));
-        assert!(parse_duration("").unwrap_err().contains("empty"));
-        assert!(parse_duration(" ").unwrap_err().contains("empty"));
     }
 }

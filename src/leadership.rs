@@ -125,7 +125,7 @@ pub async fn read<B: Backend>(
     token: i64,
     limit: Duration,
 ) -> anyhow::Result<Option<State>> {
-    let value = crate::observe::bounded(
+    let value = crate::election::bounded::bounded(
         backend,
         limit,
         "reading the leader's state",

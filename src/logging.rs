@@ -36,8 +36,6 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::cli::{LogArgs, LogFormat};
-
 /// The lease and identity every line carries, known once the settings are validated.
 static CONTEXT: OnceLock<(String, String)> = OnceLock::new();
 
@@ -229,9 +227,19 @@ pub fn set_context(lease: &str, identity: &str) {
     let _ = CONTEXT.set((lease.to_owned(), identity.to_owned()));
 }
 
-/// Sets up the global logger. `LEADER_EXEC_LOG` (RUST_LOG syntax) overrides -v/-q.
-pub fn init(args: &LogArgs) {
-    let level = match (args.verbose, args.quiet) {
+/// The log format on stderr (`--log-format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Sets up the global logger: `verbose` and `quiet` count `-v` and `-q`; `LEADER_EXEC_LOG`
+/// (RUST_LOG syntax) overrides them.
+pub fn init(verbose: u8, quiet: u8, format: LogFormat) {
+    let level = match (verbose, quiet) {
         (0, 0) => "warn",
         (1, _) => "info",
         (2, _) => "debug",
@@ -243,7 +251,7 @@ pub fn init(args: &LogArgs) {
         .ok()
         .and_then(|spec| EnvFilter::try_new(spec).ok())
         .unwrap_or_else(|| EnvFilter::new(format!("leader_exec={level}")));
-    let json = args.log_format == LogFormat::Json;
+    let json = format == LogFormat::Json;
     JSON.store(json, Ordering::Relaxed);
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -4,6 +4,7 @@ mod app;
 mod assets;
 mod cli;
 mod clock;
+mod durations;
 mod election;
 mod escape;
 mod exit;
@@ -24,6 +25,7 @@ mod run;
 mod settings;
 mod signals;
 mod supervisor;
+mod telemetry;
 
 use std::process::ExitCode;
 

@@ -24,24 +24,7 @@ pub const STATUS_NO_LEADER: u8 = 3;
 pub const CHECK_CURRENT: u8 = 0;
 pub const CHECK_STALE: u8 = 1;
 
-/// Bounds one request by the connect timeout: these commands run from scripts and must not hang.
-/// A timeout names the store and the endpoint, as at first contact.
-pub(crate) async fn bounded<B: Backend, T>(
-    backend: &B,
-    limit: Duration,
-    what: &str,
-    request: impl Future<Output = Result<T, StoreError>>,
-) -> anyhow::Result<T> {
-    match tokio::time::timeout(limit, request).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
-        Err(_) => Err(Failure::usage(format!(
-            "{what}: {}",
-            Reach::of(backend).no_answer(limit, None)
-        ))
-        .into()),
-    }
-}
+pub(crate) use crate::election::bounded::bounded;
 
 /// Reads once, retrying transient errors within `limit`.
 pub(crate) async fn observe_once<B: Backend>(

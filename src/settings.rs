@@ -10,14 +10,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::cli::{ElectionArgs, EtcdArgs, RunArgs};
+use crate::durations::MAX_DURATION;
 use crate::exit::Failure;
 
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
-
-/// The longest duration any flag accepts: 9,000,000,000 s (about 285 years), the longest lease
-/// etcd grants (`MaxLeaseTTL`). Longer values are refused before anything else happens, so no
-/// arithmetic on durations can overflow.
-pub const MAX_DURATION: Duration = Duration::from_secs(9_000_000_000);
 
 /// The shortest `--retry-period`: one renewal round trip must fit in it.
 pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(10);

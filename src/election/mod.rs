@@ -15,6 +15,7 @@
 //!
 //! Nothing above this module knows which store it is talking to.
 
+pub mod bounded;
 pub mod etcd;
 pub mod postgres;
 pub mod zookeeper;
