@@ -4,17 +4,17 @@ use clap::error::ErrorKind;
 
 use crate::cli::{self, Cli, Subcommand};
 use crate::clock::BootClock;
+use crate::commands;
 use crate::election::etcd::{self, Etcd};
 use crate::election::postgres::{PgTiming, Postgres};
 use crate::election::zookeeper::{ZkTiming, ZooKeeper};
 use crate::election::{Backend, Reach, StartError, first_contact};
 use crate::exit::{self, Failure};
-use crate::logging::LogFormat;
-use crate::observe;
+use crate::leader::supervisor;
 use crate::run::Runner;
 use crate::settings::{Connection, Scope, Settings, Store};
 use crate::signals::Signals;
-use crate::supervisor;
+use crate::telemetry::logging::LogFormat;
 
 /// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
 pub fn main() -> u8 {
@@ -24,7 +24,7 @@ pub fn main() -> u8 {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    crate::logging::init(cli.log.verbose, cli.log.quiet, cli.log.log_format);
+    crate::telemetry::logging::init(cli.log.verbose, cli.log.quiet, cli.log.log_format);
     let json = cli.log.log_format == LogFormat::Json;
     let result = match cli.subcommand {
         None => run(cli),
@@ -33,7 +33,7 @@ pub fn main() -> u8 {
     match result {
         Ok(code) => {
             // Bounded: a stderr that does not drain cannot keep leader-exec from exiting.
-            crate::logging::flush(std::time::Duration::from_millis(500));
+            crate::telemetry::logging::flush(std::time::Duration::from_millis(500));
             code
         }
         Err(e) => {
@@ -57,9 +57,9 @@ fn fatal(json: bool, message: &str, code: u8) {
             "message": message,
             "exit_code": code,
         });
-        crate::logging::final_line(&format!("{object}\n"));
+        crate::telemetry::logging::final_line(&format!("{object}\n"));
     } else {
-        crate::logging::final_line(&format!(
+        crate::telemetry::logging::final_line(&format!(
             "leader-exec: {}\n",
             crate::escape::escape_str(&message)
         ));
@@ -206,17 +206,17 @@ fn one_line(rendered: &str) -> String {
 /// The run form.
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let settings = Settings::from_args(cli.election, cli.run, cli.etcd)?;
-    crate::logging::set_context(&settings.lease, &settings.identity);
+    crate::telemetry::logging::set_context(&settings.lease, &settings.identity);
     supervisor::check_command(&settings.command[0])?;
     // SAFETY: no thread has been started yet; the runtime is built below.
     let forked = unsafe { supervisor::fork_supervisor(&settings.command) }
         .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
     // Threads may start now.
-    crate::logging::start();
+    crate::telemetry::logging::start();
     crate::notify::init();
     let observed =
         crate::telemetry::setup(settings.http.clone(), settings.metrics_file.clone(), || {
-            crate::metrics::Config {
+            crate::telemetry::metrics::Config {
                 lease: settings.lease.clone(),
                 identity: settings.identity.clone(),
                 renew_deadline: settings.timing.renew_deadline,
@@ -356,14 +356,14 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         crate::assets::write_all(dir)?;
         return Ok(0);
     }
-    crate::logging::start();
+    crate::telemetry::logging::start();
     if let Subcommand::Status(args) = &subcommand
         && args.all
     {
         return status_all(cli.election, cli.etcd, args.json);
     }
     let scope = Scope::from_args(cli.election)?;
-    crate::logging::set_context(&scope.lease, "");
+    crate::telemetry::logging::set_context(&scope.lease, "");
     let connection = Connection::from_args(cli.etcd)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -405,18 +405,20 @@ async fn serve<B: Backend>(
     {
         let (backend, scope) = (backend, scope);
         match subcommand {
-            Subcommand::Status(args) => observe::status(backend, scope, args.json, limit).await,
-            Subcommand::Check(args) => observe::check(backend, &args.token, limit).await,
+            Subcommand::Status(args) => {
+                commands::status::status(backend, scope, args.json, limit).await
+            }
+            Subcommand::Check(args) => commands::check::check(backend, &args.token, limit).await,
             Subcommand::Resign(args) => {
-                let request = crate::resign::Request {
+                let request = crate::commands::resign::Request {
                     token: args.token.as_deref(),
                     force: args.force,
                     timeout: args.timeout,
                 };
-                crate::resign::resign(backend, scope, request, limit, signals).await
+                crate::commands::resign::resign(backend, scope, request, limit, signals).await
             }
             Subcommand::Watch(args) => {
-                observe::watch(backend, scope, args.json, limit, signals).await
+                commands::watch::watch(backend, scope, args.json, limit, signals).await
             }
             Subcommand::GenerateAssets { .. } => unreachable!("handled above"),
         }
@@ -442,15 +444,15 @@ fn status_all(election: cli::ElectionArgs, etcd: cli::EtcdArgs, json: bool) -> a
                     String::new(),
                     Default::default(),
                 );
-                crate::fleet::status_all(&backend, &prefix, json, limit).await
+                crate::commands::status_all::status_all(&backend, &prefix, json, limit).await
             }
             Store::Postgres(target) => {
                 let backend = postgres_for(target, &prefix, "", &connection)?;
-                crate::fleet::status_all(&backend, &prefix, json, limit).await
+                crate::commands::status_all::status_all(&backend, &prefix, json, limit).await
             }
             Store::ZooKeeper(target) => {
                 let backend = zookeeper_for(target, &prefix, "", &connection)?;
-                crate::fleet::status_all(&backend, &prefix, json, limit).await
+                crate::commands::status_all::status_all(&backend, &prefix, json, limit).await
             }
         }
     })

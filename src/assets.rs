@@ -140,7 +140,7 @@ fn man_page() -> io::Result<Vec<u8>> {
         ("EXIT STATUS", cli::EXIT_STATUS),
         ("SIGNALS", cli::SIGNALS),
         ("SAFETY", cli::SAFETY),
-        ("METRICS", crate::metrics::MAN_SECTION),
+        ("METRICS", crate::telemetry::metrics::MAN_SECTION),
         ("EXAMPLES", cli::EXAMPLES),
         (
             "SEE ALSO",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser};
 
 use crate::durations::parse_duration;
-use crate::logging::LogFormat;
+use crate::telemetry::logging::LogFormat;
 
 const ABOUT: &str = "Run a command on exactly one host at a time, elected through etcd";
 
@@ -437,7 +437,7 @@ pub struct RunArgs {
         default_value = "fail",
         requires = "occurrence"
     )]
-    pub if_unfinished: crate::occurrence::IfUnfinished,
+    pub if_unfinished: crate::leader::occurrence::IfUnfinished,
 
     /// How long occurrence records are kept in etcd (etcd deletes them afterwards).
     #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, allow_hyphen_values = true, requires = "occurrence")]

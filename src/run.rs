@@ -26,14 +26,14 @@ use crate::clock::{Clock, sleep_until_some};
 use crate::election::Backoff;
 use crate::election::{self, Backend, Candidacy, Reach, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
-use crate::leadership;
+use crate::leader::occurrence::{self, Decision, Occurrence, Record};
+use crate::leader::published;
+use crate::leader::renewal::{Deadline, Lost, keep_renewing};
+use crate::leader::supervisor::{self, Event, Group};
 use crate::notify;
-use crate::occurrence::{self, Decision, Occurrence, Record};
 use crate::release::Release;
-use crate::renewal::{Deadline, Lost, keep_renewing};
 use crate::settings::{Settings, Wait};
 use crate::signals::{self, Signals};
-use crate::supervisor::{self, Event, Group};
 
 /// How long releasing the lease may take before we leave it to expire on its own.
 const RELEASE_BUDGET: Duration = Duration::from_secs(2);
@@ -183,7 +183,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             );
             let clock = self.clock.clone();
             let deadline = Deadline::new(confirmed, self.settings.timing);
-            crate::metrics::campaigning(confirmed, deadline.get());
+            crate::telemetry::metrics::campaigning(confirmed, deadline.get());
             let mut keeper = self.backend.keeper(&candidacy);
             let renewal = keep_renewing(
                 &mut keeper,
@@ -237,7 +237,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let led = self
                 .lead(&leader, renewal.as_mut(), key_gone.as_mut())
                 .await?;
-            crate::metrics::led_ended(matches!(led, Led::Lost | Led::HandedOver));
+            crate::telemetry::metrics::led_ended(matches!(led, Led::Lost | Led::HandedOver));
             match led {
                 Led::Exit(code) => return Ok(code),
                 Led::HandedOver if self.settings.recampaign => {
@@ -466,7 +466,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             env.push(("LEADER_LEASE_ID", lease_id));
         }
         tracing::info!(event = "elected", token = candidacy.token, "elected");
-        crate::metrics::elected(candidacy.token);
+        crate::telemetry::metrics::elected(candidacy.token);
         notify::status(&format!(
             "leader of lease {} (token {})",
             settings.lease, candidacy.token
@@ -479,12 +479,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let begun = tokio::select! {
                 biased;
                 lost = &mut renewal => {
-                    crate::metrics::stepped_down(lost.into());
+                    crate::telemetry::metrics::stepped_down(lost.into());
                     tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %lost, "leadership lost before the command started");
                     Ok(Begun::Lost)
                 }
                 () = &mut key_gone => {
-                    crate::metrics::stepped_down(crate::metrics::StepDown::KeyDeleted);
+                    crate::telemetry::metrics::stepped_down(crate::telemetry::metrics::StepDown::KeyDeleted);
                     tracing::warn!(event = "stepping-down", token = candidacy.token, "our election key was deleted before the command started");
                     Ok(Begun::Lost)
                 }
@@ -531,15 +531,15 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         }
         // For `status`: since when it leads, and that the command runs. Written beside the
         // start, never before it.
-        let state = leadership::State::new(
+        let state = published::State::new(
             candidacy,
             &settings.identity,
             since,
-            leadership::Command::Running,
+            published::Command::Running,
         )
         .with_timing(settings.timing.kill_after, settings.timing.retry_period);
-        let state_key = leadership::key(&settings.scope());
-        let announce = leadership::write(
+        let state_key = published::key(&settings.scope());
+        let announce = published::write(
             backend,
             candidacy,
             &state_key,
@@ -549,7 +549,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         tokio::pin!(announce);
         let mut announced = false;
         // `resign` asks through the store; the request names this leader's token.
-        let handover_key = leadership::handover_key(&settings.scope());
+        let handover_key = published::handover_key(&settings.scope());
         let handover =
             backend.handover_requested(candidacy, &handover_key, settings.timing.retry_period);
         tokio::pin!(handover);
@@ -566,7 +566,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 event = self.supervisor.next_event() => {
                     match event {
                         Ok(Event::Started(pid)) => {
-                            crate::metrics::command_started();
+                            crate::telemetry::metrics::command_started();
                             tracing::info!(event = "started", token = candidacy.token, pid, "command started");
                         }
                         Ok(Event::SpawnFailed { errno, message }) => {
@@ -579,13 +579,13 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                             .into());
                         }
                         Ok(Event::Exited(child)) => {
-                            crate::metrics::command_exited(child.code());
+                            crate::telemetry::metrics::command_exited(child.code());
                             tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}");
                             status = Some(child);
                         }
                         Ok(Event::GroupEmpty) => {
                             let code = status.map_or(exit::FAILURE, ChildStatus::code);
-                            crate::metrics::command_ended(status.map(ChildStatus::code));
+                            crate::telemetry::metrics::command_ended(status.map(ChildStatus::code));
                             if let Some(started) = &record {
                                 match self.finish_occurrence(candidacy, started, code).await {
                                     Finished::Recorded => {}
@@ -636,7 +636,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     self.supervisor.signal(signal);
                     tracing::info!(event = "signal-forwarded", token = candidacy.token, signal = signal.as_str(), "forwarded to the command's process group");
                     if signals::stops_the_child(signal) && kill_at.is_none() {
-                        crate::metrics::stop_requested();
+                        crate::telemetry::metrics::stop_requested();
                         kill_at = Some(clock.now() + settings.timing.kill_after);
                     }
                     continue;
@@ -675,7 +675,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     handing_over = true;
                     if kill_at.is_none() {
                         self.supervisor.signal(settings.kill_signal);
-                        crate::metrics::stop_requested();
+                        crate::telemetry::metrics::stop_requested();
                         kill_at = Some(clock.now() + settings.timing.kill_after);
                     }
                     tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "resign asked for a handover; stopping the command");
@@ -703,15 +703,15 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
             }
             // In memory only: nothing here can delay the signal.
-            crate::metrics::stepped_down(match reason {
-                Loss::Unproven(_) => crate::metrics::StepDown::Deadline,
-                Loss::Expired => crate::metrics::StepDown::Expired,
-                Loss::KeyDeleted => crate::metrics::StepDown::KeyDeleted,
+            crate::telemetry::metrics::stepped_down(match reason {
+                Loss::Unproven(_) => crate::telemetry::metrics::StepDown::Deadline,
+                Loss::Expired => crate::telemetry::metrics::StepDown::Expired,
+                Loss::KeyDeleted => crate::telemetry::metrics::StepDown::KeyDeleted,
             });
             let gone = self
                 .step_down(candidacy, reason, group_gone, key_gone.as_mut())
                 .await;
-            crate::metrics::command_ended(None);
+            crate::telemetry::metrics::command_ended(None);
             // `done` only for a command whose whole group finished on its own, and only if the
             // store still accepts our fenced write: a group killed mid-work is not done, and its
             // record stays `started` for the next leader's --if-unfinished.
@@ -767,17 +767,23 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         ) {
             Decision::Run { previous_token } => previous_token,
             Decision::AlreadyDone(done) => {
-                crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::AlreadyDone);
+                crate::telemetry::metrics::occurrence(
+                    crate::telemetry::metrics::OccurrenceOutcome::AlreadyDone,
+                );
                 tracing::info!(event = "occurrence-done", occurrence = id, by_token = done.token, by = %done.identity, finished_at = done.finished_at.as_deref().unwrap_or("unknown"), "occurrence {id} was already done; not running it again");
                 return Ok(Begun::Exit(0));
             }
             Decision::SkipUnfinished(started) => {
-                crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Skipped);
+                crate::telemetry::metrics::occurrence(
+                    crate::telemetry::metrics::OccurrenceOutcome::Skipped,
+                );
                 tracing::info!(event = "occurrence-skipped", occurrence = id, by_token = started.token, by = %started.identity, "occurrence {id} was started by an earlier leader and never finished; skipping it (--if-unfinished skip)");
                 return Ok(Begun::Exit(0));
             }
             Decision::RefuseUnfinished(started) => {
-                crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Refused);
+                crate::telemetry::metrics::occurrence(
+                    crate::telemetry::metrics::OccurrenceOutcome::Refused,
+                );
                 tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: {}", backend.delete_record_hint(&occurrence.key));
                 return Ok(Begun::Exit(exit::UNFINISHED_OCCURRENCE));
             }
@@ -804,7 +810,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 .await
             {
                 Ok(true) => {
-                    crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Started);
+                    crate::telemetry::metrics::occurrence(
+                        crate::telemetry::metrics::OccurrenceOutcome::Started,
+                    );
                     tracing::info!(
                         event = "occurrence-started",
                         occurrence = id,
@@ -815,7 +823,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                     return Ok(Begun::Run(started));
                 }
                 Ok(false) => {
-                    crate::metrics::fenced_write_rejected();
+                    crate::telemetry::metrics::fenced_write_rejected();
                     tracing::error!(
                         event = "occurrence-rejected",
                         occurrence = id,
@@ -854,16 +862,16 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             };
             match result {
                 Ok(true) => {
-                    crate::metrics::occurrence(if code == 0 {
-                        crate::metrics::OccurrenceOutcome::Done
+                    crate::telemetry::metrics::occurrence(if code == 0 {
+                        crate::telemetry::metrics::OccurrenceOutcome::Done
                     } else {
-                        crate::metrics::OccurrenceOutcome::Failed
+                        crate::telemetry::metrics::OccurrenceOutcome::Failed
                     });
                     tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = %finished.state, exit_code = code, "occurrence {id} recorded as {}", finished.state);
                     return Finished::Recorded;
                 }
                 Ok(false) => {
-                    crate::metrics::fenced_write_rejected();
+                    crate::telemetry::metrics::fenced_write_rejected();
                     tracing::error!(
                         event = "occurrence-rejected",
                         occurrence = id,
@@ -874,7 +882,9 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
                 Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
                 Err(e) => {
-                    crate::metrics::occurrence(crate::metrics::OccurrenceOutcome::Unrecorded);
+                    crate::telemetry::metrics::occurrence(
+                        crate::telemetry::metrics::OccurrenceOutcome::Unrecorded,
+                    );
                     tracing::error!(event = "occurrence-unrecorded", occurrence = id, token = candidacy.token, error = %e, "could not record the outcome of occurrence {id}; it stays 'started'");
                     return Finished::Unrecorded;
                 }
@@ -898,20 +908,20 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             return Held::Over;
         }
         // For `status`: holding, not running, and until when.
-        let mut state = leadership::State::new(
+        let mut state = published::State::new(
             candidacy,
             &self.settings.identity,
             since,
-            leadership::Command::Holding,
+            published::Command::Holding,
         )
         .with_timing(
             self.settings.timing.kill_after,
             self.settings.timing.retry_period,
         );
         let left = until.saturating_sub(clock.now());
-        state.hold_until = Some(leadership::rfc3339(std::time::SystemTime::now() + left));
-        let state_key = leadership::key(&self.settings.scope());
-        let announce = leadership::write(
+        state.hold_until = Some(published::rfc3339(std::time::SystemTime::now() + left));
+        let state_key = published::key(&self.settings.scope());
+        let announce = published::write(
             self.backend,
             candidacy,
             &state_key,

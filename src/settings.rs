@@ -247,11 +247,11 @@ pub struct Settings {
     pub wait: Wait,
     pub recampaign: bool,
     pub hold_at_least: Option<Duration>,
-    pub occurrence: Option<crate::occurrence::Occurrence>,
+    pub occurrence: Option<crate::leader::occurrence::Occurrence>,
     pub connection: Connection,
     pub command: Vec<OsString>,
     /// `--http`.
-    pub http: Option<crate::http::Address>,
+    pub http: Option<crate::telemetry::http::Address>,
     /// `--metrics-file`.
     pub metrics_file: Option<PathBuf>,
 }
@@ -311,8 +311,8 @@ impl Settings {
                     lease: lease.clone(),
                     prefix: prefix.clone(),
                 };
-                Some(crate::occurrence::Occurrence {
-                    key: crate::occurrence::record_key(&scope, &id),
+                Some(crate::leader::occurrence::Occurrence {
+                    key: crate::leader::occurrence::record_key(&scope, &id),
                     id,
                     if_unfinished: run.if_unfinished,
                     retention: run.occurrence_retention,
@@ -322,7 +322,7 @@ impl Settings {
         let http = run
             .http
             .as_deref()
-            .map(crate::http::Address::parse)
+            .map(crate::telemetry::http::Address::parse)
             .transpose()?;
         let metrics_file = match run.metrics_file {
             Some(path) if path.as_os_str().is_empty() || path.file_name().is_none() => {
@@ -334,7 +334,7 @@ impl Settings {
             other => other,
         };
         // From here on every log line names this instance (the warnings below included).
-        crate::logging::set_context(&lease, &identity);
+        crate::telemetry::logging::set_context(&lease, &identity);
         if let Some(hold) = run.hold_at_least
             && hold > HOLD_WARNING
         {

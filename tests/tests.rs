@@ -68,6 +68,7 @@ mod docs;
 mod election;
 mod exit_codes;
 mod faults;
+mod floors;
 mod handover;
 mod hints;
 mod hostile;

@@ -114,7 +114,12 @@ pub async fn keep_renewing<K: Keeper, C: Clock>(
             _ = clock.sleep_until(sent + timing.retry_period) => None,
             answer = keeper.renew() => Some(answer),
         };
-        crate::metrics::renewal(outcome.as_ref(), sent, clock.now(), timing.renew_deadline);
+        crate::telemetry::metrics::renewal(
+            outcome.as_ref(),
+            sent,
+            clock.now(),
+            timing.renew_deadline,
+        );
         match outcome {
             Some(Ok(Renewal::Alive)) => {
                 deadline.extend_to(sent + timing.renew_deadline);

@@ -10,17 +10,17 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::election::bounded::bounded;
 use crate::election::{Backend, Election, LeaseTime};
 use crate::escape::{escape, escape_str};
-use crate::observe::bounded;
-use crate::occurrence::{Record, State};
+use crate::leader::occurrence::{Record, State};
 
 /// A lease as `status --all` shows it.
 struct Row {
     election: Election,
     time: Option<LeaseTime>,
     /// What the leader recorded about itself (`since`, `command`, `hold_until`), as in `status`.
-    state: Option<crate::leadership::State>,
+    state: Option<crate::leader::published::State>,
     /// Occurrence records under this lease name.
     occurrences: usize,
     /// Records `started` by a token that is not the current leader's: started, never finished.
@@ -36,7 +36,7 @@ pub async fn status_all<B: Backend>(
     json: bool,
     limit: Duration,
 ) -> anyhow::Result<u8> {
-    let elections = crate::observe::first_contact(backend, limit, "reading the elections", || {
+    let elections = crate::commands::first_contact(backend, limit, "reading the elections", || {
         backend.observe_all(prefix)
     })
     .await?;
@@ -69,7 +69,7 @@ pub async fn status_all<B: Backend>(
                     lease: name.to_owned(),
                     prefix: prefix.to_owned(),
                 };
-                crate::leadership::read(backend, &scope, leader.token, limit).await?
+                crate::leader::published::read(backend, &scope, leader.token, limit).await?
             }
             _ => None,
         };

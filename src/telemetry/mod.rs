@@ -1,12 +1,15 @@
 //! What wires the telemetry together for one run: the metrics registry, the `--http` server and
 //! the `--metrics-file` writer, each only when asked for.
 
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod metrics_file;
 use std::path::PathBuf;
 
 use crate::exit::Failure;
-use crate::http::{self, Address};
-use crate::metrics::{self, Config, Metrics};
-use crate::metrics_file;
+use http::Address;
+use metrics::{Config, Metrics};
 
 /// What `--http` and `--metrics-file` set up for one run.
 #[derive(Clone)]

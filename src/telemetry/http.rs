@@ -33,7 +33,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::oneshot;
 
 use crate::exit::Failure;
-use crate::metrics::{self, Metrics};
+use crate::telemetry::metrics::{self, Metrics};
 
 /// Connections open at once; one more closes the longest-waiting one (see the module's doc).
 pub const MAX_CONNECTIONS: usize = 16;

@@ -24,11 +24,11 @@
 use std::io::Write as _;
 use std::time::Duration;
 
+use crate::commands::{self, STATUS_NO_LEADER};
 use crate::election::{Backend, Leader};
 use crate::escape::{escape, escape_str};
 use crate::exit::Failure;
-use crate::leadership;
-use crate::observe::{self, STATUS_NO_LEADER};
+use crate::leader::published;
 use crate::settings::Scope;
 use crate::signals::{self, Signals};
 
@@ -89,7 +89,7 @@ pub async fn resign<B: Backend>(
     if request.timeout == Some(Duration::ZERO) {
         return Err(Failure::usage("--timeout 0s: give the leader some time, like 30s").into());
     }
-    let observation = observe::observe_once(backend, limit).await?;
+    let observation = commands::observe_once(backend, limit).await?;
     let Some(leader) = observation.leader else {
         tracing::warn!(
             event = "no-leader",
@@ -119,7 +119,7 @@ pub async fn resign<B: Backend>(
         None => {
             // The leader records its timing beside its claim; a read that fails only costs
             // the default.
-            let state = leadership::read(backend, scope, leader.token, limit)
+            let state = published::read(backend, scope, leader.token, limit)
                 .await
                 .unwrap_or_else(|e| {
                     tracing::debug!(error = %e, "reading the leader's state failed");
@@ -139,8 +139,8 @@ pub async fn resign<B: Backend>(
     };
     let started = tokio::time::Instant::now();
     let give_up_at = started + bound;
-    let key = leadership::handover_key(scope);
-    let asked = observe::bounded(
+    let key = published::handover_key(scope);
+    let asked = crate::election::bounded::bounded(
         backend,
         limit,
         "asking the leader to hand over",
@@ -231,7 +231,7 @@ pub async fn resign<B: Backend>(
 /// its watch fires (milliseconds), on PostgreSQL at its next renewal (up to a retry period),
 /// a frozen leader only when it runs again.
 async fn force<B: Backend>(backend: &B, leader: &Leader, limit: Duration) -> anyhow::Result<u8> {
-    let deleted = observe::bounded(
+    let deleted = crate::election::bounded::bounded(
         backend,
         limit,
         "deleting the leader's key",

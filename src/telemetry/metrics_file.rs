@@ -25,7 +25,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::exit::Failure;
-use crate::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 /// How long leader-exec waits at exit for the last write.
 pub const FINAL_WRITE_WAIT: Duration = Duration::from_secs(2);
@@ -285,7 +285,7 @@ pub fn init(path: PathBuf, metrics: &'static Metrics) -> Result<(), Failure> {
         .spawn(move || write_loop(&path, &writer))
         .map_err(|e| Failure::usage(format!("--metrics-file: cannot start its writer: {e}")))?;
     let _ = FILE.set(file);
-    crate::metrics::on_change(|| CHANGED.notify_one());
+    crate::telemetry::metrics::on_change(|| CHANGED.notify_one());
     Ok(())
 }
 

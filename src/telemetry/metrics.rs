@@ -108,11 +108,11 @@ pub enum StepDown {
     CommandExited = 4,
 }
 
-impl From<crate::renewal::Lost> for StepDown {
-    fn from(lost: crate::renewal::Lost) -> StepDown {
+impl From<crate::leader::renewal::Lost> for StepDown {
+    fn from(lost: crate::leader::renewal::Lost) -> StepDown {
         match lost {
-            crate::renewal::Lost::DeadlineMissed { .. } => StepDown::Deadline,
-            crate::renewal::Lost::Expired => StepDown::Expired,
+            crate::leader::renewal::Lost::DeadlineMissed { .. } => StepDown::Deadline,
+            crate::leader::renewal::Lost::Expired => StepDown::Expired,
         }
     }
 }
@@ -556,7 +556,7 @@ impl Collector for StateCollector {
             &mut encoder,
             "log_lines_dropped",
             "Log lines dropped because stderr did not drain",
-            crate::logging::dropped() as f64,
+            crate::telemetry::logging::dropped() as f64,
         )?;
         Ok(())
     }

@@ -1,68 +1,17 @@
-//! The read-only subcommands: `status`, `watch` and `check`.
-//!
-//! They read the same keys the run form writes, at one revision of the store, and never create
-//! anything.
+//! `leader-exec status`: the leader, the candidates and the occurrences of one lease, read at one
+//! revision of the store; creates nothing.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::election::Backoff;
-use crate::election::{self, Backend, Leader, Observation, Reach, StartError, StoreError};
+use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, observe_once, print};
+use crate::election::Backend;
+use crate::election::bounded::bounded;
 use crate::escape::{escape, escape_str};
-use crate::exit::Failure;
-use crate::occurrence::{self, Record};
+use crate::leader::occurrence::{self, Record};
 use crate::settings::Scope;
-use crate::signals::{self, Signals};
-
-/// `status` exit codes.
-pub const STATUS_LEADER: u8 = 0;
-pub const STATUS_NO_LEADER: u8 = 3;
-/// `check` exit codes.
-pub const CHECK_CURRENT: u8 = 0;
-pub const CHECK_STALE: u8 = 1;
-
-pub(crate) use crate::election::bounded::bounded;
-
-/// Reads once, retrying transient errors within `limit`.
-pub(crate) async fn observe_once<B: Backend>(
-    backend: &B,
-    limit: Duration,
-) -> anyhow::Result<Observation> {
-    first_contact(backend, limit, "reading the election", || backend.observe()).await
-}
-
-/// The first request of a subcommand: retried within `limit`, ended early by a refusal on every
-/// endpoint, and worded as the run form words an unreachable store.
-pub(crate) async fn first_contact<B, T, F, Fut>(
-    backend: &B,
-    limit: Duration,
-    what: &str,
-    attempt: F,
-) -> anyhow::Result<T>
-where
-    B: Backend,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
-{
-    match election::first_contact(&Reach::of(backend), limit, attempt).await {
-        Ok(value) => Ok(value),
-        Err(StartError::Unreachable(message)) => Err(Failure::usage(message).into()),
-        Err(StartError::Store(e)) => Err(Failure::usage(format!("{what}: {e}")).into()),
-    }
-}
-
-fn leader_json(leader: &Leader) -> Value {
-    // JSON strings escape every control character; bytes that are not UTF-8 become U+FFFD.
-    json!({
-        "identity": String::from_utf8_lossy(&leader.identity),
-        "token": leader.token,
-        "key": String::from_utf8_lossy(&leader.key),
-        "lease_id": leader.lease_id.map(|id| format!("{id:x}")),
-    })
-}
 
 /// How many occurrences `status` shows as text (JSON has them all).
 const OCCURRENCES_SHOWN: usize = 10;
@@ -95,7 +44,7 @@ pub async fn status<B: Backend>(
         None => None,
     };
     let state = match &observation.leader {
-        Some(leader) => crate::leadership::read(backend, scope, leader.token, limit).await?,
+        Some(leader) => crate::leader::published::read(backend, scope, leader.token, limit).await?,
         None => None,
     };
     let records = bounded(
@@ -175,7 +124,7 @@ pub async fn status<B: Backend>(
                         )?;
                     }
                 }
-                let (since, command) = crate::leadership::describe(state.as_ref());
+                let (since, command) = crate::leader::published::describe(state.as_ref());
                 writeln!(out, "since:       {since}")?;
                 writeln!(out, "command:     {command}")?;
             }
@@ -223,120 +172,4 @@ pub async fn status<B: Backend>(
     } else {
         STATUS_NO_LEADER
     })
-}
-
-/// `leader-exec check`: is TOKEN the current leader's?
-pub async fn check<B: Backend>(backend: &B, token: &str, limit: Duration) -> anyhow::Result<u8> {
-    let token: i64 = match token.trim().parse() {
-        Ok(t) if t > 0 => t,
-        _ => {
-            return Err(Failure::usage(format!(
-                "--token '{}' is not a token (a positive integer, usually \"$LEADER_TOKEN\")",
-                token.escape_debug()
-            ))
-            .into());
-        }
-    };
-    let observation = observe_once(backend, limit).await?;
-    match observation.leader {
-        Some(leader) if leader.token == token => Ok(CHECK_CURRENT),
-        Some(leader) => {
-            tracing::warn!(
-                event = "stale",
-                token,
-                current = leader.token,
-                "token {token} is stale: the current leader's token is {}",
-                leader.token
-            );
-            Ok(CHECK_STALE)
-        }
-        None => {
-            tracing::warn!(
-                event = "stale",
-                token,
-                "token {token} is stale: there is no leader"
-            );
-            Ok(CHECK_STALE)
-        }
-    }
-}
-
-/// `leader-exec watch`: one line per leadership change until INT or TERM.
-pub async fn watch<B: Backend>(
-    backend: &B,
-    scope: &Scope,
-    json: bool,
-    limit: Duration,
-    signals: &mut Signals,
-) -> anyhow::Result<u8> {
-    // The first read is bounded like every command's first contact; later outages are waited out.
-    let mut observation = observe_once(backend, limit).await?;
-    let mut shown: Option<Option<Leader>> = None;
-    let mut backoff = Backoff::new();
-    loop {
-        if shown.as_ref() != Some(&observation.leader) {
-            if let Err(e) = print_change(scope, observation.leader.as_ref(), json) {
-                // Nobody reads any more (`watch | head -1`): done.
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    return Ok(0);
-                }
-                return Err(e.into());
-            }
-            shown = Some(observation.leader.clone());
-        }
-        let next = async {
-            loop {
-                if let Err(e) = backend.changed_after(observation.revision).await {
-                    tracing::debug!(error = %e, "watch interrupted; reading again");
-                    backoff.sleep().await;
-                }
-                match backend.observe().await {
-                    Ok(next) => return next,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "reading the election failed; retrying");
-                        backoff.sleep().await;
-                    }
-                }
-            }
-        };
-        tokio::select! {
-            next = next => observation = next,
-            signal = signals.recv() => {
-                if signals::stops_the_child(signal) {
-                    return Ok(0);
-                }
-            }
-        }
-    }
-}
-
-/// Writes to stdout; a reader that went away (`status | head -1`) is not an error.
-fn print(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-}
-
-fn print_change(scope: &Scope, leader: Option<&Leader>, json: bool) -> std::io::Result<()> {
-    let time = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-    let mut out = std::io::stdout().lock();
-    if json {
-        let object = json!({
-            "time": time,
-            "lease": scope.lease,
-            "leader": leader.map(leader_json),
-        });
-        writeln!(out, "{object}")?;
-    } else {
-        match leader {
-            Some(leader) => writeln!(
-                out,
-                "{time} leader {} token {} key {}",
-                escape(&leader.identity),
-                leader.token,
-                escape(&leader.key)
-            )?,
-            None => writeln!(out, "{time} no leader")?,
-        }
-    }
-    out.flush()
 }

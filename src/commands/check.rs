@@ -1,0 +1,43 @@
+//! `leader-exec check`: is a token the current leader's?
+
+use std::time::Duration;
+
+use super::{CHECK_CURRENT, CHECK_STALE, observe_once};
+use crate::election::Backend;
+use crate::exit::Failure;
+
+/// `leader-exec check`: is TOKEN the current leader's?
+pub async fn check<B: Backend>(backend: &B, token: &str, limit: Duration) -> anyhow::Result<u8> {
+    let token: i64 = match token.trim().parse() {
+        Ok(t) if t > 0 => t,
+        _ => {
+            return Err(Failure::usage(format!(
+                "--token '{}' is not a token (a positive integer, usually \"$LEADER_TOKEN\")",
+                token.escape_debug()
+            ))
+            .into());
+        }
+    };
+    let observation = observe_once(backend, limit).await?;
+    match observation.leader {
+        Some(leader) if leader.token == token => Ok(CHECK_CURRENT),
+        Some(leader) => {
+            tracing::warn!(
+                event = "stale",
+                token,
+                current = leader.token,
+                "token {token} is stale: the current leader's token is {}",
+                leader.token
+            );
+            Ok(CHECK_STALE)
+        }
+        None => {
+            tracing::warn!(
+                event = "stale",
+                token,
+                "token {token} is stale: there is no leader"
+            );
+            Ok(CHECK_STALE)
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! The leader floor: what a leading instance keeps — the renewal that proves the claim, the
+//! supervisor that owns the command's process group, occurrence records and the leader's state
+//! record that `status` shows.
+
+pub mod occurrence;
+pub mod published;
+pub mod renewal;
+pub mod supervisor;
