@@ -10,13 +10,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::cli::{ElectionArgs, EtcdArgs, RunArgs};
-use crate::durations::MAX_DURATION;
 use crate::exit::Failure;
+use crate::leader::timing::Timing;
 
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
-
-/// The shortest `--retry-period`: one renewal round trip must fit in it.
-pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(10);
 
 /// Length limits, in bytes. They keep keys, log lines and the command's environment small: a
 /// single environment string may not exceed 128 KiB, and an identity that large would let the
@@ -25,141 +22,6 @@ pub const MAX_LEASE_NAME: usize = 255;
 pub const MAX_PREFIX: usize = 255;
 pub const MAX_IDENTITY: usize = 1024;
 pub const MAX_OCCURRENCE_ID: usize = 1024;
-
-/// The four durations the safety argument is made of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timing {
-    /// Lease duration on the server.
-    pub ttl: Duration,
-    /// Step down when no renewal sent within this long has succeeded.
-    pub renew_deadline: Duration,
-    /// Interval between renewals; also the time one renewal may take.
-    pub retry_period: Duration,
-    /// Grace between the first signal and SIGKILL.
-    pub kill_after: Duration,
-}
-
-impl Timing {
-    /// The slack left between "the child is dead" and "the lease may expire on the server".
-    ///
-    /// It absorbs what the arithmetic does not see: a timer that fires late on a loaded machine,
-    /// the time between SIGKILL and the last process of the group being gone, and clocks that run
-    /// at slightly different rates on this host and on the etcd leader.
-    pub fn margin(&self) -> Duration {
-        (self.ttl / 20).max(Duration::from_millis(250))
-    }
-
-    /// Checks the inequalities that make stepping down in time possible.
-    pub fn validate(&self) -> Result<(), Failure> {
-        let ms = |d: Duration| humantime::format_duration(d).to_string();
-        if self.ttl < Duration::from_secs(1) || self.ttl.subsec_nanos() != 0 {
-            return Err(Failure::usage(format!(
-                "--ttl ({}) must be a whole number of seconds, at least 1s (etcd leases have 1s granularity)",
-                ms(self.ttl)
-            )));
-        }
-        if self.ttl > MAX_DURATION {
-            return Err(Failure::usage(format!(
-                "--ttl ({}) must be at most {}s, the longest lease etcd grants",
-                ms(self.ttl),
-                MAX_DURATION.as_secs()
-            )));
-        }
-        if self.renew_deadline.is_zero() {
-            return Err(Failure::usage("--renew-deadline must be greater than 0"));
-        }
-        if self.retry_period < MIN_RETRY_PERIOD {
-            return Err(Failure::usage(format!(
-                "--retry-period ({}) must be at least {}: one renewal must fit in it",
-                ms(self.retry_period),
-                ms(MIN_RETRY_PERIOD)
-            )));
-        }
-        // Saturating: the flags are bounded, but this check must hold for any value.
-        if self.retry_period.saturating_mul(3) > self.renew_deadline {
-            return Err(Failure::usage(format!(
-                "--retry-period ({}) must be at most a third of --renew-deadline ({}), so that several renewals fit in the deadline",
-                ms(self.retry_period),
-                ms(self.renew_deadline)
-            )));
-        }
-        let needed = self
-            .renew_deadline
-            .saturating_add(self.kill_after)
-            .saturating_add(self.margin());
-        if needed > self.ttl {
-            let fit = Timing::fitting(self.ttl);
-            return Err(Failure::usage(format!(
-                "--renew-deadline ({}) + --kill-after ({}) must be at most --ttl ({}) minus a margin of {}: the command must be dead before the lease can expire; with --ttl {} use, for example, --renew-deadline {} --kill-after {} --retry-period {}, or keep these and raise --ttl to {}",
-                ms(self.renew_deadline),
-                ms(self.kill_after),
-                ms(self.ttl),
-                ms(self.margin()),
-                flag_value(self.ttl),
-                flag_value(fit.renew_deadline),
-                flag_value(fit.kill_after),
-                flag_value(fit.retry_period),
-                flag_value(self.ttl_needed()),
-            )));
-        }
-        Ok(())
-    }
-
-    /// Timing that fits `ttl`, in the proportions of the defaults (10s + 4s in 15s, renewing
-    /// every fifth of the deadline): what the error message suggests when only --ttl was changed.
-    pub fn fitting(ttl: Duration) -> Timing {
-        let available = ttl.saturating_sub(Timing::with_ttl(ttl).margin());
-        // Round down to a readable step: 100ms from 2s on, else 1ms.
-        let step: u128 = if available >= Duration::from_secs(2) {
-            100
-        } else {
-            1
-        };
-        let part = |share: u32| {
-            let ms = (available * share / 14).as_millis() / step * step;
-            Duration::from_millis(ms as u64)
-        };
-        let renew_deadline = part(10);
-        let retry_period =
-            Duration::from_millis((renew_deadline / 5).as_millis() as u64).max(MIN_RETRY_PERIOD);
-        Timing {
-            ttl,
-            renew_deadline,
-            retry_period,
-            kill_after: part(4),
-        }
-    }
-
-    fn with_ttl(ttl: Duration) -> Timing {
-        Timing {
-            ttl,
-            renew_deadline: Duration::ZERO,
-            retry_period: Duration::ZERO,
-            kill_after: Duration::ZERO,
-        }
-    }
-
-    /// The shortest whole-second --ttl that fits this --renew-deadline and --kill-after.
-    pub fn ttl_needed(&self) -> Duration {
-        let busy = self.renew_deadline.saturating_add(self.kill_after);
-        let mut ttl = Duration::from_secs(busy.as_secs().max(1));
-        while ttl < MAX_DURATION && busy.saturating_add(Timing::with_ttl(ttl).margin()) > ttl {
-            ttl += Duration::from_secs(1);
-        }
-        ttl
-    }
-}
-
-/// A duration as a flag value: `3s`, `3300ms`.
-fn flag_value(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else if d.subsec_nanos().is_multiple_of(1_000_000) {
-        format!("{}ms", d.as_millis())
-    } else {
-        humantime::format_duration(d).to_string().replace(' ', "")
-    }
-}
 
 /// A --hold-at-least longer than this is likely a typo (`10d` for `10m`): warned about.
 pub const HOLD_WARNING: Duration = Duration::from_secs(24 * 3600);
@@ -967,74 +829,6 @@ fn credentials(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn timing(ttl: u64, renew_ms: u64, retry_ms: u64, kill_ms: u64) -> Timing {
-        Timing {
-            ttl: Duration::from_secs(ttl),
-            renew_deadline: Duration::from_millis(renew_ms),
-            retry_period: Duration::from_millis(retry_ms),
-            kill_after: Duration::from_millis(kill_ms),
-        }
-    }
-
-    #[test]
-    fn defaults_are_valid() {
-        assert!(timing(15, 10_000, 2_000, 4_000).validate().is_ok());
-    }
-
-    #[test]
-    fn the_margin_is_five_percent_at_least_250ms() {
-        assert_eq!(timing(15, 0, 0, 0).margin(), Duration::from_millis(750));
-        assert_eq!(timing(3, 0, 0, 0).margin(), Duration::from_millis(250));
-    }
-
-    #[test]
-    fn deadline_plus_grace_must_fit_in_the_ttl() {
-        let err = timing(15, 10_000, 2_000, 5_000).validate().unwrap_err();
-        assert!(err.message.contains("--renew-deadline"), "{err}");
-        assert!(err.message.contains("--kill-after"), "{err}");
-        assert!(err.message.contains("--ttl"), "{err}");
-        // Exactly at the margin is allowed; one millisecond over is not.
-        assert!(timing(15, 10_000, 2_000, 4_250).validate().is_ok());
-        assert!(timing(15, 10_000, 2_000, 4_251).validate().is_err());
-    }
-
-    #[test]
-    fn retry_period_must_be_well_below_the_deadline() {
-        let err = timing(15, 6_000, 2_001, 1_000).validate().unwrap_err();
-        assert!(err.message.contains("--retry-period"), "{err}");
-        assert!(timing(15, 6_000, 2_000, 1_000).validate().is_ok());
-    }
-
-    #[test]
-    fn suggested_timing_fits_every_ttl() {
-        for secs in (1..=120).chain([300, 3600, 86_400]) {
-            let ttl = Duration::from_secs(secs);
-            let fit = Timing::fitting(ttl);
-            assert!(fit.validate().is_ok(), "{fit:?}: {:?}", fit.validate());
-        }
-        let fit = Timing::fitting(Duration::from_secs(5));
-        assert_eq!(fit.renew_deadline, Duration::from_millis(3300));
-        assert_eq!(fit.kill_after, Duration::from_millis(1300));
-        let err = timing(5, 10_000, 2_000, 4_000).validate().unwrap_err();
-        assert!(
-            err.message
-                .contains("--renew-deadline 3300ms --kill-after 1300ms --retry-period 660ms"),
-            "{err}"
-        );
-        assert!(err.message.contains("raise --ttl to 15s"), "{err}");
-        assert_eq!(
-            timing(15, 10_000, 2_000, 4_000).ttl_needed(),
-            Duration::from_secs(15)
-        );
-    }
-
-    #[test]
-    fn ttl_is_whole_seconds() {
-        let mut t = timing(3, 1_500, 300, 1_000);
-        t.ttl = Duration::from_millis(2_500);
-        assert!(t.validate().unwrap_err().message.contains("--ttl"));
-    }
 
     #[test]
     fn lease_names() {

@@ -6,3 +6,4 @@ pub mod occurrence;
 pub mod published;
 pub mod renewal;
 pub mod supervisor;
+pub mod timing;

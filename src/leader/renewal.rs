@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::election::{Keeper, Renewal};
-use crate::settings::Timing;
+use crate::leader::timing::Timing;
 
 /// Why leadership (or a candidacy) can no longer be proven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
