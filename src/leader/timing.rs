@@ -215,4 +215,21 @@ mod tests {
         t.ttl = Duration::from_millis(2_500);
         assert!(t.validate().unwrap_err().message.contains("--ttl"));
     }
+
+    #[test]
+    fn timing_arithmetic_saturates() {
+        let huge = Duration::MAX;
+        let mut t = timing(15, 10_000, 2_000, 4_000);
+        t.retry_period = huge;
+        assert!(t.validate().unwrap_err().message.contains("--retry-period"));
+        let mut t = timing(15, 10_000, 2_000, 4_000);
+        t.kill_after = huge;
+        assert!(t.validate().unwrap_err().message.contains("--kill-after"));
+        let mut t = timing(15, 10_000, 2_000, 4_000);
+        t.ttl = Duration::from_secs(9_000_000_001);
+        assert!(t.validate().unwrap_err().message.contains("9000000000s"));
+        let mut t = timing(15, 10_000, 2_000, 4_000);
+        t.retry_period = Duration::from_nanos(1);
+        assert!(t.validate().unwrap_err().message.contains("at least 10ms"));
+    }
 }
