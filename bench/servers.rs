@@ -156,7 +156,10 @@ fn command<S: Store>(
             proxies.push(Some(p));
             Ok(json!({"proxy": proxies.len() - 1, "endpoint": endpoint}))
         }
-        [verb @ ("cut" | "freeze" | "heal" | "drop" | "black-hole" | "last-request"), rest @ ..] => {
+        [
+            verb @ ("cut" | "freeze" | "heal" | "drop" | "black-hole" | "last-request"),
+            rest @ ..,
+        ] => {
             let n = proxy(rest.first())?;
             let p = proxies[n].as_ref().unwrap();
             // The instant is read before the fault is injected: the fault began no earlier.

@@ -455,7 +455,11 @@ impl Proxy {
                     &true,
                 );
                 for (from, to, upstream) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap(), true),
+                    (
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        true,
+                    ),
                     (server, client, false),
                 ] {
                     let state = accept_state.clone();
@@ -1581,7 +1585,10 @@ impl Store for Postgres {
             "SELECT (SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}') + \
              (SELECT count(*) FROM leader_exec_leases WHERE name = '{lease}' AND holder IS NOT NULL)"
         ));
-        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0)
     }
 
     /// Statements run so far (pg_stat_statements), less the harness's own (each of which reads a
@@ -2305,10 +2312,15 @@ impl Store for ZooKeeper {
             .map(|i| {
                 let connect = connect.clone();
                 let delay = Duration::from_millis(fastrand::u64(0..1000));
-                thread::spawn(move || expire_one(&connect, &format!("/bench-expiry/{i}"), ttl, delay))
+                thread::spawn(move || {
+                    expire_one(&connect, &format!("/bench-expiry/{i}"), ttl, delay)
+                })
             })
             .collect();
-        let mut lags: Vec<f64> = threads.into_iter().filter_map(|t| t.join().ok().flatten()).collect();
+        let mut lags: Vec<f64> = threads
+            .into_iter()
+            .filter_map(|t| t.join().ok().flatten())
+            .collect();
         lags.sort_by(f64::total_cmp);
         Some(lags)
     }
@@ -2337,7 +2349,11 @@ fn expire_one(connect: &str, path: &str, ttl: Duration, delay: Duration) -> Opti
                 .await
                 .ok()?;
             client
-                .create(path, b"", &CreateMode::Ephemeral.with_acls(Acls::anyone_all()))
+                .create(
+                    path,
+                    b"",
+                    &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
+                )
                 .await
                 .ok()?;
             Some(monotonic_ns())
