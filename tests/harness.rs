@@ -328,6 +328,89 @@ struct ProxyState {
     stopped: AtomicBool,
     /// Bytes forwarded so far, both directions.
     forwarded: AtomicU64,
+    /// The benchmarks' black hole (`black_hole_after_next_request`): set, the next HTTP/2 DATA
+    /// frame a client sends goes through and then everything that client side sends is dropped.
+    armed: AtomicBool,
+    black_hole: AtomicBool,
+    /// CLOCK_MONOTONIC ns (0: none yet): when the kernel received the last request let through
+    /// (its receive timestamp: on loopback, stamped inside the sender's write), when the proxy
+    /// read it, and when the first bytes came back after it.
+    last_request_sent: AtomicU64,
+    last_request_read: AtomicU64,
+    first_answer: AtomicU64,
+}
+
+impl ProxyState {
+    fn new(mode: Mode, stopped: bool) -> ProxyState {
+        ProxyState {
+            mode: Mutex::new(mode),
+            connections: Mutex::new(Vec::new()),
+            stopped: AtomicBool::new(stopped),
+            forwarded: AtomicU64::new(0),
+            armed: AtomicBool::new(false),
+            black_hole: AtomicBool::new(false),
+            last_request_sent: AtomicU64::new(0),
+            last_request_read: AtomicU64::new(0),
+            first_answer: AtomicU64::new(0),
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock bench/stamp.rs records on, so the benchmark runner can compare
+/// the proxy's instants with the child's.
+pub fn monotonic_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+fn realtime_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// Follows the HTTP/2 frames a client sends, to tell where a DATA frame (a gRPC message, such as
+/// an etcd lease renewal) ends.
+#[derive(Default)]
+struct FrameScanner {
+    preface_seen: usize,
+    header: Vec<u8>,
+    payload_left: usize,
+    current: (u8, usize),
+}
+
+impl FrameScanner {
+    const PREFACE: usize = 24;
+
+    /// The end offsets in `data` of the non-empty DATA frames that end in it.
+    fn data_frame_ends(&mut self, data: &[u8]) -> Vec<usize> {
+        let mut ends = Vec::new();
+        let mut i = 0;
+        while i < data.len() {
+            if self.preface_seen < Self::PREFACE {
+                let take = (Self::PREFACE - self.preface_seen).min(data.len() - i);
+                self.preface_seen += take;
+                i += take;
+            } else if self.payload_left > 0 {
+                let take = self.payload_left.min(data.len() - i);
+                self.payload_left -= take;
+                i += take;
+                if self.payload_left == 0 && self.current.0 == 0 && self.current.1 > 0 {
+                    ends.push(i);
+                }
+            } else {
+                let take = (9 - self.header.len()).min(data.len() - i);
+                self.header.extend_from_slice(&data[i..i + take]);
+                i += take;
+                if self.header.len() == 9 {
+                    let h = std::mem::take(&mut self.header);
+                    let length = (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize;
+                    self.current = (h[3], length);
+                    self.payload_left = length;
+                }
+            }
+        }
+        ends
+    }
 }
 
 /// A TCP proxy on a free loopback port in front of `target`.
@@ -342,12 +425,7 @@ impl Proxy {
     pub fn start(target: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let state = Arc::new(ProxyState {
-            mode: Mutex::new(Mode::Forward),
-            connections: Mutex::new(Vec::new()),
-            stopped: AtomicBool::new(false),
-            forwarded: AtomicU64::new(0),
-        });
+        let state = Arc::new(ProxyState::new(Mode::Forward, false));
         let accept_state = state.clone();
         thread::spawn(move || {
             for client in listener.incoming() {
@@ -370,12 +448,22 @@ impl Proxy {
                     connections.push(client.try_clone().unwrap());
                     connections.push(server.try_clone().unwrap());
                 }
-                for (from, to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
+                // Receive timestamps on what the client sends (for the benchmarks' black hole).
+                let _ = nix::sys::socket::setsockopt(
+                    &client,
+                    nix::sys::socket::sockopt::ReceiveTimestampns,
+                    &true,
+                );
+                for (from, to, upstream) in [
+                    (
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        true,
+                    ),
+                    (server, client, false),
                 ] {
                     let state = accept_state.clone();
-                    thread::spawn(move || pump(from, to, state));
+                    thread::spawn(move || pump(from, to, state, upstream));
                 }
             }
         });
@@ -391,12 +479,7 @@ impl Proxy {
     pub fn nothing_listening() -> Proxy {
         Proxy {
             port: free_port(),
-            state: Arc::new(ProxyState {
-                mode: Mutex::new(Mode::Cut),
-                connections: Mutex::new(Vec::new()),
-                stopped: AtomicBool::new(true),
-                forwarded: AtomicU64::new(0),
-            }),
+            state: Arc::new(ProxyState::new(Mode::Cut, true)),
         }
     }
 
@@ -423,6 +506,25 @@ impl Proxy {
     pub fn forwarded(&self) -> u64 {
         self.state.forwarded.load(Ordering::SeqCst)
     }
+
+    /// Lets the next HTTP/2 DATA frame a client sends (a gRPC message: an etcd lease renewal)
+    /// through, and the answers to it, then drops everything clients send, as a black-holed route
+    /// would. `last_request` tells when that request was sent.
+    pub fn black_hole_after_next_request(&self) {
+        self.state.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// After `black_hole_after_next_request`: (when the kernel received the last request let
+    /// through, when the proxy read it, when the first answer to it came back), CLOCK_MONOTONIC
+    /// ns; None for what has not happened.
+    pub fn last_request(&self) -> (Option<u64>, Option<u64>, Option<u64>) {
+        let get = |a: &AtomicU64| Some(a.load(Ordering::SeqCst)).filter(|&t| t != 0);
+        (
+            get(&self.state.last_request_sent),
+            get(&self.state.last_request_read),
+            get(&self.state.first_answer),
+        )
+    }
 }
 
 impl Drop for Proxy {
@@ -443,13 +545,68 @@ fn reset(stream: &TcpStream) {
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>) {
+/// Reads what the client sent, with the kernel's receive timestamp as CLOCK_MONOTONIC ns.
+fn read_stamped(from: &TcpStream, buffer: &mut [u8]) -> std::io::Result<(usize, Option<u64>)> {
+    use std::os::fd::AsRawFd;
+    let mut space = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let mut iov = [std::io::IoSliceMut::new(buffer)];
+    let message = nix::sys::socket::recvmsg::<()>(
+        from.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        nix::sys::socket::MsgFlags::empty(),
+    )?;
+    let stamp = message.cmsgs().ok().and_then(|mut cmsgs| {
+        cmsgs.find_map(|c| match c {
+            nix::sys::socket::ControlMessageOwned::ScmTimestampns(t) => {
+                let real = t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64;
+                // On CLOCK_REALTIME; moved onto CLOCK_MONOTONIC by the clocks' offset now.
+                Some((monotonic_ns() + real).saturating_sub(realtime_ns()))
+            }
+            _ => None,
+        })
+    });
+    Ok((message.bytes, stamp))
+}
+
+fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>, upstream: bool) {
     let mut buffer = [0u8; 16384];
+    let mut frames = FrameScanner::default();
     loop {
-        let n = match from.read(&mut buffer) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let (mut n, stamp) = match if upstream {
+            read_stamped(&from, &mut buffer)
+        } else {
+            from.read(&mut buffer).map(|n| (n, None))
+        } {
+            Ok((0, _)) | Err(_) => break,
+            Ok(read) => read,
         };
+        if upstream {
+            if state.black_hole.load(Ordering::SeqCst) {
+                continue;
+            }
+            let ends = frames.data_frame_ends(&buffer[..n]);
+            if let Some(&end) = ends.first()
+                && state.armed.swap(false, Ordering::SeqCst)
+            {
+                // Recorded before forwarding: the answer may come back while this thread writes.
+                state
+                    .last_request_sent
+                    .store(stamp.unwrap_or_else(monotonic_ns), Ordering::SeqCst);
+                state
+                    .last_request_read
+                    .store(monotonic_ns(), Ordering::SeqCst);
+                state.black_hole.store(true, Ordering::SeqCst);
+                n = end;
+            }
+        } else if state.black_hole.load(Ordering::SeqCst) {
+            let _ = state.first_answer.compare_exchange(
+                0,
+                monotonic_ns(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
         loop {
             match *state.mode.lock().unwrap() {
                 Mode::Forward => break,
@@ -655,8 +812,15 @@ pub struct Instance {
     pub status: Option<ExitStatus>,
 }
 
+/// The binary under test; outside a test binary (bench/servers.rs, which starts no instances)
+/// cargo does not name it.
+const LEADER_EXEC: &str = match option_env!("CARGO_BIN_EXE_leader-exec") {
+    Some(path) => path,
+    None => "leader-exec",
+};
+
 pub fn leader_exec() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leader-exec"));
+    let mut command = Command::new(LEADER_EXEC);
     for (name, _) in std::env::vars() {
         if name.starts_with("LEADER_EXEC_")
             || name.starts_with("ETCDCTL_")
@@ -1015,6 +1179,59 @@ pub trait Store: Sized {
     fn waiters_hold_claims(&self) -> bool {
         true
     }
+
+    // What the benchmarks (bench/servers.rs) read besides; the defaults fit a store that cannot
+    // count its requests.
+
+    /// Starts it for measuring: as `start`, with whatever counts its requests switched on.
+    fn start_measured() -> Self {
+        Self::start()
+    }
+
+    /// The server's name and version, for the report.
+    fn version(&self) -> String {
+        Self::NAME.to_owned()
+    }
+
+    /// How many instances stand in line for `lease` (the leader and its waiters).
+    fn in_line(&self, lease: &str) -> usize {
+        self.claims(lease)
+    }
+
+    /// The requests the server has received so far from clients, where it counts them
+    /// (less the harness's own reads of the count).
+    fn requests(&self) -> Option<f64> {
+        None
+    }
+
+    /// Of those, the waiters' periodic requests, where the store has any apart from renewals.
+    fn periodic_requests(&self) -> Option<f64> {
+        None
+    }
+
+    /// For `count` leases of `ttl` that a client takes and then abandons without a word (at
+    /// random instants within a second): seconds from the taking's answer to the claim being
+    /// gone, sorted. None where the store has no reaper of its own (a waiter ends the lease).
+    fn expiry_lag(&self, _count: usize, _ttl: Duration) -> Option<Vec<f64>> {
+        None
+    }
+}
+
+/// The first line of `program --version`-like output.
+fn first_line_of(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| {
+            let text = String::from_utf8_lossy(if o.stdout.is_empty() {
+                &o.stderr
+            } else {
+                &o.stdout
+            })
+            .into_owned();
+            text.lines().next().unwrap_or_default().trim().to_owned()
+        })
+        .unwrap_or_else(|e| format!("{program}: {e}"))
 }
 
 impl Store for Etcd {
@@ -1056,6 +1273,10 @@ impl Store for Etcd {
 
     fn freeze(&self) {
         Etcd::freeze(self)
+    }
+
+    fn version(&self) -> String {
+        first_line_of("etcd", &["--version"])
     }
 
     fn thaw(&self) {
@@ -1345,6 +1566,50 @@ impl Store for Postgres {
 
     fn waiters_hold_claims(&self) -> bool {
         false
+    }
+
+    /// With pg_stat_statements, which counts the statements the server runs.
+    fn start_measured() -> Self {
+        let pg = Postgres::start_with("-c shared_preload_libraries=pg_stat_statements");
+        pg.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+        pg
+    }
+
+    fn version(&self) -> String {
+        first_line_of(&format!("{PG_BIN}/postgres"), &["--version"])
+    }
+
+    /// The waiter rows of the lease and its holder: one per instance in line (or leading).
+    fn in_line(&self, lease: &str) -> usize {
+        let out = self.try_psql(&format!(
+            "SELECT (SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}') + \
+             (SELECT count(*) FROM leader_exec_leases WHERE name = '{lease}' AND holder IS NOT NULL)"
+        ));
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }
+
+    /// Statements run so far (pg_stat_statements), less the harness's own (each of which reads a
+    /// pg_stat_ view) and the waiters' periodic looks at the line (`periodic_requests`), as
+    /// etcd's counts leave out lease renewals.
+    fn requests(&self) -> Option<f64> {
+        self.statements("query NOT LIKE '%pg_stat%' AND query NOT LIKE 'WITH mine AS%'")
+    }
+
+    /// The waiters' looks at the line (one per waiter per retry period).
+    fn periodic_requests(&self) -> Option<f64> {
+        self.statements("query LIKE 'WITH mine AS%'")
+    }
+}
+
+impl Postgres {
+    fn statements(&self, filter: &str) -> Option<f64> {
+        let out = self.try_psql(&format!(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE {filter}"
+        ));
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
     }
 }
 
@@ -2006,9 +2271,110 @@ impl Store for ZooKeeper {
         ZooKeeper::freeze(self)
     }
 
+    fn version(&self) -> String {
+        let srvr = self.srvr().unwrap_or_default();
+        let line = srvr
+            .lines()
+            .find_map(|l| l.strip_prefix("Zookeeper version:"))
+            .map(|v| {
+                // Debian's build leaves a placeholder for the commit: "3.8.0-${mvngit.commit.id}".
+                let v = v.trim();
+                match (v.find("-${"), v.find('}')) {
+                    (Some(a), Some(b)) if a < b => format!("ZooKeeper {}{}", &v[..a], &v[b + 1..]),
+                    _ => format!("ZooKeeper {v}"),
+                }
+            })
+            .unwrap_or_else(|| "ZooKeeper (version unknown)".to_owned());
+        format!("{line} on {}", first_line_of("java", &["-version"]))
+    }
+
+    /// Packets received from clients (`zk_packets_received`: requests and pings), less the
+    /// four-letter words this harness sent to read it.
+    fn requests(&self) -> Option<f64> {
+        static READS: AtomicU64 = AtomicU64::new(0);
+        let reads = READS.fetch_add(1, Ordering::SeqCst) + 1;
+        let mntr = self.four_letter_word("mntr")?;
+        let packets: f64 = mntr
+            .lines()
+            .find_map(|l| l.strip_prefix("zk_packets_received\t"))?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(packets - reads as f64)
+    }
+
+    /// Sessions of `ttl`, each with an ephemeral node, whose connection goes away right after
+    /// the create (nothing else is sent): the server expires them on tick boundaries.
+    fn expiry_lag(&self, count: usize, ttl: Duration) -> Option<Vec<f64>> {
+        self.create("/bench-expiry/.keep", b"", true);
+        let connect = self.connect_string();
+        let threads: Vec<_> = (0..count)
+            .map(|i| {
+                let connect = connect.clone();
+                let delay = Duration::from_millis(fastrand::u64(0..1000));
+                thread::spawn(move || {
+                    expire_one(&connect, &format!("/bench-expiry/{i}"), ttl, delay)
+                })
+            })
+            .collect();
+        let mut lags: Vec<f64> = threads
+            .into_iter()
+            .filter_map(|t| t.join().ok().flatten())
+            .collect();
+        lags.sort_by(f64::total_cmp);
+        Some(lags)
+    }
+
     fn thaw(&self) {
         ZooKeeper::thaw(self)
     }
+}
+
+/// One session of `ttl` that creates the ephemeral `path` and is then abandoned (its connection
+/// dropped, no close); seconds from the create's answer until another session no longer sees the
+/// node. None if it was not gone within ttl + 5 s.
+fn expire_one(connect: &str, path: &str, ttl: Duration, delay: Duration) -> Option<f64> {
+    use zookeeper_client::{Acls, CreateMode};
+    thread::sleep(delay);
+    let created = {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let client = zookeeper_client::Client::connector()
+                .with_session_timeout(ttl)
+                .with_detached()
+                .connect(connect)
+                .await
+                .ok()?;
+            client
+                .create(
+                    path,
+                    b"",
+                    &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
+                )
+                .await
+                .ok()?;
+            Some(monotonic_ns())
+        })?
+        // The runtime goes here, and the session's connection with it: a crashed client.
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let watcher = zookeeper_client::Client::connect(connect).await.ok()?;
+        let until = Instant::now() + ttl + Duration::from_secs(5);
+        while Instant::now() < until {
+            if let Ok(None) = watcher.check_stat(path).await {
+                return Some((monotonic_ns() - created) as f64 / 1e9);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        None
+    })
 }
 
 /// The class path of tests/zk/CuratorLatch.java: curator-recipes.jar, whose manifest names
@@ -2433,6 +2799,10 @@ impl Store for PgBouncer {
 
     fn claims(&self, lease: &str) -> usize {
         self.pg.claims(lease)
+    }
+
+    fn in_line(&self, lease: &str) -> usize {
+        self.pg.in_line(lease)
     }
 
     fn held(&self) -> Vec<String> {

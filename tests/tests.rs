@@ -4,24 +4,29 @@
 //! alive, exit codes, what etcd holds).
 
 mod harness;
+#[macro_use]
+mod stores;
 
-/// The store-independent tests: each runs once per store (`etcd::NAME`, `postgres::NAME`,
-/// `zookeeper::NAME`, `pgbouncer::NAME`).
+/// The store-independent tests: each runs once per store of the one list (`tests/stores.rs`:
+/// `etcd::NAME`, `postgres::NAME`, `zookeeper::NAME`, `pgbouncer::NAME`).
 /// One list; a test joins it by taking `<S: Store>` instead of `#[test]`.
 macro_rules! store_independent {
     ($($module:ident :: $test:ident),* $(,)?) => {
-        mod etcd {
-            $( #[test] fn $test() { crate::$module::$test::<crate::harness::Etcd>(); } )*
-        }
-        mod postgres {
-            $( #[test] fn $test() { crate::$module::$test::<crate::harness::Postgres>(); } )*
-        }
-        mod zookeeper {
-            $( #[test] fn $test() { crate::$module::$test::<crate::harness::ZooKeeper>(); } )*
-        }
-        /// PostgreSQL behind pgbouncer in transaction mode (`harness::PgBouncer`).
-        mod pgbouncer {
-            $( #[test] fn $test() { crate::$module::$test::<crate::harness::PgBouncer>(); } )*
+        with_stores! { store_independent_modules! { $($module::$test),* } }
+    };
+}
+
+/// One module per store, each with every test of the list.
+macro_rules! store_independent_modules {
+    ($tests:tt $($store:ident : $ty:ident [$($chaos:tt)*] [$($bench:tt)*];)*) => {
+        $( store_independent_module! { $store $ty $tests } )*
+    };
+}
+
+macro_rules! store_independent_module {
+    ($store:ident $ty:ident { $($module:ident :: $test:ident),* }) => {
+        mod $store {
+            $( #[test] fn $test() { crate::$module::$test::<crate::harness::$ty>(); } )*
         }
     };
 }

@@ -20,6 +20,9 @@
 
 #[path = "../harness.rs"]
 mod harness;
+#[path = "../stores.rs"]
+#[macro_use]
+mod stores;
 mod history;
 mod report;
 mod scenarios;
@@ -178,25 +181,37 @@ fn scenario<S>(
     );
 }
 
-/// The store-neutral scenarios: one list, and every store runs every row, as a test
-/// `etcd::NAME`, `postgres::NAME` and `zookeeper::NAME`, with row ids `ID`, `pID` and `zID` in
-/// the table. A row is one line, `"ID" NAME [SHORT_TRIALS] => BODY;`, where BODY is a function of
+/// The store-neutral scenarios: one list, and every store the store list (`tests/stores.rs`)
+/// marks `[chaos "PREFIX"]` runs every row, as a test `etcd::NAME`, `postgres::NAME` and
+/// `zookeeper::NAME`, with row ids `ID`, `pID` and `zID` in the table (pgbouncer is not marked). A row is one line, `"ID" NAME [SHORT_TRIALS] => BODY;`, where BODY is a function of
 /// (&mut store, &mut Ctx) generic over `Store` and SHORT_TRIALS the trials `cargo test` runs (the
 /// soak runs `LEADER_EXEC_CHAOS_TRIALS` for every row). Its description in RELIABILITY.md is
 /// `report::SCENARIOS`' entry for ID (without one, the row's name).
 macro_rules! every_store {
     ($($id:literal $test:ident [$short:expr] => $body:expr;)*) => {
-        mod etcd {
+        with_stores! { every_store_modules! { $($id $test [$short] => $body;)* } }
+    };
+}
+
+/// One module per store of the list that is marked `[chaos "PREFIX"]`.
+macro_rules! every_store_modules {
+    ($rows:tt $($store:ident : $ty:ident [$($chaos:tt)*] [$($bench:tt)*];)*) => {
+        $( every_store_module! { $rows $store $ty [$($chaos)*] } )*
+    };
+}
+
+macro_rules! every_store_module {
+    ($rows:tt $store:ident $ty:ident [chaos $prefix:literal]) => {
+        every_store_rows! { $store $ty $prefix $rows }
+    };
+    ($rows:tt $store:ident $ty:ident []) => {};
+}
+
+macro_rules! every_store_rows {
+    ($store:ident $ty:ident $prefix:literal { $($id:literal $test:ident [$short:expr] => $body:expr;)* }) => {
+        mod $store {
             use crate::{SHORT_TRIALS, scenarios};
-            $( #[test] fn $test() { crate::scenario($id, stringify!($test), $short, crate::harness::Etcd::start, $body); } )*
-        }
-        mod postgres {
-            use crate::{SHORT_TRIALS, scenarios};
-            $( #[test] fn $test() { crate::scenario(concat!("p", $id), stringify!($test), $short, crate::harness::Postgres::start, $body); } )*
-        }
-        mod zookeeper {
-            use crate::{SHORT_TRIALS, scenarios};
-            $( #[test] fn $test() { crate::scenario(concat!("z", $id), stringify!($test), $short, crate::harness::ZooKeeper::start, $body); } )*
+            $( #[test] fn $test() { crate::scenario(concat!($prefix, $id), stringify!($test), $short, crate::harness::$ty::start, $body); } )*
         }
     };
 }

@@ -1,0 +1,1 @@
+"""The benchmark runner's modules (bench/run.py is the command)."""

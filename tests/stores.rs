@@ -1,0 +1,26 @@
+//! The one list of stores, read by the integration tests (`store_independent!` in tests.rs), the
+//! fault-injection suite (`every_store!` in chaos/main.rs) and the benchmarks' server launcher
+//! (bench/servers.rs, whose `--list` the runner reads). Adding a store is one `harness::Store`
+//! impl and one entry here.
+//!
+//! Each entry is `MODULE: HARNESS_TYPE [chaos "ROW_PREFIX"] [bench];`:
+//! - MODULE names the tests (`etcd::NAME`, …: CI filters and RELIABILITY.md rows use these names);
+//! - HARNESS_TYPE is the `harness::Store` that starts the server;
+//! - `[chaos "P"]`: the chaos suite runs every store-neutral row on it, as row `P` + id; `[]`: not;
+//! - `[bench]`: the benchmarks measure it (`bench/run.py --store MODULE`); `[]`: not.
+
+/// Calls `$callback! { $args ENTRIES }`, where `$args` is one token tree (usually `{ … }`) passed
+/// through unchanged, followed by the list's entries.
+macro_rules! with_stores {
+    ($callback:ident ! $args:tt) => {
+        $callback! { $args
+            etcd: Etcd [chaos ""] [bench];
+            postgres: Postgres [chaos "p"] [bench];
+            zookeeper: ZooKeeper [chaos "z"] [bench];
+            // PostgreSQL behind pgbouncer in transaction mode (`harness::PgBouncer`). The chaos
+            // suite's rows are PostgreSQL's with a pooler in between, and the benchmarks measure
+            // the servers themselves: neither runs it (yet).
+            pgbouncer: PgBouncer [] [];
+        }
+    };
+}
