@@ -5,6 +5,7 @@ mod assets;
 mod cli;
 mod clock;
 mod election;
+mod ended;
 mod escape;
 mod exit;
 mod fleet;

@@ -25,12 +25,13 @@ use nix::sys::signal::Signal;
 use crate::clock::{Clock, sleep_until_some};
 use crate::election::Backoff;
 use crate::election::{self, Backend, Candidacy, Reach, StoreError, Turn};
+use crate::ended::Ended;
 use crate::exit::{self, ChildStatus, Failure};
 use crate::leadership;
 use crate::notify;
 use crate::occurrence::{self, Decision, Occurrence, Record};
 use crate::release::Release;
-use crate::renewal::{Deadline, Lost, keep_renewing};
+use crate::renewal::{Deadline, keep_renewing};
 use crate::settings::{Settings, Wait};
 use crate::signals::{self, Signals};
 use crate::supervisor::{self, Event, Group};
@@ -45,44 +46,6 @@ pub const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// How often a stepping-down leader looks in /proc for what is left of the command's group.
 const GROUP_POLL: Duration = Duration::from_millis(20);
-
-/// Why leadership ended while the command ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Loss {
-    /// No proof either way: the lease may still be ours until its TTL runs out.
-    Unproven(Lost),
-    /// The store reports the lease expired.
-    Expired,
-    /// Our election key was deleted.
-    KeyDeleted,
-}
-
-impl Loss {
-    /// Whether the store itself says the claim is gone, so that another instance may already
-    /// lead.
-    fn certain(self) -> bool {
-        !matches!(self, Loss::Unproven(_))
-    }
-}
-
-impl From<Lost> for Loss {
-    fn from(lost: Lost) -> Loss {
-        match lost {
-            Lost::Expired => Loss::Expired,
-            unproven @ Lost::DeadlineMissed { .. } => Loss::Unproven(unproven),
-        }
-    }
-}
-
-impl std::fmt::Display for Loss {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Loss::Unproven(lost) => lost.fmt(f),
-            Loss::Expired => Lost::Expired.fmt(f),
-            Loss::KeyDeleted => f.write_str("our election key was deleted"),
-        }
-    }
-}
 
 /// How recording an occurrence's outcome went.
 enum Finished {
@@ -359,7 +322,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
     async fn wait_turn(
         &mut self,
         candidacy: &Candidacy,
-        mut renewal: Pin<&mut impl Future<Output = Lost>>,
+        mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
         give_up_at: Option<Duration>,
     ) -> anyhow::Result<Waited> {
@@ -448,7 +411,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
     async fn lead(
         &mut self,
         candidacy: &Candidacy,
-        mut renewal: Pin<&mut impl Future<Output = Lost>>,
+        mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
     ) -> anyhow::Result<Led> {
         let settings = self.settings;
@@ -479,12 +442,12 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
             let begun = tokio::select! {
                 biased;
                 lost = &mut renewal => {
-                    crate::metrics::stepped_down(lost.into());
+                    crate::metrics::stepped_down(lost);
                     tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %lost, "leadership lost before the command started");
                     Ok(Begun::Lost)
                 }
                 () = &mut key_gone => {
-                    crate::metrics::stepped_down(crate::metrics::StepDown::KeyDeleted);
+                    crate::metrics::stepped_down(Ended::KeyDeleted);
                     tracing::warn!(event = "stepping-down", token = candidacy.token, "our election key was deleted before the command started");
                     Ok(Begun::Lost)
                 }
@@ -561,8 +524,8 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         loop {
             let reason = tokio::select! {
                 biased;
-                lost = &mut renewal => Loss::from(lost),
-                () = &mut key_gone => Loss::KeyDeleted,
+                lost = &mut renewal => lost,
+                () = &mut key_gone => Ended::KeyDeleted,
                 event = self.supervisor.next_event() => {
                     match event {
                         Ok(Event::Started(pid)) => {
@@ -703,11 +666,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
             }
             // In memory only: nothing here can delay the signal.
-            crate::metrics::stepped_down(match reason {
-                Loss::Unproven(_) => crate::metrics::StepDown::Deadline,
-                Loss::Expired => crate::metrics::StepDown::Expired,
-                Loss::KeyDeleted => crate::metrics::StepDown::KeyDeleted,
-            });
+            crate::metrics::stepped_down(reason);
             let gone = self
                 .step_down(candidacy, reason, group_gone, key_gone.as_mut())
                 .await;
@@ -887,7 +846,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
     async fn hold(
         &mut self,
         candidacy: &Candidacy,
-        mut renewal: Pin<&mut impl Future<Output = Lost>>,
+        mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
         mut handover: Pin<&mut impl Future<Output = ()>>,
         until: Duration,
@@ -973,7 +932,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
     async fn step_down(
         &mut self,
         candidacy: &Candidacy,
-        reason: Loss,
+        reason: Ended,
         group_gone: bool,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
     ) -> bool {
@@ -1165,20 +1124,5 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_store_that_says_so_makes_a_loss_certain() {
-        let unproven = Loss::from(Lost::DeadlineMissed {
-            renew_deadline: Duration::from_secs(10),
-        });
-        assert!(!unproven.certain());
-        assert!(Loss::from(Lost::Expired).certain());
-        assert!(Loss::KeyDeleted.certain());
     }
 }
