@@ -18,7 +18,6 @@ mod notify;
 mod observe;
 mod occurrence;
 mod redact;
-mod release;
 mod renewal;
 mod resign;
 mod run;
