@@ -16,6 +16,8 @@
 //! Nothing above this module knows which store it is talking to.
 
 pub mod etcd;
+#[cfg(test)]
+pub mod fake;
 pub mod postgres;
 pub mod zookeeper;
 
