@@ -189,12 +189,10 @@ impl Backend for Fake {
         answer(self.next(|s| &mut s.check_turn, Ok(leading)))
     }
 
-    fn predecessor_gone(&self, _ahead: &Ahead) -> impl Future<Output = Result<(), StoreError>> {
+    async fn predecessor_gone(&self, _ahead: &Ahead) -> Result<(), StoreError> {
         // Look again soon: the script decides what the next look says.
-        async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            Ok(())
-        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(())
     }
 
     fn key_gone(&self, _candidacy: &Candidacy) -> impl Future<Output = ()> {
@@ -206,58 +204,48 @@ impl Backend for Fake {
         answer(self.next(|s| &mut s.release, Ok(())))
     }
 
-    fn observe(&self) -> impl Future<Output = Result<Observation, StoreError>> {
-        async { refused() }
+    async fn observe(&self) -> Result<Observation, StoreError> {
+        refused()
     }
 
-    fn changed_after(&self, _revision: i64) -> impl Future<Output = Result<(), StoreError>> {
-        async { refused() }
+    async fn changed_after(&self, _revision: i64) -> Result<(), StoreError> {
+        refused()
     }
 
-    fn read_record(&self, _key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> {
-        async { refused() }
+    async fn read_record(&self, _key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        refused()
     }
 
-    fn write_fenced(
+    async fn write_fenced(
         &self,
         _candidacy: &Candidacy,
         _key: &str,
         _value: Vec<u8>,
         _retention: Duration,
-    ) -> impl Future<Output = Result<bool, StoreError>> {
-        async { refused() }
+    ) -> Result<bool, StoreError> {
+        refused()
     }
 
-    fn list_records(
-        &self,
-        _prefix: &str,
-    ) -> impl Future<Output = Result<Vec<RawRecord>, StoreError>> {
-        async { refused() }
+    async fn list_records(&self, _prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
+        refused()
     }
 
-    fn observe_all(
-        &self,
-        _prefix: &str,
-    ) -> impl Future<Output = Result<Vec<Election>, StoreError>> {
-        async { refused() }
+    async fn observe_all(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
+        refused()
     }
 
-    fn delete_if_current(
-        &self,
-        _key: &[u8],
-        _token: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> {
-        async { refused() }
+    async fn delete_if_current(&self, _key: &[u8], _token: i64) -> Result<bool, StoreError> {
+        refused()
     }
 
-    fn put_on_lease_fenced(
+    async fn put_on_lease_fenced(
         &self,
         _candidacy: &Candidacy,
         _key: &str,
         _value: Vec<u8>,
-    ) -> impl Future<Output = Result<bool, StoreError>> {
+    ) -> Result<bool, StoreError> {
         // The leader's state record for `status`: accepted.
-        async { Ok(true) }
+        Ok(true)
     }
 
     fn handover_requested(
@@ -273,11 +261,8 @@ impl Backend for Fake {
         false
     }
 
-    fn lease_time(
-        &self,
-        _leader: &Leader,
-    ) -> impl Future<Output = Result<Option<LeaseTime>, StoreError>> {
-        async { refused() }
+    async fn lease_time(&self, _leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        refused()
     }
 
     fn delete_record_hint(&self, key: &str) -> String {

@@ -156,7 +156,7 @@ impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     }
 
     /// The release that ends a run, once the command's whole group is gone: when the store is
-    /// unreachable it is retried for up to a TTL (see `release.rs`).
+    /// unreachable it is retried for up to a TTL (see the module comment).
     async fn release_at_exit(&mut self, candidacy: &Candidacy) {
         let until = self.clock.now() + self.settings.timing.ttl;
         if self.release(candidacy).await == Release::Unreachable {
