@@ -16,7 +16,7 @@ use crate::clock::TokioClock;
 use crate::election::fake::{Call, Fake, Script, Step};
 use crate::election::{Ahead, Renewal, StoreError, Turn};
 use crate::exit::{self, ChildStatus};
-use crate::settings::{Connection, Settings, Store, Timing, Wait};
+use crate::settings::{Settings, Wait};
 use crate::signals::Signals;
 use crate::supervisor::{Event, Group};
 
@@ -26,33 +26,33 @@ const MS: Duration = Duration::from_millis(1);
 const DYING: Duration = Duration::from_millis(10);
 const PID: i32 = 4242;
 
+/// The defaults, spelled out: ttl 15 s, renew deadline 10 s, retry period 2 s, kill-after 4 s.
+/// Parsed as a command line, so the test names no store.
 fn settings() -> Settings {
-    Settings {
-        lease: "test".into(),
-        prefix: "/leader-exec/".into(),
-        identity: "host:1".into(),
-        timing: Timing {
-            ttl: 15 * S,
-            renew_deadline: 10 * S,
-            retry_period: 2 * S,
-            kill_after: 4 * S,
-        },
-        kill_signal: Signal::SIGTERM,
-        wait: Wait::Forever,
-        recampaign: false,
-        hold_at_least: None,
-        occurrence: None,
-        connection: Connection {
-            store: Store::Etcd,
-            endpoints: vec!["fake".into()],
-            connect_timeout: 5 * S,
-            tls: None,
-            credentials: None,
-        },
-        command: vec!["job".into()],
-        http: None,
-        metrics_file: None,
-    }
+    use clap::Parser;
+    let argv = [
+        "leader-exec",
+        "--lease",
+        "test",
+        "--identity",
+        "host:1",
+        "--ttl",
+        "15s",
+        "--renew-deadline",
+        "10s",
+        "--retry-period",
+        "2s",
+        "--kill-signal",
+        "TERM",
+        "--kill-after",
+        "4s",
+        "--connect-timeout",
+        "5s",
+        "--",
+        "job",
+    ];
+    let cli = crate::cli::Cli::try_parse_from(argv).expect("parses");
+    Settings::from_args(cli.election, cli.run, cli.etcd).expect("valid")
 }
 
 /// Which signals end the fake command's group.
