@@ -171,6 +171,8 @@ impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     (candidacy, self.clock.now(), End::release(Then::Exit(code)))
                 }
             };
+            let clock = self.clock.clone();
+            let deadline = Deadline::new(confirmed, self.settings.timing);
             if matches!(phase, Phase::Campaigning) {
                 let campaigning = format!("campaigning for lease {}", self.settings.lease);
                 if first {
@@ -185,13 +187,9 @@ impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     event = "campaigning",
                     "campaigning"
                 );
-            }
-            first = false;
-            let clock = self.clock.clone();
-            let deadline = Deadline::new(confirmed, self.settings.timing);
-            if matches!(phase, Phase::Campaigning) {
                 crate::metrics::campaigning(confirmed, deadline.get());
             }
+            first = false;
             let mut keeper = self.backend.keeper(&candidacy);
             let renewal = keep_renewing(
                 &mut keeper,
