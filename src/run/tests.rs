@@ -475,3 +475,50 @@ async fn a_handover_takes_the_same_stop_path_and_releases_once_the_group_is_gone
     assert_eq!(ran.releases, [9 * S + DYING]);
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_second_term_while_stepping_down_ends_the_grace_at_once() {
+    // Deadline missed at 10 s (TERM, grace until 14 s); the operator sends TERM at 11 s.
+    let script = Script {
+        renew_then: Step::Never,
+        ..Script::default()
+    };
+    let ran = run(
+        settings(),
+        script,
+        FakeGroup::new(Dies::OnKill),
+        vec![(11 * S, Signal::SIGTERM)],
+    )
+    .await;
+    assert_eq!(
+        ran.signals,
+        [
+            (10 * S, Signal::SIGTERM),
+            (11 * S, Signal::SIGTERM),
+            (11 * S, Signal::SIGKILL)
+        ]
+    );
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    assert_eq!(ran.releases, [11 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_recampaign_each_candidacy_is_released_once() {
+    // Leading from 0; the lease is reported expired at 2 s; the second candidacy waits behind
+    // another until --wait-timeout (counted again from the loss) passes at 7 s.
+    let mut check_turn = VecDeque::from([Step::now(Ok(Turn::Leading { token: 7 }))]);
+    check_turn.extend(behind());
+    let script = Script {
+        check_turn,
+        renew: renewals(vec![Step::now(Ok(Renewal::Expired))]),
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.recampaign = true;
+    settings.wait = Wait::Until(5 * S);
+    let ran = run(settings, script, FakeGroup::new(Dies::OnKill), vec![]).await;
+    assert_eq!(ran.signals, [(2 * S, Signal::SIGKILL)]);
+    assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO, 2 * S + DYING]);
+    assert_eq!(ran.releases, [2 * S + DYING, 7 * S + DYING]);
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+}
