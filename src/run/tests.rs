@@ -518,7 +518,10 @@ async fn with_recampaign_each_candidacy_is_released_once() {
     settings.wait = Wait::Until(5 * S);
     let ran = run(settings, script, FakeGroup::new(Dies::OnKill), vec![]).await;
     assert_eq!(ran.signals, [(2 * S, Signal::SIGKILL)]);
-    assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO, 2 * S + DYING]);
+    assert_eq!(
+        ran.fake.times(Call::Campaign),
+        [Duration::ZERO, 2 * S + DYING]
+    );
     assert_eq!(ran.releases, [2 * S + DYING, 7 * S + DYING]);
     assert_eq!(ran.code, exit::NOT_ACQUIRED);
 }
