@@ -55,6 +55,10 @@ pub fn block_stop_signals() {
 
 pub struct Signals {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+    /// Tests: signals sent through a channel instead of delivered by the kernel (a real signal
+    /// would reach every test of the process).
+    #[cfg(test)]
+    scripted: Option<tokio::sync::mpsc::UnboundedReceiver<Signal>>,
 }
 
 impl Signals {
@@ -64,11 +68,33 @@ impl Signals {
             .iter()
             .map(|&s| Ok((s, signal(SignalKind::from_raw(s as i32))?)))
             .collect::<std::io::Result<_>>()?;
-        Ok(Signals { streams })
+        Ok(Signals {
+            streams,
+            #[cfg(test)]
+            scripted: None,
+        })
+    }
+
+    /// Signals that a test sends through the returned channel.
+    #[cfg(test)]
+    pub fn scripted() -> (Signals, tokio::sync::mpsc::UnboundedSender<Signal>) {
+        let (send, receive) = tokio::sync::mpsc::unbounded_channel();
+        let signals = Signals {
+            streams: Vec::new(),
+            scripted: Some(receive),
+        };
+        (signals, send)
     }
 
     /// The next signal received. Cancel-safe.
     pub async fn recv(&mut self) -> Signal {
+        #[cfg(test)]
+        if let Some(scripted) = &mut self.scripted {
+            return match scripted.recv().await {
+                Some(signal) => signal,
+                None => std::future::pending().await,
+            };
+        }
         std::future::poll_fn(|cx| {
             for (signal, stream) in &mut self.streams {
                 if stream.poll_recv(cx).is_ready() {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 const FLOORS: &[(&str, &[&str])] = &[
     ("top", &["main", "app", "cli", "settings", "assets"]),
     ("commands", &["commands"]),
-    ("run", &["run", "release"]),
+    ("run", &["run"]),
     ("leader", &["leader"]),
     ("telemetry", &["telemetry"]),
     ("election", &["election"]),

@@ -17,6 +17,8 @@
 
 pub mod bounded;
 pub mod etcd;
+#[cfg(test)]
+pub mod fake;
 pub mod postgres;
 pub mod zookeeper;
 

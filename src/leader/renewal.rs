@@ -20,36 +20,13 @@
 //!   credited to a newer send instant.
 
 use std::cell::Cell;
-use std::fmt;
 use std::rc::Rc;
 use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::election::{Keeper, Renewal};
+use crate::ended::Ended;
 use crate::leader::timing::Timing;
-
-/// Why leadership (or a candidacy) can no longer be proven.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lost {
-    /// No renewal sent within `renew_deadline` before now has succeeded.
-    DeadlineMissed { renew_deadline: Duration },
-    /// The store says the lease is gone (etcd: a renewal answered TTL <= 0; PostgreSQL: the row
-    /// no longer holds our token, or its expiry passed).
-    Expired,
-}
-
-impl fmt::Display for Lost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Lost::DeadlineMissed { renew_deadline } => write!(
-                f,
-                "no renewal succeeded within the renew deadline ({})",
-                humantime::format_duration(*renew_deadline)
-            ),
-            Lost::Expired => f.write_str("the store reports the lease expired"),
-        }
-    }
-}
 
 /// The instant (on the boot clock) until which the lease is proven to be ours.
 /// Shared between the renewal loop, which extends it, and the state machine, which reads it.
@@ -93,8 +70,8 @@ pub async fn keep_renewing<K: Keeper, C: Clock>(
     timing: Timing,
     confirmed: Duration,
     deadline: &Deadline,
-) -> Lost {
-    let missed = Lost::DeadlineMissed {
+) -> Ended {
+    let missed = Ended::DeadlineMissed {
         renew_deadline: timing.renew_deadline,
     };
     let first_backoff = (timing.retry_period / 8).max(Duration::from_millis(10));
@@ -127,7 +104,7 @@ pub async fn keep_renewing<K: Keeper, C: Clock>(
                 backoff = first_backoff;
                 tracing::trace!("lease renewed");
             }
-            Some(Ok(Renewal::Expired)) => return Lost::Expired,
+            Some(Ok(Renewal::Expired)) => return Ended::Expired,
             Some(Err(error)) => {
                 keeper.reset();
                 tracing::warn!(event = "renewal-failed", %error, "renewal failed; retrying");
@@ -265,7 +242,7 @@ mod tests {
         let lost = keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
         assert_eq!(
             lost,
-            Lost::DeadlineMissed {
+            Ended::DeadlineMissed {
                 renew_deadline: 10 * S
             }
         );
@@ -296,7 +273,7 @@ mod tests {
         let mut keeper = ScriptedKeeper::new(&clock, vec![ok(5), expired], Step::Hang);
         let deadline = Deadline::new(Duration::ZERO, timing());
         let lost = keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
-        assert_eq!(lost, Lost::Expired);
+        assert_eq!(lost, Ended::Expired);
         assert_eq!(clock.now(), 4 * S + Duration::from_millis(3));
     }
 
@@ -333,7 +310,7 @@ mod tests {
         tokio::time::advance(started).await;
         let deadline = Deadline::new(started, timing());
         let lost = keep_renewing(&mut keeper, &clock, timing(), started, &deadline).await;
-        assert!(matches!(lost, Lost::DeadlineMissed { .. }));
+        assert!(matches!(lost, Ended::DeadlineMissed { .. }));
         assert_eq!(clock.now(), started + 10 * S);
     }
 }

@@ -27,6 +27,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::clock::{BootClock, Clock};
+use crate::ended::Ended;
 
 /// The man page's METRICS section (docs/operations.md has the same table).
 pub const MAN_SECTION: &str = "\
@@ -92,38 +93,6 @@ impl Role {
         }
     }
 }
-
-/// Why leadership ended (the `reason` label of `leader_exec_step_downs_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepDown {
-    /// No renewal succeeded within the renew deadline.
-    Deadline = 0,
-    /// etcd answered a renewal: the lease expired.
-    Expired = 1,
-    /// Our election key was deleted.
-    KeyDeleted = 2,
-    /// TERM or INT asked leader-exec to stop.
-    Signal = 3,
-    /// The command's group ended on its own.
-    CommandExited = 4,
-}
-
-impl From<crate::leader::renewal::Lost> for StepDown {
-    fn from(lost: crate::leader::renewal::Lost) -> StepDown {
-        match lost {
-            crate::leader::renewal::Lost::DeadlineMissed { .. } => StepDown::Deadline,
-            crate::leader::renewal::Lost::Expired => StepDown::Expired,
-        }
-    }
-}
-
-const STEP_DOWN_REASONS: [&str; 5] = [
-    "deadline",
-    "expired",
-    "key_deleted",
-    "signal",
-    "command_exited",
-];
 
 /// How one renewal went (the `outcome` label of `leader_exec_renewals_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,7 +263,7 @@ impl Metrics {
             "Times leadership ended, by reason: deadline (no renewal succeeded within --renew-deadline), expired (the store reported the lease gone), key_deleted, signal (TERM/INT), command_exited",
             step_downs.clone(),
         );
-        let step_downs = STEP_DOWN_REASONS
+        let step_downs = crate::ended::REASONS
             .map(|reason| step_downs.get_or_create_owned(&vec![("reason", reason)]));
         let renewals = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
@@ -647,12 +616,12 @@ pub fn command_exited(code: u8) {
 
 /// Leadership ended for `reason`. Called once per leadership, before the command's group is
 /// signalled: an in-memory update only.
-pub fn stepped_down(reason: StepDown) {
+pub fn stepped_down(reason: Ended) {
     let Some(m) = METRICS.get() else { return };
     if m.role() != Role::Leader {
         return;
     }
-    m.step_downs[reason as usize].inc();
+    m.step_downs[reason.index()].inc();
     m.set_role(Role::SteppingDown);
     changed();
 }
@@ -669,11 +638,11 @@ pub fn stop_requested() {
 pub fn led_ended(lost: bool) {
     let Some(m) = METRICS.get() else { return };
     let reason = if lost {
-        StepDown::Expired
+        Ended::Expired
     } else if m.state.stop_requested.load(Ordering::Relaxed) {
-        StepDown::Signal
+        Ended::Signal
     } else {
-        StepDown::CommandExited
+        Ended::CommandExited
     };
     stepped_down(reason);
 }
@@ -738,7 +707,7 @@ mod tests {
             health_grace: Duration::from_secs(2),
         });
         m.elections_won.inc();
-        m.step_downs[StepDown::KeyDeleted as usize].inc();
+        m.step_downs[Ended::KeyDeleted.index()].inc();
         let text = m.encode(false);
         assert!(
             text.contains("leader_exec_elections_won_total{lease=\"x\\\"y\"} 1"),

@@ -1,4 +1,6 @@
-//! The last release, retried through an etcd outage.
+//! The one release that ends every candidacy ([`Runner::settle`]), and the last release of a
+//! run, retried through an etcd outage.
+//!
 //!
 //! etcd resets every lease's TTL when it restarts (and when a new raft leader takes over). A
 //! leader whose command ended while etcd was down, and which then gave up on revoking its lease,
@@ -14,9 +16,14 @@
 
 use std::time::Duration;
 
+use super::supervise::Supervise;
+use super::{Claim, Runner};
 use crate::clock::Clock;
 use crate::election::{Backend, Backoff, Candidacy, StoreError};
 use crate::signals::{self, Signals};
+
+/// How long releasing the lease may take before we leave it to expire on its own.
+pub const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 
 /// How one release ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +51,7 @@ const ATTEMPT: Duration = Duration::from_secs(1);
 
 /// Keeps revoking the lease until it works, `until` (a value of `clock.now()`) passes, or TERM
 /// or INT arrives. Returns whether the lease was released.
-pub async fn retry<B: Backend, C: Clock>(
+async fn retry<B: Backend, C: Clock>(
     backend: &B,
     candidacy: &Candidacy,
     clock: &C,
@@ -131,6 +138,63 @@ async fn wait_for_stop(signals: &mut Signals) -> nix::sys::signal::Signal {
         let signal = signals.recv().await;
         if signals::stops_the_child(signal) {
             return signal;
+        }
+    }
+}
+
+impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+    /// The one release on the way out of a candidacy, called from one place (after the phase
+    /// loop in [`Runner::run`]), so that no exit path can forget it.
+    pub(super) async fn settle(&mut self, candidacy: &Candidacy, claim: Claim) {
+        match claim {
+            Claim::Release => {
+                self.release(candidacy).await;
+            }
+            Claim::ReleaseAtExit => self.release_at_exit(candidacy).await,
+            Claim::LeaveToExpire => {}
+        }
+    }
+
+    /// The release that ends a run, once the command's whole group is gone: when the store is
+    /// unreachable it is retried for up to a TTL (see the module comment).
+    async fn release_at_exit(&mut self, candidacy: &Candidacy) {
+        let until = self.clock.now() + self.settings.timing.ttl;
+        if self.release(candidacy).await == Release::Unreachable {
+            let clock = self.clock.clone();
+            retry(self.backend, candidacy, &clock, self.signals, until).await;
+        }
+    }
+
+    /// Revokes the lease (deleting the candidate key), retrying briefly; if that fails the lease
+    /// expires on its own within the TTL.
+    async fn release(&mut self, candidacy: &Candidacy) -> Release {
+        let clock = self.clock.clone();
+        let limit = clock.now() + RELEASE_BUDGET;
+        let mut backoff = Backoff::new();
+        loop {
+            let result = tokio::select! {
+                result = self.backend.resign(candidacy) => result,
+                _ = clock.sleep_until(limit) => Err(StoreError::Transient("no answer".into())),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(
+                        event = "released",
+                        lease_id = candidacy.lease_id_hex(),
+                        "lease released"
+                    );
+                    return Release::Done;
+                }
+                Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
+                Err(e) => {
+                    tracing::warn!(
+                        event = "release-failed",
+                        error = %e,
+                        "could not release the lease; it expires on its own within the TTL"
+                    );
+                    return Release::from(&e);
+                }
+            }
         }
     }
 }

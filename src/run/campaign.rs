@@ -1,0 +1,224 @@
+//! The campaigning phase: joining the line (a new candidacy), then waiting for our turn while
+//! the renewal loop keeps the candidacy's lease.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::supervise::Supervise;
+use super::{End, Phase, Runner, Then};
+use crate::clock::{Clock, sleep_until_some};
+use crate::election::{self, Backend, Backoff, Candidacy, Reach, StoreError, Turn};
+use crate::ended::Ended;
+use crate::exit::{self, Failure};
+use crate::settings::Wait;
+use crate::signals::{self, Signals};
+
+pub(super) enum Joined {
+    Candidacy(Candidacy, Duration),
+    Exit(u8),
+    /// Asked to stop while a campaign was in flight, which created this candidacy: withdraw it
+    /// (the one release), then exit with this code.
+    Withdrawn(Candidacy, u8),
+}
+
+pub(super) enum Waited {
+    /// Leading, with this fencing token, as answered to a request sent at this instant.
+    Leading(i64, Duration),
+    /// The candidacy ended without leading: [`Phase::Released`].
+    End(Phase),
+}
+
+/// The next signal that withdraws a candidacy (TERM, INT, HUP, QUIT); others are ignored.
+pub(super) async fn wait_for_withdrawal(signals: &mut Signals) -> Signal {
+    loop {
+        let signal = signals.recv().await;
+        if signals::withdraws_candidacy(signal) {
+            return signal;
+        }
+    }
+}
+
+impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+    /// Creates a candidacy. The first contact with the store is bounded by `--connect-timeout`
+    /// (exit 125 when it passes); later campaigns retry until `--wait-timeout`, if any.
+    pub(super) async fn join(
+        &mut self,
+        first: bool,
+        give_up_at: Option<Duration>,
+    ) -> anyhow::Result<Joined> {
+        let connection = &self.settings.connection;
+        let limit = if first {
+            Some(self.clock.now() + connection.connect_timeout)
+        } else {
+            give_up_at
+        };
+        let backend = self.backend;
+        let clock = self.clock.clone();
+        let mut backoff = Backoff::new();
+        let reach = Reach::of(backend);
+        let mut last_error: Option<String> = None;
+        let timed_out = |last_error: &Option<String>| -> anyhow::Result<Joined> {
+            if first {
+                Err(Failure::usage(
+                    reach.no_answer(connection.connect_timeout, last_error.as_deref()),
+                )
+                .into())
+            } else {
+                tracing::info!(
+                    event = "not-acquired",
+                    "--wait-timeout passed while campaigning"
+                );
+                Ok(Joined::Exit(exit::NOT_ACQUIRED))
+            }
+        };
+        loop {
+            // The lease cannot expire before this instant + TTL: the grant is sent after it.
+            let sent = clock.now();
+            let campaign = backend.campaign();
+            tokio::pin!(campaign);
+            // At start, a refusal on every endpoint is an answer: no reason to wait it out.
+            // Later campaigns (--recampaign) retry through outages until --wait-timeout.
+            let refusal = async {
+                if first {
+                    reach.refusal().await
+                } else {
+                    std::future::pending().await
+                }
+            };
+            tokio::pin!(refusal);
+            let result = loop {
+                tokio::select! {
+                    // The limit first: once it has passed, an attempt that failed at the same
+                    // moment must not buy another round of backoff.
+                    biased;
+                    _ = sleep_until_some(&clock, limit) => return timed_out(&last_error),
+                    signal = self.signals.recv() => {
+                        if signals::withdraws_candidacy(signal) {
+                            // A campaign in flight may already have created our key: let it
+                            // finish briefly, then withdraw it rather than leave it in line.
+                            let code = 128 + signal as u8;
+                            if let Ok(Ok(candidacy)) =
+                                tokio::time::timeout(Duration::from_secs(1), &mut campaign).await
+                            {
+                                return Ok(Joined::Withdrawn(candidacy, code));
+                            }
+                            return Ok(Joined::Exit(code));
+                        }
+                    }
+                    result = &mut campaign => break result,
+                    refused = &mut refusal => return Err(Failure::usage(refused).into()),
+                }
+            };
+            match result {
+                Ok(candidacy) => return Ok(Joined::Candidacy(candidacy, sent)),
+                Err(StoreError::Fatal(message)) => return Err(Failure::usage(message).into()),
+                Err(StoreError::Transient(message)) => {
+                    tracing::debug!(event = "campaign-failed", error = %message, "campaign failed; retrying");
+                    last_error = Some(message);
+                    if first {
+                        let refused = tokio::select! {
+                            biased;
+                            _ = sleep_until_some(&clock, limit) => return timed_out(&last_error),
+                            refused = election::every_address_refuses(&reach.addresses) => refused,
+                        };
+                        if refused {
+                            return Err(Failure::usage(reach.refused()).into());
+                        }
+                    }
+                    // The backoff never outlasts the limit.
+                    tokio::select! {
+                        biased;
+                        _ = sleep_until_some(&clock, limit) => return timed_out(&last_error),
+                        () = backoff.sleep() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until the candidacy leads, renewing its lease meanwhile.
+    pub(super) async fn wait_turn(
+        &mut self,
+        candidacy: &Candidacy,
+        mut renewal: Pin<&mut impl Future<Output = Ended>>,
+        mut key_gone: Pin<&mut impl Future<Output = ()>>,
+        give_up_at: Option<Duration>,
+    ) -> Waited {
+        let backend = self.backend;
+        let clock = self.clock.clone();
+        let backoff = (self.settings.timing.retry_period / 4).max(Duration::from_millis(20));
+        // A --wait-timeout that passed before the first look still gets that look.
+        if self.settings.wait == Wait::No || give_up_at.is_some_and(|at| clock.now() >= at) {
+            let limit = clock.now() + self.settings.connection.connect_timeout;
+            let mut retry = Backoff::new();
+            loop {
+                let sent = clock.now();
+                let turn = tokio::select! {
+                    turn = backend.check_turn(candidacy) => turn,
+                    _ = clock.sleep_until(limit) => Err(StoreError::Transient("no answer".into())),
+                };
+                match turn {
+                    Ok(Turn::Leading { token }) => return Waited::Leading(token, sent),
+                    Ok(Turn::Behind(ahead)) => {
+                        let predecessor = crate::escape::escape(&ahead.key);
+                        // Name who leads, not only the key ahead (one more read, bounded).
+                        let limit = self.settings.timing.retry_period;
+                        let leader = match tokio::time::timeout(limit, backend.observe()).await {
+                            Ok(Ok(observation)) => observation.leader,
+                            _ => None,
+                        };
+                        let leader_identity = leader.as_ref().map_or_else(
+                            || "unknown".to_owned(),
+                            |l| String::from_utf8_lossy(&l.identity).into_owned(),
+                        );
+                        let leader_token = leader.map(|l| l.token);
+                        tracing::info!(event = "not-acquired", leader = %leader_identity, leader_token, %predecessor, "another instance leads (--no-wait): {leader_identity}");
+                        return Waited::End(End::release(Then::NotAcquired));
+                    }
+                    Ok(Turn::Gone) => return Waited::End(End::leave_to_expire(Then::Recampaign)),
+                    Err(e) if e.is_transient() && clock.now() < limit => retry.sleep().await,
+                    Err(e) => {
+                        let e = Failure::usage(format!("reading the election: {e}"));
+                        return Waited::End(End::release(Then::Fail(e.into())));
+                    }
+                }
+            }
+        }
+        let turn = election::wait_for_turn(backend, &clock, candidacy, backoff);
+        tokio::pin!(turn);
+        loop {
+            tokio::select! {
+                biased;
+                lost = &mut renewal => {
+                    tracing::warn!(event = "candidacy-lost", reason = %lost, "lost our place in line; campaigning again");
+                    return Waited::End(End::release(Then::Recampaign));
+                }
+                (turn, sent) = &mut turn => {
+                    if let Turn::Leading { token } = turn {
+                        return Waited::Leading(token, sent);
+                    }
+                    tracing::warn!(event = "candidacy-lost", "our candidate key disappeared; campaigning again");
+                    return Waited::End(End::release(Then::Recampaign));
+                }
+                () = &mut key_gone => {
+                    tracing::warn!(event = "candidacy-lost", "our candidate key was deleted; campaigning again");
+                    return Waited::End(End::release(Then::Recampaign));
+                }
+                signal = self.signals.recv() => {
+                    if signals::withdraws_candidacy(signal) {
+                        tracing::info!(event = "withdrawn", signal = signal.as_str(), "withdrawing the candidacy");
+                        return Waited::End(End::release(Then::Exit(128 + signal as u8)));
+                    }
+                    tracing::debug!(event = "signal-ignored", signal = signal.as_str(), "ignored while campaigning");
+                }
+                _ = sleep_until_some(&clock, give_up_at) => {
+                    tracing::info!(event = "not-acquired", "--wait-timeout passed; withdrawing the candidacy");
+                    return Waited::End(End::release(Then::NotAcquired));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! The leading and holding phases: the command runs while the renewal loop vouches for the
+//! lease; `--hold-at-least` keeps the claim after it ended.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use nix::sys::signal::Signal;
+
+use super::campaign::wait_for_withdrawal;
+use super::occurrence::{Begun, Finished};
+use super::stop::{Looks, SteppingDown, Stop, Stopped};
+use super::supervise::Supervise;
+use super::{End, Phase, Runner, Then};
+use crate::clock::{Clock, sleep_until_some};
+use crate::election::{Backend, Candidacy};
+use crate::ended::Ended;
+use crate::exit::{self, ChildStatus, Failure};
+use crate::leader::occurrence::Record;
+use crate::leader::published;
+use crate::leader::supervisor::{self, Event};
+use crate::notify;
+use crate::signals;
+
+/// How `--hold-at-least` ended.
+pub(super) enum Held {
+    /// The hold is over or leadership was lost: release and exit with the command's status.
+    Over,
+    /// Asked to stop meanwhile: the lease is left to expire.
+    Stopped,
+    /// `resign` asked for a handover.
+    HandOver,
+}
+
+impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+    /// The leading phase: runs the command while the renewal loop vouches for the lease.
+    pub(super) async fn lead(
+        &mut self,
+        candidacy: &Candidacy,
+        mut renewal: Pin<&mut impl Future<Output = Ended>>,
+        mut key_gone: Pin<&mut impl Future<Output = ()>>,
+        mut handover: Pin<&mut impl Future<Output = ()>>,
+    ) -> Phase {
+        let settings = self.settings;
+        let clock = self.clock.clone();
+        let acquired = clock.now();
+        let since = SystemTime::now();
+        let mut env = vec![
+            ("LEADER_TOKEN", candidacy.token.to_string()),
+            ("LEADER_LEASE", settings.lease.clone()),
+            ("LEADER_KEY", candidacy.key.clone()),
+            ("LEADER_IDENTITY", settings.identity.clone()),
+        ];
+        // Absent where the store has no lease ids (PostgreSQL).
+        if let Some(lease_id) = candidacy.lease_id_hex() {
+            env.push(("LEADER_LEASE_ID", lease_id));
+        }
+        tracing::info!(event = "elected", token = candidacy.token, "elected");
+        crate::telemetry::metrics::elected(candidacy.token);
+        notify::status(&format!(
+            "leader of lease {} (token {})",
+            settings.lease, candidacy.token
+        ));
+
+        // With --occurrence, the record is written (fenced) before the command may start.
+        let mut record: Option<Record> = None;
+        let backend = self.backend;
+        if let Some(occurrence) = &settings.occurrence {
+            let begun = tokio::select! {
+                biased;
+                lost = &mut renewal => {
+                    crate::telemetry::metrics::stepped_down(lost);
+                    tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %lost, "leadership lost before the command started");
+                    Ok(Begun::Lost)
+                }
+                () = &mut key_gone => {
+                    crate::telemetry::metrics::stepped_down(Ended::KeyDeleted);
+                    tracing::warn!(event = "stepping-down", token = candidacy.token, "our election key was deleted before the command started");
+                    Ok(Begun::Lost)
+                }
+                // A stop asked for while the record is read or written withdraws at once: the
+                // command never starts.
+                signal = wait_for_withdrawal(&mut *self.signals) => {
+                    tracing::info!(event = "withdrawn", signal = signal.as_str(), "withdrawing before the command started");
+                    Ok(Begun::Exit(128 + signal as u8))
+                }
+                begun = Self::begin_occurrence(backend, settings, candidacy, occurrence) => begun,
+            };
+            match begun {
+                Ok(Begun::Run(started)) => {
+                    env.push(("LEADER_OCCURRENCE", occurrence.id.clone()));
+                    if let Some(previous) = started.previous_token {
+                        env.push(("LEADER_PREVIOUS_TOKEN", previous.to_string()));
+                    }
+                    record = Some(started);
+                }
+                Ok(Begun::Exit(code)) => return End::release(Then::Exit(code)),
+                Ok(Begun::Lost) => return End::release(Then::Lost),
+                // Nothing runs yet: let the next candidate go at once.
+                Err(e) => return End::release(Then::Fail(e)),
+            }
+        }
+
+        tracing::info!(
+            event = "starting",
+            token = candidacy.token,
+            "starting the command"
+        );
+        if let Err(e) = self.supervisor.spawn(&env) {
+            let e = Failure::usage(format!("cannot reach the supervisor: {e}"));
+            return End::release(Then::Fail(e.into()));
+        }
+        // For `status`: since when it leads, and that the command runs. Written beside the
+        // start, never before it.
+        let state = published::State::new(
+            candidacy,
+            &settings.identity,
+            since,
+            published::Command::Running,
+        )
+        .with_timing(settings.timing.kill_after, settings.timing.retry_period);
+        let state_key = published::key(&settings.scope());
+        let announce = published::write(
+            backend,
+            candidacy,
+            &state_key,
+            state,
+            settings.timing.renew_deadline,
+        );
+        tokio::pin!(announce);
+        let mut announced = false;
+        let mut handing_over = false;
+        let mut status: Option<ChildStatus> = None;
+        // A stop asked for while leading (TERM/INT, a handover): the claim is still proven.
+        let mut stop: Option<Stop> = None;
+        // See "The rule that keeps the safety path safe" in mod.rs: renewal first, and no arm
+        // awaits while the group may be alive.
+        let reason = loop {
+            tokio::select! {
+                biased;
+                lost = &mut renewal => break lost,
+                () = &mut key_gone => break Ended::KeyDeleted,
+                event = self.supervisor.next_event() => match event {
+                    Ok(Event::Started(pid)) => {
+                        crate::telemetry::metrics::command_started();
+                        tracing::info!(event = "started", token = candidacy.token, pid, "command started");
+                    }
+                    Ok(Event::SpawnFailed { errno, message }) => {
+                        let command = settings.command[0].to_string_lossy();
+                        let e = Failure::new(
+                            supervisor::spawn_failure_code(errno),
+                            format!("{command}: {message}"),
+                        );
+                        return End::release(Then::Fail(e.into()));
+                    }
+                    Ok(Event::Exited(child)) => {
+                        crate::telemetry::metrics::command_exited(child.code());
+                        tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}");
+                        status = Some(child);
+                    }
+                    Ok(Event::GroupEmpty) => {
+                        return self
+                            .command_ended(candidacy, &record, status, handing_over, stop.is_some(), (acquired, since))
+                            .await;
+                    }
+                    Err(e) => {
+                        // The supervisor died: the command's group has been SIGKILLed
+                        // directly. Release only once it is seen gone.
+                        tracing::error!(event = "supervisor-died", token = candidacy.token, error = %e, "the supervisor process died; killing the command's group");
+                        let mut stop = Stop::killed(clock.now(), candidacy.token);
+                        let never = std::future::pending::<()>();
+                        tokio::pin!(never);
+                        let e = Failure::usage(format!("supervisor: {e}"));
+                        return match self.wait_stopped(&mut stop, never).await {
+                            Stopped::Gone => End::release(Then::Fail(e.into())),
+                            Stopped::Stuck => End::leave_to_expire(Then::Fail(e.into())),
+                        };
+                    }
+                },
+                signal = self.signals.recv() => {
+                    self.supervisor.signal(signal);
+                    tracing::info!(event = "signal-forwarded", token = candidacy.token, signal = signal.as_str(), "forwarded to the command's process group");
+                    if signals::stops_the_child(signal) && stop.is_none() {
+                        crate::telemetry::metrics::stop_requested();
+                        stop = Some(Stop::signalled(clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
+                    }
+                }
+                // The stop path's timers: SIGKILL after --kill-after; after it, should the
+                // supervisor not report the group empty (stopped, or a process stuck in the
+                // kernel), leader-exec looks for itself, bounded.
+                _ = sleep_until_some(&clock, stop.as_ref().map(Stop::due_at)) => {
+                    let Some(stopping) = stop.as_mut() else { continue };
+                    match stopping.on_due(self.supervisor, clock.now()) {
+                        None => {}
+                        Some(Stopped::Gone) if handing_over => return self.handed_over(candidacy),
+                        Some(Stopped::Gone) => {
+                            let killed = ChildStatus::Signaled(Signal::SIGKILL as i32);
+                            return End::release_at_exit(Then::Exit(status.unwrap_or(killed).code()));
+                        }
+                        Some(Stopped::Stuck) => {
+                            return End::leave_to_expire(Then::Exit(128 + Signal::SIGKILL as u8));
+                        }
+                    }
+                }
+                // A handover is the stop a forwarded TERM starts, with --kill-signal: signal
+                // the group first, log after; the claim stays ours (renewed as ever) until the
+                // group is gone, so the next leader cannot start beside any of it.
+                () = &mut handover, if !handing_over => {
+                    handing_over = true;
+                    if stop.is_none() {
+                        stop = Some(Stop::begin(self.supervisor, settings.kill_signal, clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
+                        crate::telemetry::metrics::stop_requested();
+                    }
+                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "resign asked for a handover; stopping the command");
+                    notify::status(&format!("handing over lease {} (token {})", settings.lease, candidacy.token));
+                }
+                () = &mut announce, if !announced => announced = true,
+            }
+        };
+        Phase::SteppingDown(SteppingDown {
+            reason,
+            status,
+            record,
+        })
+    }
+
+    /// The command's whole group ended while the claim was proven: record the occurrence's
+    /// outcome, then hold, hand over, or release.
+    async fn command_ended(
+        &mut self,
+        candidacy: &Candidacy,
+        record: &Option<Record>,
+        status: Option<ChildStatus>,
+        handing_over: bool,
+        stop_asked: bool,
+        (acquired, since): (Duration, SystemTime),
+    ) -> Phase {
+        let code = status.map_or(exit::FAILURE, ChildStatus::code);
+        crate::telemetry::metrics::command_ended(status.map(ChildStatus::code));
+        if let Some(started) = record {
+            match self.finish_occurrence(candidacy, started, code).await {
+                Finished::Recorded => {}
+                Finished::Rejected => return End::release(Then::Exit(exit::LEADERSHIP_LOST)),
+                // The command's own status still says how it went; the record stays
+                // `started`, and the next run of the occurrence applies --if-unfinished.
+                Finished::Unrecorded => {}
+            }
+        }
+        if handing_over {
+            return self.handed_over(candidacy);
+        }
+        match self.settings.hold_at_least {
+            // A stop asked for while the command ran (TERM, INT) is not followed by
+            // --hold-at-least: as during the hold, leader-exec exits and leaves the lease to
+            // expire on its own.
+            Some(_) if stop_asked => {
+                tracing::info!(
+                    event = "hold-ended",
+                    token = candidacy.token,
+                    "stopped while the command ran: not holding; the lease expires on its own"
+                );
+                End::leave_to_expire(Then::Exit(code))
+            }
+            Some(hold) => Phase::Holding {
+                code,
+                until: acquired + hold,
+                since,
+            },
+            None => End::release_at_exit(Then::Exit(code)),
+        }
+    }
+
+    /// `--hold-at-least`: keeps the lease (renewing, still able to lose it) until `until`.
+    pub(super) async fn hold(
+        &mut self,
+        candidacy: &Candidacy,
+        mut renewal: Pin<&mut impl Future<Output = Ended>>,
+        mut key_gone: Pin<&mut impl Future<Output = ()>>,
+        mut handover: Pin<&mut impl Future<Output = ()>>,
+        until: Duration,
+        since: SystemTime,
+    ) -> Held {
+        let clock = self.clock.clone();
+        if clock.now() >= until {
+            return Held::Over;
+        }
+        // For `status`: holding, not running, and until when.
+        let mut state = published::State::new(
+            candidacy,
+            &self.settings.identity,
+            since,
+            published::Command::Holding,
+        )
+        .with_timing(
+            self.settings.timing.kill_after,
+            self.settings.timing.retry_period,
+        );
+        let left = until.saturating_sub(clock.now());
+        state.hold_until = Some(published::rfc3339(std::time::SystemTime::now() + left));
+        let state_key = published::key(&self.settings.scope());
+        let announce = published::write(
+            self.backend,
+            candidacy,
+            &state_key,
+            state,
+            self.settings.timing.renew_deadline,
+        );
+        tokio::pin!(announce);
+        let mut announced = false;
+        tracing::info!(
+            event = "holding",
+            token = candidacy.token,
+            "command done; holding the lease (--hold-at-least)"
+        );
+        notify::status(&format!(
+            "holding lease {} (token {})",
+            self.settings.lease, candidacy.token
+        ));
+        loop {
+            tokio::select! {
+                biased;
+                lost = &mut renewal => {
+                    tracing::warn!(event = "hold-ended", token = candidacy.token, reason = %lost, "leadership lost during --hold-at-least");
+                    return Held::Over;
+                }
+                () = &mut key_gone => {
+                    tracing::warn!(event = "hold-ended", token = candidacy.token, "our election key was deleted during --hold-at-least");
+                    return Held::Over;
+                }
+                () = &mut handover => {
+                    tracing::warn!(event = "handing-over", token = candidacy.token, "resign asked for a handover during --hold-at-least");
+                    return Held::HandOver;
+                }
+                _ = clock.sleep_until(until) => return Held::Over,
+                () = &mut announce, if !announced => announced = true,
+                signal = self.signals.recv() => {
+                    if signals::stops_the_child(signal) {
+                        tracing::info!(event = "hold-ended", token = candidacy.token, signal = signal.as_str(), "stopping during --hold-at-least; the lease expires on its own");
+                        return Held::Stopped;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! The state machine of the run form, as data ([`Phase`]) with every transition in one loop
+//! ([`Runner::run`]):
+//!
+//! ```text
+//!  Campaigning ──elected──▶ Leading ──command's group empty──▶ Holding (--hold-at-least)
+//!     │                      │  │                                 │
+//!     │ TERM/INT, timeout,   │  │ deadline missed, lease expired, │ hold over, loss, handover,
+//!     │ --no-wait, key lost  │  │ key deleted                     │ TERM/INT
+//!     │                      │  ▼                                 │
+//!     │                      │ SteppingDown ──group gone/stuck──┐ │
+//!     ▼                      ▼                                  ▼ ▼
+//!  Released ◀─────────── group empty (own status), handover, TERM stop, failure
+//!     │  the one release (now, at exit with retries, or left to expire)
+//!     ▼
+//!  exit, or Campaigning again (--recampaign, a lost place in line)
+//! ```
+//!
+//! A handover asked for by `resign` is the stop a forwarded TERM starts (`--kill-signal`,
+//! `--kill-after`, SIGKILL), with the lease renewed until the group is gone; then release,
+//! exit 75 (or campaign again). Every stop of the command's group goes through one path,
+//! [`stop`]; every candidacy ends in [`Phase::Released`], and the claim is released (or left to
+//! expire, never kept alive) in one place after the loop, so no exit path can forget it.
+//!
+//! One task owns the candidacy, the renewal loop and the supervisor, and `select!`s over lease
+//! loss, the command's events, signals and timers.
+//!
+//! # The rule that keeps the safety path safe
+//!
+//! Every `select!` that runs while the command's group may be alive keeps three things:
+//! - **Renewal first.** It is `biased;` with the renewal loop (then `key_gone`) as its first
+//!   arms, so that a loss found at the same instant as any other event wins, and nothing else
+//!   can be chosen over it while the deadline passes.
+//! - **No `.await` in an arm while the group may be alive**, except the stop path's own bounded
+//!   wait ([`Runner::wait_stopped`]): an arm that awaits (a store call, a log write) keeps the
+//!   renewal arm from being polled, and the deadline could pass unnoticed. Arms update state
+//!   and return to the loop; store calls are arms of their own (`announce`, `handover`).
+//! - **The deadline counts from the send instant** of the last successful renewal (see
+//!   `renewal.rs`): the lease cannot expire on the server before that instant + TTL, and
+//!   validation keeps `renew_deadline + kill_after` below the TTL with a margin, so a stop that
+//!   starts at the deadline has the group dead before the lease can end.
+
+mod campaign;
+mod lead;
+mod occurrence;
+mod release;
+mod stop;
+mod supervise;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::election::{Backend, Candidacy};
+use crate::exit;
+use crate::leader::renewal::{Deadline, keep_renewing};
+use crate::notify;
+use crate::settings::{Settings, Wait};
+use crate::signals::Signals;
+
+use campaign::{Joined, Waited};
+use lead::Held;
+use stop::SteppingDown;
+pub use supervise::Supervise;
+
+pub struct Runner<'a, B: Backend, C: Clock, S: Supervise> {
+    pub settings: &'a Settings,
+    pub backend: &'a B,
+    pub clock: C,
+    pub supervisor: &'a mut S,
+    pub signals: &'a mut Signals,
+}
+
+/// Where a candidacy is. Each phase's function returns the next phase; [`Runner::run`] holds
+/// the loop.
+enum Phase {
+    /// In line, renewing, waiting for our turn.
+    Campaigning,
+    /// Elected: the command runs (or is being stopped, on TERM/INT or a handover request,
+    /// while the claim is still proven).
+    Leading,
+    /// The command's group ended; `--hold-at-least` keeps the claim until `until`.
+    Holding {
+        code: u8,
+        until: Duration,
+        /// Since when it leads, for `status`.
+        since: std::time::SystemTime,
+    },
+    /// Leadership was lost while the command ran: stop its group.
+    SteppingDown(SteppingDown),
+    /// Done with this candidacy.
+    Released(End),
+}
+
+/// How a candidacy ended: what the one release does, then what comes next.
+struct End {
+    claim: Claim,
+    then: Then,
+}
+
+/// What happens to the claim when the candidacy ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// Revoked, retried briefly ([`release::RELEASE_BUDGET`]).
+    Release,
+    /// Revoked, and when the store is unreachable retried for up to a TTL: the release that
+    /// ends a run, once the command's whole group is gone.
+    ReleaseAtExit,
+    /// Left to expire on its own: the group may not be gone, or a stop was asked for.
+    LeaveToExpire,
+}
+
+/// What comes after the release.
+enum Then {
+    /// Exit with this code.
+    Exit(u8),
+    /// Exit 124: `--no-wait` found a leader, or `--wait-timeout` passed while in line.
+    NotAcquired,
+    /// Exit with this error (its exit code).
+    Fail(anyhow::Error),
+    /// Leadership was lost and the command's group is gone (or given up on): exit 75, or
+    /// campaign again.
+    Lost,
+    /// `resign` asked for a handover, and the command's group is gone.
+    HandedOver,
+    /// Campaign again after `--retry-period` (our place in line was lost).
+    Recampaign,
+}
+
+impl End {
+    fn release(then: Then) -> Phase {
+        Phase::Released(End {
+            claim: Claim::Release,
+            then,
+        })
+    }
+
+    fn release_at_exit(then: Then) -> Phase {
+        Phase::Released(End {
+            claim: Claim::ReleaseAtExit,
+            then,
+        })
+    }
+
+    fn leave_to_expire(then: Then) -> Phase {
+        Phase::Released(End {
+            claim: Claim::LeaveToExpire,
+            then,
+        })
+    }
+}
+
+impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+    /// Campaigns, leads, and returns the exit code.
+    pub async fn run(&mut self) -> anyhow::Result<u8> {
+        let wait_limit = |now: Duration| match self.settings.wait {
+            Wait::Until(timeout) => Some(now + timeout),
+            Wait::Forever | Wait::No => None,
+        };
+        let mut give_up_at = wait_limit(self.clock.now());
+        let mut first = true;
+        loop {
+            let (candidacy, confirmed, mut phase) = match self.join(first, give_up_at).await? {
+                Joined::Candidacy(candidacy, confirmed) => {
+                    (candidacy, confirmed, Phase::Campaigning)
+                }
+                Joined::Exit(code) => return Ok(code),
+                // Created by a campaign that was in flight when a stop was asked for: withdrawn
+                // through the one release below.
+                Joined::Withdrawn(candidacy, code) => {
+                    (candidacy, self.clock.now(), End::release(Then::Exit(code)))
+                }
+            };
+            let clock = self.clock.clone();
+            let deadline = Deadline::new(confirmed, self.settings.timing);
+            if matches!(phase, Phase::Campaigning) {
+                let campaigning = format!("campaigning for lease {}", self.settings.lease);
+                if first {
+                    notify::ready(&campaigning);
+                } else {
+                    notify::status(&campaigning);
+                }
+                // Not a token yet: only a leader's create-revision is one.
+                tracing::info!(
+                    candidate_revision = candidacy.token,
+                    key = %candidacy.key,
+                    event = "campaigning",
+                    "campaigning"
+                );
+                crate::telemetry::metrics::campaigning(confirmed, deadline.get());
+            }
+            first = false;
+            let mut keeper = self.backend.keeper(&candidacy);
+            let renewal = keep_renewing(
+                &mut keeper,
+                &clock,
+                self.settings.timing,
+                confirmed,
+                &deadline,
+            );
+            tokio::pin!(renewal);
+            // Our own key is watched from the start: a deleted key is noticed while waiting, and
+            // no request is left to make at the moment leadership passes to us (handover path).
+            let backend = self.backend;
+            let key_gone = backend.key_gone(&candidacy);
+            tokio::pin!(key_gone);
+            // The claim as it leads (with its token), once elected.
+            let leader = std::cell::OnceCell::new();
+            // `resign` asks through the store; the request names this leader's token. Not polled
+            // before the candidacy leads.
+            let handover_key = crate::leader::published::handover_key(&self.settings.scope());
+            let retry_period = self.settings.timing.retry_period;
+            let handover = async {
+                let leader: &Candidacy = leader.get().expect("polled only once leading");
+                backend
+                    .handover_requested(leader, &handover_key, retry_period)
+                    .await
+            };
+            tokio::pin!(handover);
+            let mut led = false;
+            let end = loop {
+                phase = match phase {
+                    Phase::Campaigning => {
+                        match self
+                            .wait_turn(&candidacy, renewal.as_mut(), key_gone.as_mut(), give_up_at)
+                            .await
+                        {
+                            // The token may be known only now (a store with one lease row per
+                            // name), and the lease proven only from the request that acquired
+                            // it: no earlier renewal may stretch the deadline past that
+                            // request's send instant + renew deadline.
+                            Waited::Leading(token, sent) => {
+                                deadline.cap(sent + self.settings.timing.renew_deadline);
+                                let _ = leader.set(candidacy.leading(token));
+                                // The renewal loop would report this too, but only once polled
+                                // again: never start the command on a lease we can no longer
+                                // vouch for.
+                                if clock.now() >= deadline.get() {
+                                    tracing::warn!(
+                                        event = "candidacy-lost",
+                                        "elected, but the lease is past its renew deadline; campaigning again"
+                                    );
+                                    End::release(Then::Recampaign)
+                                } else {
+                                    led = true;
+                                    Phase::Leading
+                                }
+                            }
+                            Waited::End(phase) => phase,
+                        }
+                    }
+                    Phase::Leading => {
+                        let leader = leader.get().expect("elected");
+                        self.lead(
+                            leader,
+                            renewal.as_mut(),
+                            key_gone.as_mut(),
+                            handover.as_mut(),
+                        )
+                        .await
+                    }
+                    Phase::Holding { code, until, since } => {
+                        let leader = leader.get().expect("elected");
+                        match self
+                            .hold(
+                                leader,
+                                renewal.as_mut(),
+                                key_gone.as_mut(),
+                                handover.as_mut(),
+                                until,
+                                since,
+                            )
+                            .await
+                        {
+                            Held::Over => End::release_at_exit(Then::Exit(code)),
+                            // Asked to stop during the hold: leave the lease to expire.
+                            Held::Stopped => End::leave_to_expire(Then::Exit(code)),
+                            Held::HandOver => self.handed_over(leader),
+                        }
+                    }
+                    Phase::SteppingDown(down) => {
+                        let leader = leader.get().expect("elected");
+                        self.step_down(leader, down, key_gone.as_mut()).await
+                    }
+                    Phase::Released(end) => break end,
+                };
+            };
+            // The one release: of the claim as it leads, or of the candidacy in line.
+            let claim = leader.get().unwrap_or(&candidacy);
+            self.settle(claim, end.claim).await;
+            if led && !matches!(end.then, Then::Fail(_)) {
+                crate::telemetry::metrics::led_ended(matches!(
+                    end.then,
+                    Then::Lost | Then::HandedOver
+                ));
+            }
+            match end.then {
+                Then::Exit(code) => return Ok(code),
+                Then::NotAcquired => {
+                    // READY=1 went out when we joined: make sure systemd has read it before
+                    // this process is gone.
+                    notify::barrier(Duration::from_secs(1));
+                    return Ok(exit::NOT_ACQUIRED);
+                }
+                Then::Fail(e) => return Err(e),
+                Then::Recampaign => {
+                    // Not at once: whatever took the candidacy away may still be going on.
+                    tokio::time::sleep(self.settings.timing.retry_period).await;
+                }
+                Then::HandedOver => {
+                    notify::status("handed over (resign)");
+                    if !self.settings.recampaign {
+                        return Ok(exit::LEADERSHIP_LOST);
+                    }
+                    // The back of the line: etcd and ZooKeeper put a new candidacy behind every
+                    // waiter anyway; on PostgreSQL, whose line it joins at the back too, this
+                    // pause lets the first waiter (woken by the release, or finding it within a
+                    // retry period) take the row before the new candidacy's first attempt, which
+                    // takes a free row at once.
+                    tracing::info!(
+                        event = "recampaigning",
+                        "handed over; campaigning again after --retry-period (--recampaign)"
+                    );
+                    tokio::time::sleep(self.settings.timing.retry_period).await;
+                    give_up_at = wait_limit(clock.now());
+                }
+                Then::Lost if self.settings.recampaign => {
+                    tracing::info!(event = "recampaigning", "campaigning again (--recampaign)");
+                    give_up_at = wait_limit(clock.now());
+                }
+                Then::Lost => return Ok(exit::LEADERSHIP_LOST),
+            }
+        }
+    }
+
+    /// The end of a handover, once the command's whole group is gone: release the claim, so
+    /// that the next instance in line takes over now (with --recampaign briefly, since this
+    /// instance campaigns again; else retried as every release at exit).
+    fn handed_over(&self, candidacy: &Candidacy) -> Phase {
+        tracing::warn!(
+            event = "handed-over",
+            token = candidacy.token,
+            "the command's process group is gone; releasing the lease (resign)"
+        );
+        if self.settings.recampaign {
+            End::release(Then::HandedOver)
+        } else {
+            End::release_at_exit(Then::HandedOver)
+        }
+    }
+}

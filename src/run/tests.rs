@@ -1,0 +1,527 @@
+//! The Runner on tokio's paused clock, against the scripted fake store
+//! (`election::fake`) and a fake supervisor that records every signal with its instant and
+//! lets a test script how the command's group ends. Instants are exact: nothing else moves the
+//! paused clock.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io;
+use std::rc::Rc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::{Runner, Supervise};
+use crate::clock::TokioClock;
+use crate::election::fake::{Call, Fake, Script, Step};
+use crate::election::{Ahead, Renewal, StoreError, Turn};
+use crate::exit::{self, ChildStatus};
+use crate::leader::supervisor::{Event, Group};
+use crate::settings::{Settings, Wait};
+use crate::signals::Signals;
+
+const S: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
+/// How long the fake group takes to die of a signal it does not survive.
+const DYING: Duration = Duration::from_millis(10);
+const PID: i32 = 4242;
+
+/// The defaults, spelled out: ttl 15 s, renew deadline 10 s, retry period 2 s, kill-after 4 s.
+/// Parsed as a command line, so the test names no store.
+fn settings() -> Settings {
+    use clap::Parser;
+    let argv = [
+        "leader-exec",
+        "--lease",
+        "test",
+        "--identity",
+        "host:1",
+        "--ttl",
+        "15s",
+        "--renew-deadline",
+        "10s",
+        "--retry-period",
+        "2s",
+        "--kill-signal",
+        "TERM",
+        "--kill-after",
+        "4s",
+        "--connect-timeout",
+        "5s",
+        "--",
+        "job",
+    ];
+    let cli = crate::cli::Cli::try_parse_from(argv).expect("parses");
+    Settings::from_args(cli.election, cli.run, cli.etcd).expect("valid")
+}
+
+/// Which signals end the fake command's group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dies {
+    /// TERM (or SIGKILL).
+    OnTerm,
+    /// Only SIGKILL: a command that ignores TERM.
+    OnKill,
+    /// Nothing: a process stuck in the kernel.
+    Never,
+}
+
+/// The supervisor, as the Runner sees it, with a scripted command.
+struct FakeGroup {
+    origin: tokio::time::Instant,
+    dies: Dies,
+    /// The command exits on its own this long after it started, with this code.
+    exits_after: Option<(Duration, i32)>,
+    /// The supervisor dies this long after the command started (and takes the group with it).
+    supervisor_dies_after: Option<Duration>,
+    signals: Rc<RefCell<Vec<(Duration, Signal)>>>,
+    events: VecDeque<(Duration, Option<Event>)>,
+    spawned: Option<Duration>,
+    gone_at: Option<Duration>,
+    supervisor_dead: bool,
+}
+
+impl FakeGroup {
+    fn new(dies: Dies) -> FakeGroup {
+        FakeGroup {
+            origin: tokio::time::Instant::now(),
+            dies,
+            exits_after: None,
+            supervisor_dies_after: None,
+            signals: Rc::default(),
+            events: VecDeque::new(),
+            spawned: None,
+            gone_at: None,
+            supervisor_dead: false,
+        }
+    }
+
+    fn exits_after(mut self, after: Duration, code: i32) -> FakeGroup {
+        self.exits_after = Some((after, code));
+        self
+    }
+
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    fn schedule(&mut self, at: Duration, event: Option<Event>) {
+        let index = self.events.partition_point(|(t, _)| *t <= at);
+        self.events.insert(index, (at, event));
+    }
+
+    /// The whole group ends at `at` with the command's `status`, unless it ends sooner anyway.
+    fn dies_at(&mut self, at: Duration, status: ChildStatus) {
+        if self.gone_at.is_some_and(|gone| gone <= at) {
+            return;
+        }
+        self.events
+            .retain(|(_, e)| !matches!(e, Some(Event::Exited(_) | Event::GroupEmpty)));
+        self.gone_at = Some(at);
+        self.schedule(at, Some(Event::Exited(status)));
+        self.schedule(at, Some(Event::GroupEmpty));
+    }
+}
+
+impl Supervise for FakeGroup {
+    fn spawn(&mut self, _env: &[(&str, String)]) -> io::Result<()> {
+        let now = self.now();
+        self.spawned = Some(now);
+        self.schedule(now, Some(Event::Started(PID)));
+        if let Some((after, code)) = self.exits_after {
+            self.dies_at(now + after, ChildStatus::Exited(code));
+        }
+        if let Some(after) = self.supervisor_dies_after {
+            self.schedule(now + after, None);
+        }
+        Ok(())
+    }
+
+    fn signal(&mut self, signal: Signal) {
+        let now = self.now();
+        self.signals.borrow_mut().push((now, signal));
+        if self.spawned.is_none() || self.gone_at.is_some_and(|gone| gone <= now) {
+            return;
+        }
+        let dies = match self.dies {
+            Dies::OnTerm => matches!(signal, Signal::SIGTERM | Signal::SIGKILL),
+            Dies::OnKill => signal == Signal::SIGKILL,
+            Dies::Never => false,
+        };
+        if dies {
+            self.dies_at(now + DYING, ChildStatus::Signaled(signal as i32));
+        }
+    }
+
+    fn group(&mut self) -> Group {
+        let now = self.now();
+        match (self.spawned, self.gone_at) {
+            (Some(_), None) => Group::Alive(vec![PID]),
+            (Some(_), Some(gone)) if now < gone => Group::Alive(vec![PID]),
+            _ => Group::Gone,
+        }
+    }
+
+    fn cancel_pending_spawn(&mut self) {}
+
+    async fn next_event(&mut self) -> io::Result<Event> {
+        let Some(&(at, _)) = self.events.front().filter(|_| !self.supervisor_dead) else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(self.origin + at).await;
+        match self.events.pop_front().and_then(|(_, event)| event) {
+            Some(event) => Ok(event),
+            None => {
+                // The real handle SIGKILLs the group when the supervisor dies.
+                self.supervisor_dead = true;
+                self.dies_at(self.now() + DYING, ChildStatus::Signaled(9));
+                Err(io::Error::other("the supervisor process died"))
+            }
+        }
+    }
+}
+
+/// What a run did.
+struct Ran {
+    code: u8,
+    /// When the run returned.
+    ended: Duration,
+    signals: Vec<(Duration, Signal)>,
+    releases: Vec<Duration>,
+    fake: Fake,
+}
+
+/// Runs the Runner to its end (bounded: a run that never ends fails the test), sending
+/// `signals` to leader-exec at their instants.
+async fn run(
+    settings: Settings,
+    script: Script,
+    mut group: FakeGroup,
+    signals: Vec<(Duration, Signal)>,
+) -> Ran {
+    let fake = Fake::new(script);
+    let origin = tokio::time::Instant::now();
+    let (mut intake, send) = Signals::scripted();
+    let sent = group.signals.clone();
+    let mut runner = Runner {
+        settings: &settings,
+        backend: &fake,
+        clock: TokioClock::new(),
+        supervisor: &mut group,
+        signals: &mut intake,
+    };
+    let sender = async move {
+        for (at, signal) in signals {
+            tokio::time::sleep_until(origin + at).await;
+            send.send(signal).expect("the runner listens");
+        }
+        std::future::pending::<()>().await
+    };
+    let result = tokio::select! {
+        result = tokio::time::timeout(600 * S, runner.run()) => result.expect("the run ended within 600 s"),
+        () = sender => unreachable!(),
+    };
+    let ended = origin.elapsed();
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => exit::code_of(&e),
+    };
+    let signals = sent.borrow().clone();
+    Ran {
+        code,
+        ended,
+        signals,
+        releases: fake.times(Call::Release),
+        fake,
+    }
+}
+
+fn behind() -> VecDeque<Step<Result<Turn, StoreError>>> {
+    let ahead = Ahead {
+        key: b"/leader-exec/test/1".to_vec(),
+        revision: 3,
+        expires_in: None,
+    };
+    std::iter::repeat_n(Step::now(Ok(Turn::Behind(ahead))), 10_000).collect()
+}
+
+fn renewals(
+    steps: Vec<Step<Result<Renewal, StoreError>>>,
+) -> VecDeque<Step<Result<Renewal, StoreError>>> {
+    steps.into()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missed_deadline_signals_at_the_deadline_kills_after_the_grace_and_releases_after_the_group()
+ {
+    // The first renewal (sent at 2 s) never answers: the grant, sent at 0, proves the lease
+    // until 10 s.
+    let script = Script {
+        renew_then: Step::Never,
+        ..Script::default()
+    };
+    let ran = run(settings(), script, FakeGroup::new(Dies::OnKill), vec![]).await;
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    assert_eq!(
+        ran.signals,
+        [(10 * S, Signal::SIGTERM), (14 * S, Signal::SIGKILL)],
+        "--kill-signal at the deadline, SIGKILL --kill-after later"
+    );
+    // Released once, only after the group died of SIGKILL.
+    assert_eq!(ran.releases, [14 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn loss_while_campaigning_releases_the_candidacy_and_campaigns_again() {
+    // In line behind another candidate; the candidacy's lease is reported expired at 2 s.
+    let script = Script {
+        check_turn: behind(),
+        renew: renewals(vec![Step::now(Ok(Renewal::Expired))]),
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.wait = Wait::Until(5 * S);
+    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
+    // Campaigned again (after --retry-period), then --wait-timeout passed.
+    assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO, 4 * S]);
+    assert_eq!(ran.releases, [2 * S, 5 * S], "one release per candidacy");
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+    assert!(ran.signals.is_empty(), "nothing ran: {:?}", ran.signals);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_reported_loss_while_leading_sigkills_at_once_and_exits_75() {
+    // The second renewal (sent at 4 s) says the lease is gone: no grace.
+    let script = Script {
+        renew: renewals(vec![
+            Step::now(Ok(Renewal::Alive)),
+            Step::now(Ok(Renewal::Expired)),
+        ]),
+        ..Script::default()
+    };
+    let ran = run(settings(), script, FakeGroup::new(Dies::OnKill), vec![]).await;
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    assert_eq!(ran.signals, [(4 * S, Signal::SIGKILL)]);
+    assert_eq!(ran.releases, [4 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn loss_while_holding_releases_and_exits_with_the_commands_status() {
+    let mut settings = settings();
+    settings.hold_at_least = Some(60 * S);
+    // The command exits 3 at 1 s; the lease is reported expired at 6 s, during the hold.
+    let script = Script {
+        renew: renewals(vec![
+            Step::now(Ok(Renewal::Alive)),
+            Step::now(Ok(Renewal::Alive)),
+            Step::now(Ok(Renewal::Expired)),
+        ]),
+        ..Script::default()
+    };
+    let group = FakeGroup::new(Dies::OnTerm).exits_after(S, 3);
+    let ran = run(settings, script, group, vec![]).await;
+    assert_eq!(ran.code, 3);
+    assert!(ran.signals.is_empty(), "{:?}", ran.signals);
+    assert_eq!(ran.releases, [6 * S]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_deleted_while_stepping_down_ends_the_grace_with_sigkill() {
+    // Deadline missed at 10 s (TERM, grace until 14 s); the key is deleted at 12 s.
+    let script = Script {
+        renew_then: Step::Never,
+        key_gone: Step::After(12 * S, ()),
+        ..Script::default()
+    };
+    let ran = run(settings(), script, FakeGroup::new(Dies::OnKill), vec![]).await;
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    assert_eq!(
+        ran.signals,
+        [(10 * S, Signal::SIGTERM), (12 * S, Signal::SIGKILL)]
+    );
+    assert_eq!(ran.releases, [12 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_that_survives_sigkill_is_given_up_on_and_the_lease_left_to_expire() {
+    let script = Script {
+        renew_then: Step::Never,
+        ..Script::default()
+    };
+    let ran = run(settings(), script, FakeGroup::new(Dies::Never), vec![]).await;
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    assert_eq!(
+        ran.signals,
+        [(10 * S, Signal::SIGTERM), (14 * S, Signal::SIGKILL)]
+    );
+    assert!(
+        ran.releases.is_empty(),
+        "released beside a live group: {:?}",
+        ran.releases
+    );
+    assert_eq!(ran.ended, 14 * S + super::stop::KILL_WAIT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_that_exits_releases_once_and_passes_its_status_on() {
+    let group = FakeGroup::new(Dies::OnTerm).exits_after(3 * S, 4);
+    let ran = run(settings(), Script::default(), group, vec![]).await;
+    assert_eq!(ran.code, 4);
+    assert_eq!(ran.releases, [3 * S]);
+    assert!(ran.signals.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forwarded_term_takes_the_same_stop_path_and_releases_once() {
+    // A command that ignores TERM: forwarded at 5 s, SIGKILL --kill-after later.
+    let ran = run(
+        settings(),
+        Script::default(),
+        FakeGroup::new(Dies::OnKill),
+        vec![(5 * S, Signal::SIGTERM)],
+    )
+    .await;
+    assert_eq!(
+        ran.signals,
+        [(5 * S, Signal::SIGTERM), (9 * S, Signal::SIGKILL)]
+    );
+    assert_eq!(ran.code, 128 + Signal::SIGKILL as u8);
+    assert_eq!(ran.releases, [9 * S + DYING]);
+    // A command that obeys: its own status, released once it is gone.
+    let ran = run(
+        settings(),
+        Script::default(),
+        FakeGroup::new(Dies::OnTerm),
+        vec![(5 * S, Signal::SIGTERM)],
+    )
+    .await;
+    assert_eq!(ran.signals, [(5 * S, Signal::SIGTERM)]);
+    assert_eq!(ran.code, 128 + Signal::SIGTERM as u8);
+    assert_eq!(ran.releases, [5 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_supervisor_releases_once_the_group_is_gone_and_exits_125() {
+    let mut group = FakeGroup::new(Dies::OnTerm);
+    group.supervisor_dies_after = Some(3 * S);
+    let ran = run(settings(), Script::default(), group, vec![]).await;
+    assert_eq!(ran.code, exit::FAILURE);
+    // Released after the group was seen gone (the first look in /proc after it died).
+    assert_eq!(ran.releases.len(), 1, "{:?}", ran.releases);
+    assert!(
+        ran.releases[0] >= 3 * S + DYING && ran.releases[0] < 3 * S + 100 * MS,
+        "{:?}",
+        ran.releases
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_timeout_withdraws_the_candidacy_once() {
+    let script = Script {
+        check_turn: behind(),
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.wait = Wait::Until(5 * S);
+    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+    assert_eq!(ran.releases, [5 * S]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_wait_behind_a_leader_withdraws_once() {
+    let script = Script {
+        check_turn: behind(),
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.wait = Wait::No;
+    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+    assert_eq!(ran.releases, [Duration::ZERO]);
+    assert_eq!(ran.fake.times(Call::Campaign).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn term_while_campaigning_withdraws_once() {
+    let script = Script {
+        check_turn: behind(),
+        ..Script::default()
+    };
+    let ran = run(
+        settings(),
+        script,
+        FakeGroup::new(Dies::OnTerm),
+        vec![(3 * S, Signal::SIGTERM)],
+    )
+    .await;
+    assert_eq!(ran.code, 128 + Signal::SIGTERM as u8);
+    assert_eq!(ran.releases, [3 * S]);
+    assert!(ran.signals.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handover_takes_the_same_stop_path_and_releases_once_the_group_is_gone() {
+    // `resign` asks at 5 s; the command ignores --kill-signal.
+    let script = Script {
+        handover: Step::After(5 * S, ()),
+        ..Script::default()
+    };
+    let ran = run(settings(), script, FakeGroup::new(Dies::OnKill), vec![]).await;
+    assert_eq!(
+        ran.signals,
+        [(5 * S, Signal::SIGTERM), (9 * S, Signal::SIGKILL)]
+    );
+    assert_eq!(ran.releases, [9 * S + DYING]);
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_term_while_stepping_down_ends_the_grace_at_once() {
+    // Deadline missed at 10 s (TERM, grace until 14 s); the operator sends TERM at 11 s.
+    let script = Script {
+        renew_then: Step::Never,
+        ..Script::default()
+    };
+    let ran = run(
+        settings(),
+        script,
+        FakeGroup::new(Dies::OnKill),
+        vec![(11 * S, Signal::SIGTERM)],
+    )
+    .await;
+    assert_eq!(
+        ran.signals,
+        [
+            (10 * S, Signal::SIGTERM),
+            (11 * S, Signal::SIGTERM),
+            (11 * S, Signal::SIGKILL)
+        ]
+    );
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    assert_eq!(ran.releases, [11 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_recampaign_each_candidacy_is_released_once() {
+    // Leading from 0; the lease is reported expired at 2 s; the second candidacy waits behind
+    // another until --wait-timeout (counted again from the loss) passes at 7 s.
+    let mut check_turn = VecDeque::from([Step::now(Ok(Turn::Leading { token: 7 }))]);
+    check_turn.extend(behind());
+    let script = Script {
+        check_turn,
+        renew: renewals(vec![Step::now(Ok(Renewal::Expired))]),
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.recampaign = true;
+    settings.wait = Wait::Until(5 * S);
+    let ran = run(settings, script, FakeGroup::new(Dies::OnKill), vec![]).await;
+    assert_eq!(ran.signals, [(2 * S, Signal::SIGKILL)]);
+    assert_eq!(
+        ran.fake.times(Call::Campaign),
+        [Duration::ZERO, 2 * S + DYING]
+    );
+    assert_eq!(ran.releases, [2 * S + DYING, 7 * S + DYING]);
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+}
