@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::election::{Backend, Election, LeaseTime};
+use crate::election::{Election, LeaseTime, Store};
 use crate::escape::{escape, escape_str};
 use crate::observe::bounded;
 use crate::occurrence::{Record, State};
@@ -30,14 +30,14 @@ struct Row {
 }
 
 /// `status --all [--json]` under `prefix`. Exit 0 once read (whatever it found), 125 on error.
-pub async fn status_all<B: Backend>(
+pub async fn status_all<B: Store>(
     backend: &B,
     prefix: &str,
     json: bool,
     limit: Duration,
 ) -> anyhow::Result<u8> {
     let elections = crate::observe::first_contact(backend, limit, "reading the elections", || {
-        backend.observe_all(prefix)
+        backend.list_elections(prefix)
     })
     .await?;
     let records_prefix = format!("{prefix}.occurrences/");

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::election::{Backend, Backoff, Candidacy};
+use crate::election::{Backoff, Candidacy, Store};
 use crate::settings::Scope;
 
 pub fn key(scope: &Scope) -> String {
@@ -85,7 +85,7 @@ pub fn rfc3339(time: SystemTime) -> String {
 
 /// Writes `state` on the candidacy's lease, fenced; retried for up to `limit`, then given up
 /// (only `status` loses detail). Completes when done either way.
-pub async fn write<B: Backend>(
+pub async fn write<B: Store>(
     backend: &B,
     candidacy: &Candidacy,
     key: &str,
@@ -119,7 +119,7 @@ pub async fn write<B: Backend>(
 }
 
 /// The current leader's state, if it recorded one for `token`.
-pub async fn read<B: Backend>(
+pub async fn read<B: Store>(
     backend: &B,
     scope: &Scope,
     token: i64,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::election::Backoff;
-use crate::election::{self, Backend, Leader, Observation, Reach, StartError, StoreError};
+use crate::election::{self, Leader, Observation, Reach, StartError, Store, StoreError};
 use crate::escape::{escape, escape_str};
 use crate::exit::Failure;
 use crate::occurrence::{self, Record};
@@ -26,7 +26,7 @@ pub const CHECK_STALE: u8 = 1;
 
 /// Bounds one request by the connect timeout: these commands run from scripts and must not hang.
 /// A timeout names the store and the endpoint, as at first contact.
-pub(crate) async fn bounded<B: Backend, T>(
+pub(crate) async fn bounded<B: Store, T>(
     backend: &B,
     limit: Duration,
     what: &str,
@@ -44,11 +44,14 @@ pub(crate) async fn bounded<B: Backend, T>(
 }
 
 /// Reads once, retrying transient errors within `limit`.
-pub(crate) async fn observe_once<B: Backend>(
+pub(crate) async fn observe_once<B: Store>(
     backend: &B,
     limit: Duration,
 ) -> anyhow::Result<Observation> {
-    first_contact(backend, limit, "reading the election", || backend.observe()).await
+    first_contact(backend, limit, "reading the election", || {
+        backend.read_election()
+    })
+    .await
 }
 
 /// The first request of a subcommand: retried within `limit`, ended early by a refusal on every
@@ -60,7 +63,7 @@ pub(crate) async fn first_contact<B, T, F, Fut>(
     attempt: F,
 ) -> anyhow::Result<T>
 where
-    B: Backend,
+    B: Store,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {
@@ -92,7 +95,7 @@ const OCCURRENCES_SHOWN: usize = 10;
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
 /// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
 /// `{"id": …, "state": "unreadable"}`).
-pub async fn status<B: Backend>(
+pub async fn status<B: Store>(
     backend: &B,
     scope: &Scope,
     json: bool,
@@ -243,7 +246,7 @@ pub async fn status<B: Backend>(
 }
 
 /// `leader-exec check`: is TOKEN the current leader's?
-pub async fn check<B: Backend>(backend: &B, token: &str, limit: Duration) -> anyhow::Result<u8> {
+pub async fn check<B: Store>(backend: &B, token: &str, limit: Duration) -> anyhow::Result<u8> {
     let token: i64 = match token.trim().parse() {
         Ok(t) if t > 0 => t,
         _ => {
@@ -279,7 +282,7 @@ pub async fn check<B: Backend>(backend: &B, token: &str, limit: Duration) -> any
 }
 
 /// `leader-exec watch`: one line per leadership change until INT or TERM.
-pub async fn watch<B: Backend>(
+pub async fn watch<B: Store>(
     backend: &B,
     scope: &Scope,
     json: bool,
@@ -303,11 +306,11 @@ pub async fn watch<B: Backend>(
         }
         let next = async {
             loop {
-                if let Err(e) = backend.changed_after(observation.revision).await {
+                if let Err(e) = backend.changed_since(&observation).await {
                     tracing::debug!(error = %e, "watch interrupted; reading again");
                     backoff.sleep().await;
                 }
-                match backend.observe().await {
+                match backend.read_election().await {
                     Ok(next) => return next,
                     Err(e) => {
                         tracing::debug!(error = %e, "reading the election failed; retrying");

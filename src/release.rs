@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::election::{Backend, Backoff, Candidacy, StoreError};
+use crate::election::{Backoff, Candidacy, Store, StoreError};
 use crate::signals::{self, Signals};
 
 /// How one release ended.
@@ -44,7 +44,7 @@ const ATTEMPT: Duration = Duration::from_secs(1);
 
 /// Keeps revoking the lease until it works, `until` (a value of `clock.now()`) passes, or TERM
 /// or INT arrives. Returns whether the lease was released.
-pub async fn retry<B: Backend, C: Clock>(
+pub async fn retry<B: Store, C: Clock>(
     backend: &B,
     candidacy: &Candidacy,
     clock: &C,
@@ -73,7 +73,7 @@ pub async fn retry<B: Backend, C: Clock>(
     let mut backoff = Backoff::new();
     loop {
         let attempt = async {
-            match tokio::time::timeout(ATTEMPT, backend.resign(candidacy)).await {
+            match tokio::time::timeout(ATTEMPT, backend.release_claim(candidacy)).await {
                 Ok(result) => result,
                 Err(_) => Err(StoreError::Transient("no answer".into())),
             }

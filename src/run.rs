@@ -24,7 +24,7 @@ use nix::sys::signal::Signal;
 
 use crate::clock::{Clock, sleep_until_some};
 use crate::election::Backoff;
-use crate::election::{self, Backend, Candidacy, Reach, StoreError, Turn};
+use crate::election::{self, Candidacy, Reach, Store, StoreError, Turn};
 use crate::exit::{self, ChildStatus, Failure};
 use crate::leadership;
 use crate::notify;
@@ -103,7 +103,7 @@ async fn wait_for_withdrawal(signals: &mut Signals) -> Signal {
     }
 }
 
-pub struct Runner<'a, B: Backend, C: Clock> {
+pub struct Runner<'a, B: Store, C: Clock> {
     pub settings: &'a Settings,
     pub backend: &'a B,
     pub clock: C,
@@ -153,7 +153,7 @@ enum Waited {
     Exit(u8),
 }
 
-impl<B: Backend, C: Clock> Runner<'_, B, C> {
+impl<B: Store, C: Clock> Runner<'_, B, C> {
     /// Campaigns, leads, and returns the exit code.
     pub async fn run(&mut self) -> anyhow::Result<u8> {
         let wait_limit = |now: Duration| match self.settings.wait {
@@ -382,10 +382,11 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
                         let predecessor = crate::escape::escape(&ahead.key);
                         // Name who leads, not only the key ahead (one more read, bounded).
                         let limit = self.settings.timing.retry_period;
-                        let leader = match tokio::time::timeout(limit, backend.observe()).await {
-                            Ok(Ok(observation)) => observation.leader,
-                            _ => None,
-                        };
+                        let leader =
+                            match tokio::time::timeout(limit, backend.read_election()).await {
+                                Ok(Ok(observation)) => observation.leader,
+                                _ => None,
+                            };
                         let leader_identity = leader.as_ref().map_or_else(
                             || "unknown".to_owned(),
                             |l| String::from_utf8_lossy(&l.identity).into_owned(),
@@ -1142,7 +1143,7 @@ impl<B: Backend, C: Clock> Runner<'_, B, C> {
         let mut backoff = Backoff::new();
         loop {
             let result = tokio::select! {
-                result = self.backend.resign(candidacy) => result,
+                result = self.backend.release_claim(candidacy) => result,
                 _ = clock.sleep_until(limit) => Err(StoreError::Transient("no answer".into())),
             };
             match result {

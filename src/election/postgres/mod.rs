@@ -64,9 +64,11 @@ use tokio_postgres::{AsyncMessage, Client, Config, SimpleQueryMessage, Socket};
 
 use crate::clock::{BootClock, Clock};
 
+pub mod target;
+
 use super::{
-    Ahead, Backend, Candidacy, Election, Keeper, Leader, LeaseTime, Observation, RawRecord,
-    Renewal, StoreError, Turn,
+    Ahead, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
+    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
 };
 
 /// How every statement with parameters is sent: unnamed (Parse, Bind, Describe, Execute, Sync
@@ -469,7 +471,7 @@ impl Postgres {
         }
         // Never a standby: it answers from the past (a deposed leader's row, a stale token).
         // libpq's read-write: each host of the URL in turn, the first that accepts writes;
-        // `open` checks pg_is_in_recovery() as well. settings.rs refuses a URL asking otherwise.
+        // `open` checks pg_is_in_recovery() as well. target.rs refuses a URL asking otherwise.
         target
             .config
             .target_session_attrs(TargetSessionAttrs::ReadWrite);
@@ -507,6 +509,23 @@ impl Postgres {
                 sighting: Mutex::new(None),
             }),
         })
+    }
+
+    /// PostgreSQL for reading and administration (`status`, `watch`, `check`, `resign`): its
+    /// statements are bounded by the connect timeout (at most 2 s each). It never joins the
+    /// line, so the lease duration it is built with is never written or compared anywhere.
+    pub fn reader(
+        target: Target,
+        prefix: &str,
+        name: &str,
+        connect_timeout: Duration,
+    ) -> Result<Postgres, StoreError> {
+        let timing = PgTiming {
+            ttl: Duration::from_secs(15),
+            retry_period: connect_timeout.min(Duration::from_secs(2)),
+            connect_timeout,
+        };
+        Postgres::new(target, prefix, name, String::new(), timing)
     }
 
     /// The row as `LEADER_KEY` and `status` show it: `TABLE/NAME`.
@@ -1447,7 +1466,7 @@ where
     }
 }
 
-impl Backend for Postgres {
+impl Campaign for Postgres {
     type Keeper = PgKeeper;
 
     async fn campaign(&self) -> Result<Candidacy, StoreError> {
@@ -1576,7 +1595,7 @@ impl Backend for Postgres {
         std::future::pending::<()>().await;
     }
 
-    async fn resign(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
+    async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
         let s = &self.shared;
         if candidacy.token == 0 {
             // A waiter holds no lease, only its place in line: it leaves the line, and if the
@@ -1636,8 +1655,10 @@ impl Backend for Postgres {
         );
         Ok(())
     }
+}
 
-    async fn observe(&self) -> Result<Observation, StoreError> {
+impl Read for Postgres {
+    async fn read_election(&self) -> Result<Observation, StoreError> {
         // No LISTEN here (`status` and `check` need none): the first `changed_after` starts
         // the listening session, which counts as a change, so `watch` reads again once it
         // listens and misses nothing in between.
@@ -1652,7 +1673,8 @@ impl Backend for Postgres {
         })
     }
 
-    async fn changed_after(&self, revision: i64) -> Result<(), StoreError> {
+    async fn changed_since(&self, seen: &Observation) -> Result<(), StoreError> {
+        let revision = seen.revision;
         self.ensure_listener().await?;
         // A crashed holder announces nothing: look again when its lease runs out, and at least
         // every few seconds.
@@ -1678,6 +1700,57 @@ impl Backend for Postgres {
         }
     }
 
+    async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
+        // The prefix is the table: every row in it is an election.
+        let sql = format!(
+            "SELECT l.name, l.holder, l.token, l.expires_at > now(),
+                    (SELECT count(*) FROM {waiters} w WHERE w.name = l.name AND w.expires_at > now())
+             FROM {leases} l ORDER BY l.name",
+            leases = self.leases(),
+            waiters = self.qualified(&self.shared.waiters),
+        );
+        let rows = self
+            .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let name: String = r.get(0);
+                let holder: Option<String> = r.get(1);
+                let live: bool = r.get(3);
+                let leader = holder.filter(|_| live).map(|holder| Leader {
+                    key: format!("{}/{}", self.shared.leases, name).into_bytes(),
+                    identity: holder.into_bytes(),
+                    token: r.get(2),
+                    lease_id: None,
+                });
+                Election {
+                    name: name.into_bytes(),
+                    candidates: i64::from(leader.is_some()) + r.get::<_, i64>(4),
+                    leader,
+                }
+            })
+            .collect())
+    }
+
+    async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        let sql = format!(
+            "SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint, ttl_ms
+             FROM {} WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()",
+            self.leases()
+        );
+        let a = (self.shared.name.clone(), leader.token);
+        let row = self
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&a.0, &a.1]).await })
+            .await?;
+        Ok(row.map(|r| LeaseTime {
+            remaining: Duration::from_millis(r.get::<_, i64>(0).max(0) as u64),
+            granted: Duration::from_millis(r.get::<_, i64>(1).max(0) as u64),
+        }))
+    }
+}
+
+impl Records for Postgres {
     async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let sql = format!(
             "SELECT value FROM {records} r WHERE key = $1 AND {visible}",
@@ -1732,42 +1805,6 @@ impl Backend for Postgres {
         Ok(written > 0)
     }
 
-    /// The request is a record like any other (no new column, no new table), fenced by the
-    /// lease row still holding the leader's token (not by our own identity, which `resign`
-    /// does not have), `FOR SHARE` as every fenced write. The leader reads it once per
-    /// `--retry-period`.
-    async fn request_handover(
-        &self,
-        leader: &Leader,
-        key: &str,
-        retention: Duration,
-    ) -> Result<bool, StoreError> {
-        let sql = format!(
-            "INSERT INTO {records} (key, value, expires_at, lease_name, lease_token)
-             SELECT $1, $2, now() + $3::bigint * interval '1 millisecond', NULL, NULL
-             FROM {leases} WHERE name = $4 AND token = $5 AND holder IS NOT NULL
-                 AND expires_at > now() FOR SHARE
-             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,
-                 expires_at = EXCLUDED.expires_at, lease_name = NULL, lease_token = NULL",
-            records = self.records(),
-            leases = self.leases(),
-        );
-        let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-        let a = (
-            key.to_owned(),
-            leader.token.to_string().into_bytes(),
-            retention_ms,
-            self.shared.name.clone(),
-            leader.token,
-        );
-        let written = self
-            .request(|c| async move {
-                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
-            })
-            .await?;
-        Ok(written > 0)
-    }
-
     async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
         let sql = format!(
             "SELECT key, value FROM {records} r WHERE starts_with(key, $1) AND {visible} ORDER BY key",
@@ -1786,59 +1823,6 @@ impl Backend for Postgres {
                 (id, r.get(1))
             })
             .collect())
-    }
-
-    async fn observe_all(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
-        // The prefix is the table: every row in it is an election.
-        let sql = format!(
-            "SELECT l.name, l.holder, l.token, l.expires_at > now(),
-                    (SELECT count(*) FROM {waiters} w WHERE w.name = l.name AND w.expires_at > now())
-             FROM {leases} l ORDER BY l.name",
-            leases = self.leases(),
-            waiters = self.qualified(&self.shared.waiters),
-        );
-        let rows = self
-            .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                let name: String = r.get(0);
-                let holder: Option<String> = r.get(1);
-                let live: bool = r.get(3);
-                let leader = holder.filter(|_| live).map(|holder| Leader {
-                    key: format!("{}/{}", self.shared.leases, name).into_bytes(),
-                    identity: holder.into_bytes(),
-                    token: r.get(2),
-                    lease_id: None,
-                });
-                Election {
-                    name: name.into_bytes(),
-                    candidates: i64::from(leader.is_some()) + r.get::<_, i64>(4),
-                    leader,
-                }
-            })
-            .collect())
-    }
-
-    async fn delete_if_current(&self, key: &[u8], token: i64) -> Result<bool, StoreError> {
-        let key = String::from_utf8_lossy(key).into_owned();
-        let Some(name) = key.strip_prefix(&format!("{}/", self.shared.leases)) else {
-            return Ok(false);
-        };
-        let sql = format!(
-            "WITH gone AS (
-                 UPDATE {} SET holder = NULL, expires_at = now()
-                 WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()
-                 RETURNING 1)
-             SELECT pg_notify($3, 'free' || chr(10) || $1)::text FROM gone",
-            self.leases()
-        );
-        let a = (name.to_owned(), token, self.shared.channel.clone());
-        let rows = self
-            .request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2]).await })
-            .await?;
-        Ok(!rows.is_empty())
     }
 
     async fn put_on_lease_fenced(
@@ -1875,34 +1859,68 @@ impl Backend for Postgres {
             .await?;
         Ok(written > 0)
     }
+}
 
-    async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+impl Handover for Postgres {
+    /// The request is a record like any other (no new column, no new table), fenced by the
+    /// lease row still holding the leader's token (not by our own identity, which `resign`
+    /// does not have), `FOR SHARE` as every fenced write. The leader reads it once per
+    /// `--retry-period`.
+    async fn request_handover(
+        &self,
+        leader: &Leader,
+        key: &str,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
         let sql = format!(
-            "SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint, ttl_ms
-             FROM {} WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()",
+            "INSERT INTO {records} (key, value, expires_at, lease_name, lease_token)
+             SELECT $1, $2, now() + $3::bigint * interval '1 millisecond', NULL, NULL
+             FROM {leases} WHERE name = $4 AND token = $5 AND holder IS NOT NULL
+                 AND expires_at > now() FOR SHARE
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,
+                 expires_at = EXCLUDED.expires_at, lease_name = NULL, lease_token = NULL",
+            records = self.records(),
+            leases = self.leases(),
+        );
+        let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let a = (
+            key.to_owned(),
+            leader.token.to_string().into_bytes(),
+            retention_ms,
+            self.shared.name.clone(),
+            leader.token,
+        );
+        let written = self
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
+            .await?;
+        Ok(written > 0)
+    }
+
+    async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
+        let (key, token) = (leader.key.as_slice(), leader.token);
+        let key = String::from_utf8_lossy(key).into_owned();
+        let Some(name) = key.strip_prefix(&format!("{}/", self.shared.leases)) else {
+            return Ok(false);
+        };
+        let sql = format!(
+            "WITH gone AS (
+                 UPDATE {} SET holder = NULL, expires_at = now()
+                 WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()
+                 RETURNING 1)
+             SELECT pg_notify($3, 'free' || chr(10) || $1)::text FROM gone",
             self.leases()
         );
-        let a = (self.shared.name.clone(), leader.token);
-        let row = self
-            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&a.0, &a.1]).await })
+        let a = (name.to_owned(), token, self.shared.channel.clone());
+        let rows = self
+            .request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2]).await })
             .await?;
-        Ok(row.map(|r| LeaseTime {
-            remaining: Duration::from_millis(r.get::<_, i64>(0).max(0) as u64),
-            granted: Duration::from_millis(r.get::<_, i64>(1).max(0) as u64),
-        }))
+        Ok(!rows.is_empty())
     }
+}
 
-    fn delete_record_hint(&self, key: &str) -> String {
-        format!(
-            "psql -c {}",
-            crate::escape::shell_quote(&format!(
-                "DELETE FROM {} WHERE key = {}",
-                self.records(),
-                quote_literal(key)
-            ))
-        )
-    }
-
+impl Describe for Postgres {
     fn store_name(&self) -> &'static str {
         "PostgreSQL"
     }
@@ -1932,6 +1950,17 @@ impl Backend for Postgres {
 
     fn restart_resets_leases(&self) -> bool {
         false
+    }
+
+    fn delete_record_hint(&self, key: &str) -> String {
+        format!(
+            "psql -c {}",
+            crate::escape::shell_quote(&format!(
+                "DELETE FROM {} WHERE key = {}",
+                self.records(),
+                quote_literal(key)
+            ))
+        )
     }
 }
 

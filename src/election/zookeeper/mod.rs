@@ -40,11 +40,13 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub mod target;
+
 use zookeeper_client::{self as zk, Acl, Acls, CreateMode, EventType, Permission, SessionState};
 
 use super::{
-    Ahead, Backend, Backoff, Candidacy, Election, Keeper, Leader, LeaseTime, Observation,
-    RawRecord, Renewal, StoreError, Turn,
+    Ahead, Backoff, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
+    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
 };
 
 /// How a ZooKeeper ensemble is reached.
@@ -73,11 +75,14 @@ pub struct ZkTiming {
     /// The session timeout to request (`--ttl`).
     pub ttl: Duration,
     /// `--renew-deadline + --kill-after + margin`: the least negotiated timeout that is safe.
-    /// Zero for the subcommands, which hold nothing.
+    /// Zero for a reader, which holds nothing.
     pub needed: Duration,
     /// Bounds establishing a session.
     pub connect_timeout: Duration,
 }
+
+/// The session timeout a reader asks for.
+const READER_SESSION: Duration = Duration::from_secs(10);
 
 const LATCH: &str = "latch-";
 const EXPIRES: &str = "leader-exec-expires-ms=";
@@ -287,6 +292,23 @@ impl ZooKeeper {
             timing,
             session: Mutex::new(None),
         })
+    }
+
+    /// ZooKeeper for reading and administration (`status`, `watch`, `check`, `resign`): a
+    /// session of its own, held only while they run. It holds no election node, so nothing
+    /// depends on the session's timeout but how soon the server forgets a reader that died.
+    pub fn reader(
+        target: Target,
+        prefix: &str,
+        lease: &str,
+        connect_timeout: Duration,
+    ) -> Result<ZooKeeper, StoreError> {
+        let timing = ZkTiming {
+            ttl: READER_SESSION,
+            needed: Duration::ZERO,
+            connect_timeout,
+        };
+        ZooKeeper::new(target, prefix, lease, String::new(), timing)
     }
 
     async fn connect(&self) -> Result<zk::Client, StoreError> {
@@ -564,7 +586,7 @@ impl ZooKeeper {
     }
 }
 
-impl Backend for ZooKeeper {
+impl Campaign for ZooKeeper {
     type Keeper = ZkKeeper;
 
     async fn campaign(&self) -> Result<Candidacy, StoreError> {
@@ -735,7 +757,7 @@ impl Backend for ZooKeeper {
         }
     }
 
-    async fn resign(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
+    async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
         let Some(client) = self.session_of() else {
             return Ok(());
         };
@@ -770,51 +792,10 @@ impl Backend for ZooKeeper {
         self.session.lock().expect("not poisoned").take();
         Ok(())
     }
+}
 
-    /// An exists-watch on the request node (it fires on its creation, a new request and its
-    /// deletion): a request wakes the leader at once, at no cost while none comes.
-    async fn handover_requested(&self, candidacy: &Candidacy, key: &str, poll: Duration) {
-        let path = self.path_of(key);
-        loop {
-            // The leader's own session; without one, its renewal and `key_gone` end leadership.
-            let Some(client) = self.session_of() else {
-                tokio::time::sleep(poll).await;
-                continue;
-            };
-            let watcher = match client.check_and_watch_stat(&path).await {
-                Ok((stat, watcher)) => {
-                    if stat.is_some() {
-                        match client.get_data(&path).await {
-                            Ok((data, _)) => {
-                                if unexpired(data)
-                                    .is_some_and(|v| super::is_request_for(&v, candidacy.token))
-                                {
-                                    return;
-                                }
-                            }
-                            Err(zk::Error::NoNode) => {}
-                            Err(e) => {
-                                tracing::debug!(error = %classify(e), "reading handover requests failed");
-                                tokio::time::sleep(poll).await;
-                                continue;
-                            }
-                        }
-                    }
-                    watcher
-                }
-                Err(e) => {
-                    tracing::debug!(error = %classify(e), "watching for handover requests failed");
-                    tokio::time::sleep(poll).await;
-                    continue;
-                }
-            };
-            if watcher.changed().await.session_state.is_terminated() {
-                tokio::time::sleep(poll).await;
-            }
-        }
-    }
-
-    async fn observe(&self) -> Result<Observation, StoreError> {
+impl Read for ZooKeeper {
+    async fn read_election(&self) -> Result<Observation, StoreError> {
         let synced = self.synced(&self.election).await?;
         let (leader, candidates, revision) = Self::leader_of(&synced, &self.election).await?;
         Ok(Observation {
@@ -824,7 +805,8 @@ impl Backend for ZooKeeper {
         })
     }
 
-    async fn changed_after(&self, revision: i64) -> Result<(), StoreError> {
+    async fn changed_since(&self, seen: &Observation) -> Result<(), StoreError> {
+        let revision = seen.revision;
         let client = self.client().await?;
         match client.get_and_watch_children(&self.election).await {
             Ok((_, stat, _)) if stat.pzxid != revision => Ok(()),
@@ -849,6 +831,39 @@ impl Backend for ZooKeeper {
         }
     }
 
+    async fn list_elections(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
+        let base = prefix.trim_end_matches('/');
+        // One `sync` covers every read after it on this session.
+        let synced = self.synced(base).await?;
+        let client = &synced.0;
+        let mut names = match client.list_children(base).await {
+            Ok(names) => names,
+            Err(zk::Error::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(classify(e)),
+        };
+        names.sort();
+        let mut elections = Vec::new();
+        for name in names.into_iter().filter(|n| !n.starts_with('.')) {
+            let (leader, candidates, _) =
+                Self::leader_of(&synced, &format!("{base}/{name}")).await?;
+            if candidates > 0 {
+                elections.push(Election {
+                    name: name.into_bytes(),
+                    leader,
+                    candidates,
+                });
+            }
+        }
+        Ok(elections)
+    }
+
+    /// A client cannot read another session's remaining time from ZooKeeper.
+    async fn lease_time(&self, _leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        Ok(None)
+    }
+}
+
+impl Records for ZooKeeper {
     async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let path = self.path_of(key);
         let Synced(client) = self.synced(&path).await?;
@@ -939,50 +954,6 @@ impl Backend for ZooKeeper {
         Ok(out)
     }
 
-    async fn observe_all(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
-        let base = prefix.trim_end_matches('/');
-        // One `sync` covers every read after it on this session.
-        let synced = self.synced(base).await?;
-        let client = &synced.0;
-        let mut names = match client.list_children(base).await {
-            Ok(names) => names,
-            Err(zk::Error::NoNode) => return Ok(Vec::new()),
-            Err(e) => return Err(classify(e)),
-        };
-        names.sort();
-        let mut elections = Vec::new();
-        for name in names.into_iter().filter(|n| !n.starts_with('.')) {
-            let (leader, candidates, _) =
-                Self::leader_of(&synced, &format!("{base}/{name}")).await?;
-            if candidates > 0 {
-                elections.push(Election {
-                    name: name.into_bytes(),
-                    leader,
-                    candidates,
-                });
-            }
-        }
-        Ok(elections)
-    }
-
-    async fn delete_if_current(&self, key: &[u8], token: i64) -> Result<bool, StoreError> {
-        let path = String::from_utf8_lossy(key).into_owned();
-        let Synced(client) = self.synced(&path).await?;
-        // ZooKeeper cannot compare a czxid in a transaction; the version check closes the gap
-        // between this read and the delete for everything but a delete-and-recreate of the same
-        // path, and candidate paths hold their creator's own random id.
-        match client.check_stat(&path).await.map_err(classify)? {
-            Some(stat) if stat.czxid == token => {
-                match client.delete(&path, Some(stat.version)).await {
-                    Ok(()) => Ok(true),
-                    Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
-                    Err(e) => Err(classify(e)),
-                }
-            }
-            _ => Ok(false),
-        }
-    }
-
     async fn put_on_lease_fenced(
         &self,
         candidacy: &Candidacy,
@@ -1008,30 +979,73 @@ impl Backend for ZooKeeper {
         )
         .await
     }
+}
 
-    fn restart_resets_leases(&self) -> bool {
-        true
-    }
-
-    /// A client cannot read another session's remaining time from ZooKeeper.
-    async fn lease_time(&self, _leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
-        Ok(None)
-    }
-
-    fn delete_record_hint(&self, key: &str) -> String {
+impl Handover for ZooKeeper {
+    /// An exists-watch on the request node (it fires on its creation, a new request and its
+    /// deletion): a request wakes the leader at once, at no cost while none comes.
+    async fn handover_requested(&self, candidacy: &Candidacy, key: &str, poll: Duration) {
         let path = self.path_of(key);
-        let chroot = self
-            .target
-            .connect
-            .find('/')
-            .map_or("", |i| &self.target.connect[i..]);
-        format!(
-            "/usr/share/zookeeper/bin/zkCli.sh -server {} delete {}",
-            crate::escape::shell_quote(self.connect_string_hosts()),
-            crate::escape::shell_quote(&format!("{chroot}{path}"))
-        )
+        loop {
+            // The leader's own session; without one, its renewal and `key_gone` end leadership.
+            let Some(client) = self.session_of() else {
+                tokio::time::sleep(poll).await;
+                continue;
+            };
+            let watcher = match client.check_and_watch_stat(&path).await {
+                Ok((stat, watcher)) => {
+                    if stat.is_some() {
+                        match client.get_data(&path).await {
+                            Ok((data, _)) => {
+                                if unexpired(data)
+                                    .is_some_and(|v| super::is_request_for(&v, candidacy.token))
+                                {
+                                    return;
+                                }
+                            }
+                            Err(zk::Error::NoNode) => {}
+                            Err(e) => {
+                                tracing::debug!(error = %classify(e), "reading handover requests failed");
+                                tokio::time::sleep(poll).await;
+                                continue;
+                            }
+                        }
+                    }
+                    watcher
+                }
+                Err(e) => {
+                    tracing::debug!(error = %classify(e), "watching for handover requests failed");
+                    tokio::time::sleep(poll).await;
+                    continue;
+                }
+            };
+            if watcher.changed().await.session_state.is_terminated() {
+                tokio::time::sleep(poll).await;
+            }
+        }
     }
 
+    async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
+        let (key, token) = (leader.key.as_slice(), leader.token);
+        let path = String::from_utf8_lossy(key).into_owned();
+        let Synced(client) = self.synced(&path).await?;
+        // ZooKeeper cannot compare a czxid in a transaction; the version check closes the gap
+        // between this read and the delete for everything but a delete-and-recreate of the same
+        // path, and candidate paths hold their creator's own random id.
+        match client.check_stat(&path).await.map_err(classify)? {
+            Some(stat) if stat.czxid == token => {
+                match client.delete(&path, Some(stat.version)).await {
+                    Ok(()) => Ok(true),
+                    Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
+                    Err(e) => Err(classify(e)),
+                }
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+impl Describe for ZooKeeper {
     fn store_name(&self) -> &'static str {
         "ZooKeeper"
     }
@@ -1050,6 +1064,24 @@ impl Backend for ZooKeeper {
                 Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
             })
             .collect()
+    }
+
+    fn restart_resets_leases(&self) -> bool {
+        true
+    }
+
+    fn delete_record_hint(&self, key: &str) -> String {
+        let path = self.path_of(key);
+        let chroot = self
+            .target
+            .connect
+            .find('/')
+            .map_or("", |i| &self.target.connect[i..]);
+        format!(
+            "/usr/share/zookeeper/bin/zkCli.sh -server {} delete {}",
+            crate::escape::shell_quote(self.connect_string_hosts()),
+            crate::escape::shell_quote(&format!("{chroot}{path}"))
+        )
     }
 }
 
