@@ -102,13 +102,13 @@ impl Connection {
         let connect_timeout = self.connect_timeout;
         let usage = |e: StoreError| Failure::usage(e.to_string());
         Ok(match &self.target {
-            Target::Etcd(target) => AnyStore::Etcd(Etcd::new(
+            Target::Etcd(target) => AnyStore::Etcd(Box::new(Etcd::new(
                 etcd::target::open(target).await?,
                 &target.endpoints,
                 scope.election_prefix(),
                 identity,
                 timing.ttl,
-            )),
+            ))),
             Target::Postgres(target) => AnyStore::Postgres(
                 Postgres::new(
                     (**target).clone(),
@@ -123,7 +123,7 @@ impl Connection {
                 )
                 .map_err(usage)?,
             ),
-            Target::ZooKeeper(target) => AnyStore::ZooKeeper(
+            Target::ZooKeeper(target) => AnyStore::ZooKeeper(Box::new(
                 ZooKeeper::new(
                     (**target).clone(),
                     &scope.prefix,
@@ -136,7 +136,7 @@ impl Connection {
                     },
                 )
                 .map_err(usage)?,
-            ),
+            )),
         })
     }
 
@@ -151,19 +151,19 @@ impl Connection {
         let lease = scope.map_or("", |s| s.lease.as_str());
         let usage = |e: StoreError| Failure::usage(e.to_string());
         Ok(match &self.target {
-            Target::Etcd(target) => AnyStore::Etcd(Etcd::reader(
+            Target::Etcd(target) => AnyStore::Etcd(Box::new(Etcd::reader(
                 etcd::target::open(target).await?,
                 &target.endpoints,
                 scope.map_or_else(|| prefix.to_owned(), Scope::election_prefix),
-            )),
+            ))),
             Target::Postgres(target) => AnyStore::Postgres(
                 Postgres::reader((**target).clone(), prefix, lease, self.connect_timeout)
                     .map_err(usage)?,
             ),
-            Target::ZooKeeper(target) => AnyStore::ZooKeeper(
+            Target::ZooKeeper(target) => AnyStore::ZooKeeper(Box::new(
                 ZooKeeper::reader((**target).clone(), prefix, lease, self.connect_timeout)
                     .map_err(usage)?,
-            ),
+            )),
         })
     }
 
@@ -178,14 +178,16 @@ impl Connection {
 
 /// An open store, whichever it is.
 pub enum AnyStore {
-    Etcd(Etcd),
+    /// Boxed, as ZooKeeper is: the stores differ in size by kilobytes.
+    Etcd(Box<Etcd>),
     Postgres(Postgres),
-    ZooKeeper(ZooKeeper),
+    ZooKeeper(Box<ZooKeeper>),
 }
 
 /// The keeper of whichever store.
 pub enum AnyKeeper {
-    Etcd(<Etcd as Campaign>::Keeper),
+    /// Boxed, as the store is.
+    Etcd(Box<<Etcd as Campaign>::Keeper>),
     Postgres(<Postgres as Campaign>::Keeper),
     ZooKeeper(<ZooKeeper as Campaign>::Keeper),
 }
@@ -228,7 +230,7 @@ impl Campaign for AnyStore {
 
     fn keeper(&self, candidacy: &Candidacy) -> AnyKeeper {
         match self {
-            AnyStore::Etcd(store) => AnyKeeper::Etcd(store.keeper(candidacy)),
+            AnyStore::Etcd(store) => AnyKeeper::Etcd(Box::new(store.keeper(candidacy))),
             AnyStore::Postgres(store) => AnyKeeper::Postgres(store.keeper(candidacy)),
             AnyStore::ZooKeeper(store) => AnyKeeper::ZooKeeper(store.keeper(candidacy)),
         }
