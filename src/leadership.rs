@@ -176,6 +176,7 @@ mod tests {
         let candidacy = Candidacy {
             lease_id: Some(0x1f),
             key: "/leader-exec/x/1f".into(),
+            place: 42,
             token: 42,
         };
         let mut state = State::new(&candidacy, "h:1", SystemTime::UNIX_EPOCH, Command::Running);

@@ -176,7 +176,7 @@ impl<B: Store, C: Clock> Runner<'_, B, C> {
             first = false;
             // Not a token yet: only a leader's create-revision is one.
             tracing::info!(
-                candidate_revision = candidacy.token,
+                candidate_revision = candidacy.place,
                 key = %candidacy.key,
                 event = "campaigning",
                 "campaigning"

@@ -66,11 +66,16 @@ pub struct Candidacy {
     /// (PostgreSQL: the lease is the row).
     pub lease_id: Option<i64>,
     /// What the leader holds, as `LEADER_KEY` shows it: etcd's candidate key
-    /// `prefix + NAME + "/" + lease id in hex`; PostgreSQL's lease row, `TABLE/NAME`.
+    /// `prefix + NAME + "/" + lease id in hex`; PostgreSQL's lease row, `TABLE/NAME`;
+    /// ZooKeeper's candidate node.
     pub key: String,
-    /// The fencing token once it leads. etcd: the key's create-revision, known from the campaign
-    /// on (its place in line). PostgreSQL: 0 until `Turn::Leading` reports it; the state machine
-    /// leads with the candidacy that `Turn::Leading` completes (see [`Candidacy::leading`]).
+    /// Its place in line, where the store orders candidates by a number it gives out (etcd: the
+    /// key's create-revision; ZooKeeper: the node's czxid); 0 where the line is kept elsewhere
+    /// (PostgreSQL: the waiters table).
+    pub place: i64,
+    /// The fencing token: 0 (none: every token is at least 1, so no fence matches it) until
+    /// `Turn::Leading` reports it. The state machine leads with the candidacy that
+    /// [`Candidacy::leading`] completes, never with one from `campaign`.
     pub token: i64,
 }
 
@@ -334,6 +339,7 @@ pub trait Handover: Records {
             // Not UTF-8 (a key some other tool wrote): no claim of ours can match it, and the
             // lossy key matches nothing, so the fence says no.
             key: String::from_utf8_lossy(&leader.key).into_owned(),
+            place: leader.token,
             token: leader.token,
         };
         let value = leader.token.to_string().into_bytes();

@@ -193,7 +193,9 @@ impl Etcd {
         Ok(Candidacy {
             lease_id: Some(lease_id),
             key,
-            token,
+            // The create-revision orders the line; it becomes the token when this one leads.
+            place: token,
+            token: 0,
         })
     }
 
@@ -292,7 +294,7 @@ impl Campaign for Etcd {
         // nothing is ahead, this candidacy leads as of that revision.
         let ahead = GetOptions::new()
             .with_prefix()
-            .with_max_create_revision(candidacy.token - 1)
+            .with_max_create_revision(candidacy.place - 1)
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_keys_only();
@@ -312,12 +314,13 @@ impl Campaign for Etcd {
             return Err(StoreError::Transient("unexpected txn response".into()));
         };
         match own.kvs().first() {
-            Some(kv) if kv.create_revision() == candidacy.token => {}
+            Some(kv) if kv.create_revision() == candidacy.place => {}
             _ => return Ok(Turn::Gone),
         }
         Ok(match ahead.kvs().first() {
+            // The key with the lowest create-revision leads, and that revision is its token.
             None => Turn::Leading {
-                token: candidacy.token,
+                token: candidacy.place,
             },
             Some(kv) => Turn::Behind(Ahead {
                 key: kv.key().to_vec(),
@@ -345,7 +348,7 @@ impl Campaign for Etcd {
                     .await
                     .map_err(classify)?;
                 match response.kvs().first() {
-                    Some(kv) if kv.create_revision() == candidacy.token => {}
+                    Some(kv) if kv.create_revision() == candidacy.place => {}
                     _ => return Ok(()),
                 }
                 let revision = header_revision(response.header())?;
@@ -640,7 +643,8 @@ impl Describe for Etcd {
 }
 
 /// A put that commits only while `candidacy` still holds its election key with the
-/// create-revision that is its token (the fence).
+/// create-revision that is its token (the fence). A candidacy that does not lead has token 0,
+/// which no key's create-revision is: its fenced writes never commit.
 fn fenced_put(candidacy: &Candidacy, key: &str, value: Vec<u8>, options: PutOptions) -> Txn {
     Txn::new()
         .when([Compare::create_revision(

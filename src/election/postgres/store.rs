@@ -18,6 +18,7 @@ impl Campaign for Postgres {
         Ok(Candidacy {
             lease_id: None,
             key: self.row_key(),
+            place: 0,
             token: 0,
         })
     }

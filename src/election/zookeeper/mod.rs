@@ -427,7 +427,7 @@ impl ZooKeeper {
             };
             match client.check_and_watch_stat(&candidacy.key).await {
                 Ok((None, _)) => return,
-                Ok((Some(stat), _)) if stat.czxid != candidacy.token => return,
+                Ok((Some(stat), _)) if stat.czxid != candidacy.place => return,
                 Ok((Some(_), watcher)) => {
                     let event = watcher.changed().await;
                     if event.event_type == EventType::NodeDeleted

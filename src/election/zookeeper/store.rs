@@ -82,7 +82,8 @@ impl Campaign for ZooKeeper {
                     return Ok(Candidacy {
                         lease_id: Some(client.session_id().0),
                         key: format!("{}/{mine}{sequence}", self.election),
-                        token: stat.czxid,
+                        place: stat.czxid,
+                        token: 0,
                     });
                 }
                 Err(zk::Error::NoNode) => continue,
@@ -102,7 +103,8 @@ impl Campaign for ZooKeeper {
                             return Ok(Candidacy {
                                 lease_id: Some(client.session_id().0),
                                 key,
-                                token: stat.czxid,
+                                place: stat.czxid,
+                                token: 0,
                             });
                         }
                     }
@@ -137,8 +139,9 @@ impl Campaign for ZooKeeper {
         let own = candidacy.key.rsplit('/').next().unwrap_or_default();
         Ok(match line.iter().position(|c| c == own) {
             None => Turn::Gone,
+            // The first in line leads, and its node's czxid is its token.
             Some(0) => Turn::Leading {
-                token: candidacy.token,
+                token: candidacy.place,
             },
             Some(i) => Turn::Behind(Ahead {
                 key: format!("{}/{}", self.election, line[i - 1]).into_bytes(),
