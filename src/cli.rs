@@ -63,7 +63,8 @@ LEADER_OCCURRENCE      the --occurrence ID, when given
 LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
                        started it";
 
-/// Variables read by `settings.rs` and `logging.rs` rather than through clap's `env`.
+/// Variables read by `election/` (the stores' `target.rs`) and `logging.rs` rather than through
+/// clap's `env`.
 pub const OTHER_ENVIRONMENT: &str = "\
 LEADER_EXEC_ENDPOINTS        --endpoints (then ETCDCTL_ENDPOINTS)
 ETCDCTL_ENDPOINTS            --endpoints, when LEADER_EXEC_ENDPOINTS is not set

@@ -65,6 +65,7 @@ store_independent! {
 mod ambiguous;
 mod cron;
 mod docs;
+mod door;
 mod election;
 mod exit_codes;
 mod faults;

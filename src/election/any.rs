@@ -340,3 +340,69 @@ impl Describe for AnyStore {
         each!(self, store => store.delete_record_hint(key))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::flags::tests::flags;
+    use super::*;
+
+    fn store_of(endpoints: &str) -> Result<&'static str, String> {
+        match Connection::parse(flags(&["--endpoints", endpoints])) {
+            Ok(connection) => Ok(match connection.target {
+                Target::Etcd(_) => "etcd",
+                Target::Postgres(_) => "PostgreSQL",
+                Target::ZooKeeper(_) => "ZooKeeper",
+            }),
+            Err(failure) => Err(failure.to_string()),
+        }
+    }
+
+    /// The scheme of `--endpoints` picks the store; what no other store claims is etcd's.
+    #[test]
+    fn the_scheme_picks_the_store() {
+        for (endpoints, store) in [
+            ("127.0.0.1:2379", "etcd"),
+            ("http://a:2379,b:2379", "etcd"),
+            ("https://a:2379", "etcd"),
+            ("postgres://db1,db2/ops?sslmode=disable", "PostgreSQL"),
+            ("postgresql://db1/ops?sslmode=disable", "PostgreSQL"),
+            ("zk://a:2181,b:2181/ops", "ZooKeeper"),
+            ("ZK://a:2181", "ZooKeeper"),
+        ] {
+            assert_eq!(store_of(endpoints), Ok(store), "{endpoints}");
+        }
+    }
+
+    /// A list that names two stores is refused, whichever comes first, and never echoes a
+    /// password.
+    #[test]
+    fn a_mix_of_stores_is_refused() {
+        for endpoints in [
+            "http://a:2379,zk://b:2181",
+            "zk://b:2181,http://a:2379",
+            "zk://b:2181,postgres://u:hunter2@db/ops",
+            "http://a:2379,postgres://u:hunter2@db/ops",
+        ] {
+            let message = store_of(endpoints).unwrap_err();
+            assert!(
+                message.contains("not a mix of stores"),
+                "{endpoints}: {message}"
+            );
+            assert!(!message.contains("hunter2"), "{message}");
+        }
+    }
+
+    /// Every store refuses a zero `--connect-timeout` with the same words.
+    #[test]
+    fn every_store_refuses_a_zero_connect_timeout() {
+        for endpoints in ["http://a:2379", "postgres://db/ops", "zk://a:2181"] {
+            let mut args = flags(&["--endpoints", endpoints]);
+            args.connect_timeout = Duration::ZERO;
+            let message = Connection::parse(args).unwrap_err().to_string();
+            assert_eq!(
+                message, "--connect-timeout must be greater than 0",
+                "{endpoints}"
+            );
+        }
+    }
+}

@@ -196,7 +196,7 @@ impl Campaign for Postgres {
 
 impl Read for Postgres {
     async fn read_election(&self) -> Result<Observation, StoreError> {
-        // No LISTEN here (`status` and `check` need none): the first `changed_after` starts
+        // No LISTEN here (`status` and `check` need none): the first `changed_since` starts
         // the listening session, which counts as a change, so `watch` reads again once it
         // listens and misses nothing in between.
         let heard = *self.shared.heard.borrow();
