@@ -447,8 +447,9 @@ impl Postgres {
     }
 
     /// PostgreSQL for reading and administration (`status`, `watch`, `check`, `resign`): its
-    /// statements are bounded by the connect timeout (at most 2 s each). It never joins the
-    /// line, so the lease duration it is built with is never written or compared anywhere.
+    /// statements are bounded by the connect timeout (at most 2 s each). It holds no lease: it
+    /// never joins the line, acquires or renews the row (the only statements that write or
+    /// compare a lease duration), so it has none.
     pub fn reader(
         target: Target,
         prefix: &str,
@@ -456,7 +457,7 @@ impl Postgres {
         connect_timeout: Duration,
     ) -> Result<Postgres, StoreError> {
         let timing = PgTiming {
-            ttl: Duration::from_secs(15),
+            ttl: Duration::ZERO,
             retry_period: connect_timeout.min(Duration::from_secs(2)),
             connect_timeout,
         };
