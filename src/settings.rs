@@ -1,7 +1,8 @@
 //! Turning parsed flags into validated settings.
 //!
-//! Every check here runs before leader-exec contacts etcd, so a bad flag costs nothing and leaves
-//! nothing behind. Each failure is one line naming the flag, and exit 125.
+//! Every check here runs before leader-exec contacts the store, so a bad flag costs nothing and
+//! leaves nothing behind. Each failure is one line naming the flag, and exit 125. The connection
+//! flags are checked by the store they name (`election::any::Connection::parse`).
 
 use std::ffi::OsString;
 use std::path::PathBuf;

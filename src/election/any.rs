@@ -3,7 +3,7 @@
 //! [`Connection::open_reader`] open it as an [`AnyStore`], which implements every store trait by
 //! handing each call to the store inside.
 //!
-//! Only this file lists the stores.
+//! Only this file (and the `mod` lines of mod.rs) lists the stores.
 
 use std::time::Duration;
 
