@@ -440,8 +440,8 @@ pub struct RunArgs {
     )]
     pub if_unfinished: crate::occurrence::IfUnfinished,
 
-    /// How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper), which
-    /// deletes them afterwards.
+    /// How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper);
+    /// afterwards they are deleted, or treated as absent until they are.
     #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, allow_hyphen_values = true, requires = "occurrence")]
     pub occurrence_retention: Duration,
 
