@@ -18,9 +18,12 @@
 //!   constructors: one for a candidate (with [`LeaseTiming`]) and a reader.
 //! - `src/election/NEW/target.rs`: `is_NEW_url` and `parse(endpoints, StoreFlags)`, refusing
 //!   bad input with one line naming the flag, never echoing a password.
+//! - `src/election/mod.rs`: one `pub mod NEW;` line.
 //! - `src/election/any.rs`: one variant in `Target`, `AnyStore` and `AnyKeeper`, one arm in
-//!   `Connection::parse`, `open`, `open_reader`, the `each!` macro and `AnyKeeper`'s two methods.
-//! - `tests/harness.rs`: one server impl; `tests/tests.rs`: one entry in the store list.
+//!   `Connection::parse`, `open`, `open_reader`, the `each!` macro, `AnyStore::keeper` and
+//!   `AnyKeeper`'s two methods; a case in `the_scheme_picks_the_store`.
+//! - `tests/harness.rs`: one server impl; `tests/tests.rs`: one entry in the store list;
+//!   `tests/door.rs`: the store's crate and type names in `STORE_NAMES`.
 //! - README.md and the `--endpoints` help in `src/cli.rs` (then regenerate man/ and
 //!   completions/): the scheme and what the store guarantees.
 
