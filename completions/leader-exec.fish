@@ -44,7 +44,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d '
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
 skip\t'Treat it as done: exit 0 without running'
 fail\t'Refuse to run and exit 76, so a human (or an alert) decides'"
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in etcd (etcd deletes them afterwards)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper); afterwards they are deleted, or treated as absent until they are' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l http -d 'Serve GET /metrics, /leader and /healthz over HTTP on this address [default: off]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l metrics-file -d 'Write the metrics and this run\'s outcome to FILE (node_exporter textfile format)' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f

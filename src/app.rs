@@ -5,14 +5,12 @@ use clap::error::ErrorKind;
 use crate::cli::{self, Cli, Subcommand};
 use crate::clock::BootClock;
 use crate::commands;
-use crate::election::etcd::{self, Etcd};
-use crate::election::postgres::{PgTiming, Postgres};
-use crate::election::zookeeper::{ZkTiming, ZooKeeper};
-use crate::election::{Backend, Reach, StartError, first_contact};
+use crate::election::Scope;
+use crate::election::{LeaseTiming, Store};
 use crate::exit::{self, Failure};
 use crate::leader::supervisor;
 use crate::run::Runner;
-use crate::settings::{Connection, Scope, Settings, Store};
+use crate::settings::Settings;
 use crate::signals::Signals;
 use crate::telemetry::logging::LogFormat;
 
@@ -205,7 +203,7 @@ fn one_line(rendered: &str) -> String {
 
 /// The run form.
 fn run(cli: Cli) -> anyhow::Result<u8> {
-    let settings = Settings::from_args(cli.election, cli.run, cli.etcd)?;
+    let settings = Settings::from_args(cli.election, cli.run, cli.store)?;
     crate::telemetry::logging::set_context(&settings.lease, &settings.identity);
     supervisor::check_command(&settings.command[0])?;
     // SAFETY: no thread has been started yet; the runtime is built below.
@@ -245,58 +243,23 @@ async fn lead_or_wait(
     supervisor: &mut supervisor::Handle,
     mut signals: Signals,
 ) -> anyhow::Result<u8> {
-    match &settings.connection.store {
-        Store::Etcd => {
-            let client = connect(&settings.connection).await?;
-            let backend = Etcd::new(
-                client,
-                &settings.connection.endpoints,
-                settings.scope().election_prefix(),
-                settings.identity.clone(),
-                settings.timing.ttl,
-            );
-            lead_with(settings, &backend, supervisor, &mut signals).await
-        }
-        Store::Postgres(target) => {
-            let timing = PgTiming {
-                ttl: settings.timing.ttl,
-                retry_period: settings.timing.retry_period,
-                connect_timeout: settings.connection.connect_timeout,
-            };
-            let backend = Postgres::new(
-                (**target).clone(),
-                &settings.prefix,
-                &settings.lease,
-                settings.identity.clone(),
-                timing,
-            )
-            .map_err(|e| Failure::usage(e.to_string()))?;
-            lead_with(settings, &backend, supervisor, &mut signals).await
-        }
-        Store::ZooKeeper(target) => {
-            let t = &settings.timing;
-            let timing = ZkTiming {
-                ttl: t.ttl,
-                needed: t
-                    .renew_deadline
-                    .saturating_add(t.kill_after)
-                    .saturating_add(t.margin()),
-                connect_timeout: settings.connection.connect_timeout,
-            };
-            let backend = ZooKeeper::new(
-                (**target).clone(),
-                &settings.prefix,
-                &settings.lease,
-                settings.identity.clone(),
-                timing,
-            )
-            .map_err(|e| Failure::usage(e.to_string()))?;
-            lead_with(settings, &backend, supervisor, &mut signals).await
-        }
-    }
+    let t = &settings.timing;
+    let timing = LeaseTiming {
+        ttl: t.ttl,
+        retry_period: t.retry_period,
+        needed: t
+            .renew_deadline
+            .saturating_add(t.kill_after)
+            .saturating_add(t.margin()),
+    };
+    let store = settings
+        .connection
+        .open(&settings.scope(), settings.identity.clone(), timing)
+        .await?;
+    lead_with(settings, &store, supervisor, &mut signals).await
 }
 
-async fn lead_with<B: Backend>(
+async fn lead_with<B: Store>(
     settings: &Settings,
     backend: &B,
     supervisor: &mut supervisor::Handle,
@@ -313,40 +276,6 @@ async fn lead_with<B: Backend>(
     .await
 }
 
-/// A PostgreSQL backend for the subcommands: statements bounded by the connect timeout.
-fn postgres_for(
-    target: &crate::election::postgres::Target,
-    prefix: &str,
-    lease: &str,
-    connection: &Connection,
-) -> anyhow::Result<Postgres> {
-    let timing = PgTiming {
-        ttl: std::time::Duration::from_secs(15),
-        retry_period: connection
-            .connect_timeout
-            .min(std::time::Duration::from_secs(2)),
-        connect_timeout: connection.connect_timeout,
-    };
-    Postgres::new(target.clone(), prefix, lease, String::new(), timing)
-        .map_err(|e| Failure::usage(e.to_string()).into())
-}
-
-/// A ZooKeeper backend for the subcommands: a session of its own, held only while they run.
-fn zookeeper_for(
-    target: &crate::election::zookeeper::Target,
-    prefix: &str,
-    lease: &str,
-    connection: &Connection,
-) -> anyhow::Result<ZooKeeper> {
-    let timing = ZkTiming {
-        ttl: std::time::Duration::from_secs(10),
-        needed: std::time::Duration::ZERO,
-        connect_timeout: connection.connect_timeout,
-    };
-    ZooKeeper::new(target.clone(), prefix, lease, String::new(), timing)
-        .map_err(|e| Failure::usage(e.to_string()).into())
-}
-
 /// `status`, `watch`, `check`, `resign` and the hidden `generate-assets`.
 fn subcommand(cli: Cli) -> anyhow::Result<u8> {
     let Some(subcommand) = cli.subcommand else {
@@ -360,48 +289,35 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
     if let Subcommand::Status(args) = &subcommand
         && args.all
     {
-        return status_all(cli.election, cli.etcd, args.json);
+        return status_all(cli.election, cli.store, args.json);
     }
-    let scope = Scope::from_args(cli.election)?;
+    let scope = crate::settings::scope_from_args(cli.election)?;
     crate::telemetry::logging::set_context(&scope.lease, "");
-    let connection = Connection::from_args(cli.etcd)?;
+    let connection = crate::settings::connection(cli.store)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
         let mut signals = Signals::install()?;
-        match &connection.store {
-            Store::Etcd => {
-                let client = connect(&connection).await?;
-                let backend = Etcd::new(
-                    client,
-                    &connection.endpoints,
-                    scope.election_prefix(),
-                    String::new(),
-                    Default::default(),
-                );
-                serve(&backend, subcommand, &scope, &connection, &mut signals).await
-            }
-            Store::Postgres(target) => {
-                let backend = postgres_for(target, &scope.prefix, &scope.lease, &connection)?;
-                serve(&backend, subcommand, &scope, &connection, &mut signals).await
-            }
-            Store::ZooKeeper(target) => {
-                let backend = zookeeper_for(target, &scope.prefix, &scope.lease, &connection)?;
-                serve(&backend, subcommand, &scope, &connection, &mut signals).await
-            }
-        }
+        let store = connection.open_reader(&scope.prefix, Some(&scope)).await?;
+        serve(
+            &store,
+            subcommand,
+            &scope,
+            connection.connect_timeout,
+            &mut signals,
+        )
+        .await
     })
 }
 
-async fn serve<B: Backend>(
+async fn serve<B: Store>(
     backend: &B,
     subcommand: Subcommand,
     scope: &Scope,
-    connection: &Connection,
+    limit: std::time::Duration,
     signals: &mut Signals,
 ) -> anyhow::Result<u8> {
-    let limit = connection.connect_timeout;
     {
         let (backend, scope) = (backend, scope);
         match subcommand {
@@ -426,56 +342,21 @@ async fn serve<B: Backend>(
 }
 
 /// `status --all`: every lease under the prefix.
-fn status_all(election: cli::ElectionArgs, etcd: cli::EtcdArgs, json: bool) -> anyhow::Result<u8> {
+fn status_all(
+    election: cli::ElectionArgs,
+    store: cli::StoreArgs,
+    json: bool,
+) -> anyhow::Result<u8> {
     let prefix = crate::settings::validate_prefix(election.prefix)?;
-    let connection = Connection::from_args(etcd)?;
+    let connection = crate::settings::connection(store)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let limit = connection.connect_timeout;
-        match &connection.store {
-            Store::Etcd => {
-                let client = connect(&connection).await?;
-                let backend = Etcd::new(
-                    client,
-                    &connection.endpoints,
-                    prefix.clone(),
-                    String::new(),
-                    Default::default(),
-                );
-                crate::commands::status_all::status_all(&backend, &prefix, json, limit).await
-            }
-            Store::Postgres(target) => {
-                let backend = postgres_for(target, &prefix, "", &connection)?;
-                crate::commands::status_all::status_all(&backend, &prefix, json, limit).await
-            }
-            Store::ZooKeeper(target) => {
-                let backend = zookeeper_for(target, &prefix, "", &connection)?;
-                crate::commands::status_all::status_all(&backend, &prefix, json, limit).await
-            }
-        }
+        let store = connection.open_reader(&prefix, None).await?;
+        crate::commands::status_all::status_all(&store, &prefix, json, connection.connect_timeout)
+            .await
     })
-}
-
-/// Connects, retrying for up to `--connect-timeout` (connecting authenticates when a user is
-/// given, so an unreachable etcd can show up here; without one the client is lazy and the first
-/// request finds out).
-pub async fn connect(connection: &Connection) -> anyhow::Result<etcd_client::Client> {
-    let reach = Reach {
-        store: "etcd",
-        shown: crate::redact::shown_endpoints(&connection.endpoints),
-        addresses: etcd::addresses(&connection.endpoints),
-    };
-    match first_contact(&reach, connection.connect_timeout, || {
-        etcd::connect(connection)
-    })
-    .await
-    {
-        Ok(client) => Ok(client),
-        Err(StartError::Unreachable(message)) => Err(Failure::usage(message).into()),
-        Err(StartError::Store(e)) => Err(Failure::usage(format!("connecting to etcd: {e}")).into()),
-    }
 }
 
 #[cfg(test)]

@@ -164,8 +164,8 @@ fn man_page() -> io::Result<Vec<u8>> {
 const ENVIRONMENT_INTRO: &str = "\
 Options can be set through these variables; a flag given on the command line wins.";
 
-/// One line per variable: those clap knows from `env = ...`, then the fallbacks `settings.rs`
-/// reads itself.
+/// One line per variable: those clap knows from `env = ...`, then the fallbacks the stores read
+/// themselves.
 fn environment_table(command: &clap::Command) -> String {
     let mut lines: Vec<String> = command
         .get_arguments()

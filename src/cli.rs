@@ -9,17 +9,19 @@ use clap::{Args, Parser};
 use crate::durations::parse_duration;
 use crate::telemetry::logging::LogFormat;
 
-const ABOUT: &str = "Run a command on exactly one host at a time, elected through etcd";
+const ABOUT: &str =
+    "Run a command on exactly one host at a time, elected through etcd, PostgreSQL or ZooKeeper";
 
 const LONG_ABOUT: &str = "\
-Run a command on exactly one host at a time, elected through etcd.
+Run a command on exactly one host at a time, elected through etcd, PostgreSQL or ZooKeeper.
 
-Every host runs the same line. Each instance campaigns for the named lease in etcd; exactly one \
+Every host runs the same line. Each instance campaigns for the named lease in the store (etcd, \
+PostgreSQL or ZooKeeper, chosen by the scheme of --endpoints); exactly one \
 wins and runs COMMAND with a fencing token in $LEADER_TOKEN, the others wait their turn (or exit \
 at once with --no-wait). The leader renews its lease every --retry-period. The moment it can no \
 longer prove that it still leads (no renewal succeeded for --renew-deadline, the lease expired, \
 or its key was deleted), it stops the command: --kill-signal to the command's whole process \
-group, then SIGKILL after --kill-after. Both happen before the lease can expire on the etcd \
+group, then SIGKILL after --kill-after. Both happen before the lease can expire on the store's \
 server, so no other host starts its copy while the old one still runs. When the command exits, \
 the lease is revoked at once and the next instance in line takes over.";
 
@@ -64,7 +66,8 @@ LEADER_OCCURRENCE      the --occurrence ID, when given
 LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
                        started it";
 
-/// Variables read by `settings.rs` and `logging.rs` rather than through clap's `env`.
+/// Variables read by `election/` (the stores' `target.rs`) and `logging.rs` rather than through
+/// clap's `env`.
 pub const OTHER_ENVIRONMENT: &str = "\
 LEADER_EXEC_ENDPOINTS        --endpoints (then ETCDCTL_ENDPOINTS)
 ETCDCTL_ENDPOINTS            --endpoints, when LEADER_EXEC_ENDPOINTS is not set
@@ -231,7 +234,7 @@ pub struct Cli {
     pub run: RunArgs,
 
     #[command(flatten)]
-    pub etcd: EtcdArgs,
+    pub store: StoreArgs,
 
     #[command(flatten)]
     pub log: LogArgs,
@@ -418,7 +421,8 @@ pub struct RunArgs {
 
     /// Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)".
     ///
-    /// The leader records the occurrence in etcd (fenced by its token) before starting COMMAND
+    /// The leader records the occurrence in the store (etcd, PostgreSQL or ZooKeeper; fenced by
+    /// its token) before starting COMMAND
     /// and its outcome afterwards. A later leader with the same ID does not run a done
     /// occurrence (exit 0), runs a failed one again, and applies --if-unfinished to one that an
     /// earlier leader started but never finished. COMMAND gets LEADER_OCCURRENCE.
@@ -439,7 +443,8 @@ pub struct RunArgs {
     )]
     pub if_unfinished: crate::leader::occurrence::IfUnfinished,
 
-    /// How long occurrence records are kept in etcd (etcd deletes them afterwards).
+    /// How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper);
+    /// afterwards they are deleted, or treated as absent until they are.
     #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, allow_hyphen_values = true, requires = "occurrence")]
     pub occurrence_retention: Duration,
 
@@ -479,8 +484,8 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(next_help_heading = "etcd connection")]
-pub struct EtcdArgs {
+#[command(next_help_heading = "Store connection")]
+pub struct StoreArgs {
     /// etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq's form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
     #[arg(long, value_name = "URL[,URL]", value_delimiter = ',', global = true)]
     pub endpoints: Vec<String>,

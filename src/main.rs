@@ -1,4 +1,4 @@
-//! leader-exec: run a command on exactly one host at a time, elected through etcd.
+//! leader-exec: run a command on exactly one host at a time, elected through etcd, PostgreSQL or ZooKeeper.
 
 mod app;
 mod assets;

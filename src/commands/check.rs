@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use super::{CHECK_CURRENT, CHECK_STALE, observe_once};
-use crate::election::Backend;
+use crate::election::Store;
 use crate::exit::Failure;
 
 /// `leader-exec check`: is TOKEN the current leader's?
-pub async fn check<B: Backend>(backend: &B, token: &str, limit: Duration) -> anyhow::Result<u8> {
+pub async fn check<B: Store>(backend: &B, token: &str, limit: Duration) -> anyhow::Result<u8> {
     let token: i64 = match token.trim().parse() {
         Ok(t) if t > 0 => t,
         _ => {

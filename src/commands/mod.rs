@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::election::{self, Backend, Leader, Observation, Reach, StartError, StoreError};
+use crate::election::{self, Leader, Observation, Reach, StartError, Store, StoreError};
 use crate::exit::Failure;
 
 /// `status` exit codes.
@@ -23,11 +23,14 @@ pub const CHECK_CURRENT: u8 = 0;
 pub const CHECK_STALE: u8 = 1;
 
 /// Reads once, retrying transient errors within `limit`.
-pub(crate) async fn observe_once<B: Backend>(
+pub(crate) async fn observe_once<B: Store>(
     backend: &B,
     limit: Duration,
 ) -> anyhow::Result<Observation> {
-    first_contact(backend, limit, "reading the election", || backend.observe()).await
+    first_contact(backend, limit, "reading the election", || {
+        backend.read_election()
+    })
+    .await
 }
 
 /// The first request of a subcommand: retried within `limit`, ended early by a refusal on every
@@ -39,7 +42,7 @@ pub(crate) async fn first_contact<B, T, F, Fut>(
     attempt: F,
 ) -> anyhow::Result<T>
 where
-    B: Backend,
+    B: Store,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {

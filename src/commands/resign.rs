@@ -25,11 +25,11 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use crate::commands::{self, STATUS_NO_LEADER};
-use crate::election::{Backend, Leader};
+use crate::election::Scope;
+use crate::election::{Leader, Store};
 use crate::escape::{escape, escape_str};
 use crate::exit::Failure;
 use crate::leader::published;
-use crate::settings::Scope;
 use crate::signals::{self, Signals};
 
 /// The leader handed over (or, with `--force`, its claim was deleted).
@@ -78,7 +78,7 @@ fn handover_bound(kill_after: Duration, retry_period: Duration) -> Duration {
         .saturating_add(SLACK)
 }
 
-pub async fn resign<B: Backend>(
+pub async fn resign<B: Store>(
     backend: &B,
     scope: &Scope,
     request: Request<'_>,
@@ -90,7 +90,7 @@ pub async fn resign<B: Backend>(
         return Err(Failure::usage("--timeout 0s: give the leader some time, like 30s").into());
     }
     let observation = commands::observe_once(backend, limit).await?;
-    let Some(leader) = observation.leader else {
+    let Some(leader) = observation.leader.clone() else {
         tracing::warn!(
             event = "no-leader",
             "lease {} has no leader: nothing to resign",
@@ -165,13 +165,14 @@ pub async fn resign<B: Backend>(
         leader.token,
         humantime::format_duration(bound)
     );
-    let mut revision = observation.revision;
+    // The latest look: a change is awaited from there on.
+    let mut seen = observation;
     loop {
         // Until the claim is gone: the store's change notification or the next look, whichever
         // comes first.
         let look_at = (tokio::time::Instant::now() + LOOK).min(give_up_at);
         tokio::select! {
-            _ = tokio::time::timeout_at(look_at, backend.changed_after(revision)) => {}
+            _ = tokio::time::timeout_at(look_at, backend.changed_since(&seen)) => {}
             signal = signals.recv() => {
                 if signals::withdraws_candidacy(signal) {
                     tracing::info!(event = "interrupted", signal = signal.as_str(), "interrupted; the request expires on its own");
@@ -181,7 +182,7 @@ pub async fn resign<B: Backend>(
             }
         }
         let remaining = give_up_at.saturating_duration_since(tokio::time::Instant::now());
-        let look = tokio::time::timeout(remaining.max(LOOK), backend.observe()).await;
+        let look = tokio::time::timeout(remaining.max(LOOK), backend.read_election()).await;
         match look {
             Ok(Ok(now)) => {
                 if now.leader.as_ref().map(|l| l.token) != Some(leader.token) {
@@ -199,7 +200,7 @@ pub async fn resign<B: Backend>(
                     );
                     return Ok(RESIGNED);
                 }
-                revision = now.revision;
+                seen = now;
             }
             Ok(Err(e)) => tracing::debug!(error = %e, "reading the election failed; retrying"),
             Err(_) => tracing::debug!("reading the election took too long; retrying"),
@@ -230,12 +231,12 @@ pub async fn resign<B: Backend>(
 /// the two commands can overlap: on etcd and ZooKeeper the old leader SIGKILLs its group when
 /// its watch fires (milliseconds), on PostgreSQL at its next renewal (up to a retry period),
 /// a frozen leader only when it runs again.
-async fn force<B: Backend>(backend: &B, leader: &Leader, limit: Duration) -> anyhow::Result<u8> {
+async fn force<B: Store>(backend: &B, leader: &Leader, limit: Duration) -> anyhow::Result<u8> {
     let deleted = crate::election::bounded::bounded(
         backend,
         limit,
         "deleting the leader's key",
-        backend.delete_if_current(&leader.key, leader.token),
+        backend.remove_claim(leader),
     )
     .await?;
     if !deleted {

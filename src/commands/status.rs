@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, observe_once, print};
-use crate::election::Backend;
+use crate::election::Scope;
+use crate::election::Store;
 use crate::election::bounded::bounded;
 use crate::escape::{escape, escape_str};
 use crate::leader::occurrence::{self, Record};
-use crate::settings::Scope;
 
 /// How many occurrences `status` shows as text (JSON has them all).
 const OCCURRENCES_SHOWN: usize = 10;
@@ -24,7 +24,7 @@ const OCCURRENCES_SHOWN: usize = 10;
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
 /// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
 /// `{"id": …, "state": "unreadable"}`).
-pub async fn status<B: Backend>(
+pub async fn status<B: Store>(
     backend: &B,
     scope: &Scope,
     json: bool,

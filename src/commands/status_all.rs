@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::election::bounded::bounded;
-use crate::election::{Backend, Election, LeaseTime};
+use crate::election::{Election, LeaseTime, Store};
 use crate::escape::{escape, escape_str};
 use crate::leader::occurrence::{Record, State};
 
@@ -30,14 +30,14 @@ struct Row {
 }
 
 /// `status --all [--json]` under `prefix`. Exit 0 once read (whatever it found), 125 on error.
-pub async fn status_all<B: Backend>(
+pub async fn status_all<B: Store>(
     backend: &B,
     prefix: &str,
     json: bool,
     limit: Duration,
 ) -> anyhow::Result<u8> {
     let elections = crate::commands::first_contact(backend, limit, "reading the elections", || {
-        backend.observe_all(prefix)
+        backend.list_elections(prefix)
     })
     .await?;
     let records_prefix = format!("{prefix}.occurrences/");
@@ -65,7 +65,7 @@ pub async fn status_all<B: Backend>(
         // A name that is not UTF-8 was not written by leader-exec, which records no state for it.
         let state = match (&election.leader, std::str::from_utf8(&election.name)) {
             (Some(leader), Ok(name)) => {
-                let scope = crate::settings::Scope {
+                let scope = crate::election::Scope {
                     lease: name.to_owned(),
                     prefix: prefix.to_owned(),
                 };

@@ -7,13 +7,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{leader_json, observe_once};
-use crate::election::{Backend, Backoff, Leader};
+use crate::election::Scope;
+use crate::election::{Backoff, Leader, Store};
 use crate::escape::escape;
-use crate::settings::Scope;
 use crate::signals::{self, Signals};
 
 /// `leader-exec watch`: one line per leadership change until INT or TERM.
-pub async fn watch<B: Backend>(
+pub async fn watch<B: Store>(
     backend: &B,
     scope: &Scope,
     json: bool,
@@ -37,11 +37,11 @@ pub async fn watch<B: Backend>(
         }
         let next = async {
             loop {
-                if let Err(e) = backend.changed_after(observation.revision).await {
+                if let Err(e) = backend.changed_since(&observation).await {
                     tracing::debug!(error = %e, "watch interrupted; reading again");
                     backoff.sleep().await;
                 }
-                match backend.observe().await {
+                match backend.read_election().await {
                     Ok(next) => return next,
                     Err(e) => {
                         tracing::debug!(error = %e, "reading the election failed; retrying");

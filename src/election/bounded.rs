@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use super::{Backend, Reach, StoreError};
+use super::{Reach, Store, StoreError};
 use crate::exit::Failure;
 
 /// Bounds one request by the connect timeout: these commands run from scripts and must not hang.
 /// A timeout names the store and the endpoint, as at first contact.
-pub async fn bounded<B: Backend, T>(
+pub async fn bounded<B: Store, T>(
     backend: &B,
     limit: Duration,
     what: &str,

@@ -12,8 +12,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::{
-    Ahead, Backend, Candidacy, Election, Keeper, Leader, LeaseTime, Observation, RawRecord,
-    Renewal, StoreError, Turn,
+    Ahead, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
+    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
 };
 
 /// One scripted answer.
@@ -37,7 +37,7 @@ pub enum Call {
     Campaign,
     CheckTurn,
     Renew,
-    /// `resign`: the claim's release.
+    /// `release_claim`: the claim's release.
     Release,
 }
 
@@ -75,7 +75,9 @@ pub fn candidacy() -> Candidacy {
     Candidacy {
         lease_id: Some(0x2a),
         key: "/leader-exec/test/2a".into(),
-        token: 7,
+        place: 7,
+        // Not a token until `check_turn` leads.
+        token: 0,
     }
 }
 
@@ -169,7 +171,7 @@ impl Keeper for FakeKeeper {
     fn reset(&mut self) {}
 }
 
-impl Backend for Fake {
+impl Campaign for Fake {
     type Keeper = FakeKeeper;
 
     fn campaign(&self) -> impl Future<Output = Result<Candidacy, StoreError>> {
@@ -181,10 +183,11 @@ impl Backend for Fake {
         FakeKeeper(self.clone())
     }
 
+    /// By default the candidacy leads at once, with its place in line as its token (as on etcd).
     fn check_turn(&self, candidacy: &Candidacy) -> impl Future<Output = Result<Turn, StoreError>> {
         self.log(Call::CheckTurn);
         let leading = Turn::Leading {
-            token: candidacy.token,
+            token: candidacy.place,
         };
         answer(self.next(|s| &mut s.check_turn, Ok(leading)))
     }
@@ -199,19 +202,34 @@ impl Backend for Fake {
         answer(self.state.borrow().script.key_gone.clone())
     }
 
-    fn resign(&self, _candidacy: &Candidacy) -> impl Future<Output = Result<(), StoreError>> {
+    fn release_claim(
+        &self,
+        _candidacy: &Candidacy,
+    ) -> impl Future<Output = Result<(), StoreError>> {
         self.log(Call::Release);
         answer(self.next(|s| &mut s.release, Ok(())))
     }
+}
 
-    async fn observe(&self) -> Result<Observation, StoreError> {
+impl Read for Fake {
+    async fn read_election(&self) -> Result<Observation, StoreError> {
         refused()
     }
 
-    async fn changed_after(&self, _revision: i64) -> Result<(), StoreError> {
+    async fn changed_since(&self, _seen: &Observation) -> Result<(), StoreError> {
         refused()
     }
 
+    async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
+        refused()
+    }
+
+    async fn lease_time(&self, _leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        refused()
+    }
+}
+
+impl Records for Fake {
     async fn read_record(&self, _key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         refused()
     }
@@ -230,14 +248,6 @@ impl Backend for Fake {
         refused()
     }
 
-    async fn observe_all(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
-        refused()
-    }
-
-    async fn delete_if_current(&self, _key: &[u8], _token: i64) -> Result<bool, StoreError> {
-        refused()
-    }
-
     async fn put_on_lease_fenced(
         &self,
         _candidacy: &Candidacy,
@@ -247,7 +257,9 @@ impl Backend for Fake {
         // The leader's state record for `status`: accepted.
         Ok(true)
     }
+}
 
+impl Handover for Fake {
     fn handover_requested(
         &self,
         _candidacy: &Candidacy,
@@ -257,18 +269,12 @@ impl Backend for Fake {
         answer(self.state.borrow().script.handover.clone())
     }
 
-    fn restart_resets_leases(&self) -> bool {
-        false
-    }
-
-    async fn lease_time(&self, _leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+    async fn remove_claim(&self, _leader: &Leader) -> Result<bool, StoreError> {
         refused()
     }
+}
 
-    fn delete_record_hint(&self, key: &str) -> String {
-        format!("delete {key}")
-    }
-
+impl Describe for Fake {
     fn store_name(&self) -> &'static str {
         "fake"
     }
@@ -279,5 +285,13 @@ impl Backend for Fake {
 
     fn addresses(&self) -> Vec<(String, u16)> {
         Vec::new()
+    }
+
+    fn restart_resets_leases(&self) -> bool {
+        false
+    }
+
+    fn delete_record_hint(&self, key: &str) -> String {
+        format!("delete {key}")
     }
 }

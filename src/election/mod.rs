@@ -1,29 +1,74 @@
-//! The seam between the state machine and the store that holds the election.
+//! The store door: everything that knows which store holds the election.
 //!
-//! What a store must guarantee for the safety argument to hold:
-//! - `campaign` joins the election. A store with candidate leases (etcd) creates a lease that
-//!   cannot expire on the server before the request was sent plus the TTL, and a candidate key
-//!   bound to it, ordered by a revision that only grows. A store with one lease row per name
-//!   (PostgreSQL) only names the row here: a waiter holds nothing on the server.
-//! - `check_turn` decides leadership atomically and answers `Turn::Leading` with the fencing
-//!   token, which may be known only then (PostgreSQL: the row's token after the acquiring
-//!   UPDATE). A lease acquired by `check_turn` cannot expire on the server before the request
-//!   was sent plus the TTL.
-//! - a renewal that answers "alive" extended the lease to at least its send instant plus the TTL;
-//!   "expired" means the lease is gone for good. A waiter of a store without candidate leases
-//!   has nothing to renew: its keeper answers "alive" without a request.
+//! The store traits are cut by capability, not by store, and say once what every store must
+//! guarantee for the safety argument to hold: [`Campaign`] (join, wait, lead, release),
+//! [`Read`] (what observers see), [`Records`] (fenced records beside the election),
+//! [`Handover`] (`resign` and `resign --force`), [`Describe`] (names and addresses for
+//! messages). [`Store`] is all of them. [`any::Connection`] parses `--endpoints` and the TLS and
+//! credential flags ([`flags::StoreFlags`], filled by settings.rs) by asking the store the
+//! scheme names, and opens it as an [`any::AnyStore`]. Each store owns its URL parsing, TLS and
+//! credentials in its own folder (`etcd/`, `postgres/`, `zookeeper/`, each with `target.rs`).
 //!
-//! Nothing above this module knows which store it is talking to.
+//! Nothing above this module knows which store it is talking to, and nothing here imports
+//! from above it (settings, cli, the run form, the subcommands).
+//!
+//! A new (fourth) store touches, file by file:
+//! - `src/election/NEW/mod.rs` (and more files beside it as it grows): a type implementing
+//!   [`Campaign`], [`Read`], [`Records`], [`Handover`] and [`Describe`], a [`Keeper`], and two
+//!   constructors: one for a candidate (with [`LeaseTiming`]) and a reader.
+//! - `src/election/NEW/target.rs`: `is_NEW_url` and `parse(endpoints, StoreFlags)`, refusing
+//!   bad input with one line naming the flag, never echoing a password.
+//! - `src/election/mod.rs`: one `pub mod NEW;` line.
+//! - `src/election/any.rs`: one variant in `Target`, `AnyStore` and `AnyKeeper`, one arm in
+//!   `Connection::parse`, `open`, `open_reader`, the `each!` macro, `AnyStore::keeper` and
+//!   `AnyKeeper`'s two methods; a case in `the_scheme_picks_the_store`.
+//! - `tests/harness.rs`: one `Store` impl that starts the server on free loopback ports;
+//!   `tests/stores.rs`: one entry in `with_stores!` (the integration tests' store-independent
+//!   list, the chaos suite and the benchmarks all read it); `tests/floors.rs`: the store's crate
+//!   and type names in `STORE_NAMES`.
+//! - `bench/templates/NEW.md.in`: the prose of its benchmark report.
+//! - README.md, a page `docs/NEW.md` (listed in Cargo.toml's deb assets and install.sh's FILES,
+//!   which `tests/docs.rs` checks), and the `--endpoints` help in `src/cli.rs` (then regenerate
+//!   man/ and completions/): the scheme and what the store guarantees.
+//! - `.ci/run`: the Debian package of its server.
 
+pub mod any;
 pub mod bounded;
 pub mod etcd;
 #[cfg(test)]
 pub mod fake;
+pub mod flags;
 pub mod postgres;
 pub mod zookeeper;
 
 use std::fmt;
 use std::time::Duration;
+
+/// Which election: the lease name and the key prefix, validated (settings.rs).
+#[derive(Clone, Debug)]
+pub struct Scope {
+    pub lease: String,
+    pub prefix: String,
+}
+
+impl Scope {
+    /// The election prefix: candidate keys are this plus the lease id in hex.
+    pub fn election_prefix(&self) -> String {
+        format!("{}{}/", self.prefix, self.lease)
+    }
+}
+
+/// What a candidate's lease must cover, from the run form's validated timing flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    /// `--ttl`: the lease (or session) duration to ask the store for.
+    pub ttl: Duration,
+    /// `--retry-period`: one request must fit in it.
+    pub retry_period: Duration,
+    /// `--renew-deadline + --kill-after + margin`: the least lease time that is safe (a store
+    /// that may grant less than it was asked for refuses less than this).
+    pub needed: Duration,
+}
 
 /// One instance's place in the election.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,11 +77,16 @@ pub struct Candidacy {
     /// (PostgreSQL: the lease is the row).
     pub lease_id: Option<i64>,
     /// What the leader holds, as `LEADER_KEY` shows it: etcd's candidate key
-    /// `prefix + NAME + "/" + lease id in hex`; PostgreSQL's lease row, `TABLE/NAME`.
+    /// `prefix + NAME + "/" + lease id in hex`; PostgreSQL's lease row, `TABLE/NAME`;
+    /// ZooKeeper's candidate node.
     pub key: String,
-    /// The fencing token once it leads. etcd: the key's create-revision, known from the campaign
-    /// on (its place in line). PostgreSQL: 0 until `Turn::Leading` reports it; the state machine
-    /// leads with the candidacy that `Turn::Leading` completes (see [`Candidacy::leading`]).
+    /// Its place in line, where the store orders candidates by a number it gives out (etcd: the
+    /// key's create-revision; ZooKeeper: the node's czxid); 0 where the line is kept elsewhere
+    /// (PostgreSQL: the waiters table).
+    pub place: i64,
+    /// The fencing token: 0 (none: every token is at least 1, so no fence matches it) until
+    /// `Turn::Leading` reports it. The state machine leads with the candidacy that
+    /// [`Candidacy::leading`] completes, never with one from `campaign`.
     pub token: i64,
 }
 
@@ -88,13 +138,14 @@ pub enum Renewal {
     Expired,
 }
 
-/// The election as an observer sees it, read at one revision.
+/// The election as an observer sees it, read in one consistent view.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
     pub leader: Option<Leader>,
     /// Candidate keys in line, the leader's included.
     pub candidates: i64,
-    /// The store revision the observation was read at.
+    /// Where the store was when this was read (etcd: its revision; 0 where the store has
+    /// none): only the store that answered reads it, in [`Read::changed_since`].
     pub revision: i64,
 }
 
@@ -167,8 +218,24 @@ pub trait Keeper {
     fn reset(&mut self);
 }
 
-/// An election store.
-pub trait Backend {
+/// Joining the election, waiting for a turn, leading, and leaving.
+///
+/// What a store must guarantee:
+/// - `campaign` joins the election. A store with candidate leases (etcd, ZooKeeper's session)
+///   creates a lease that cannot expire on the server before the request was sent plus the
+///   TTL, and a candidate key bound to it, ordered by a number that only grows. A store with one
+///   lease row per name (PostgreSQL) only names the row here: a waiter holds nothing on the
+///   server.
+/// - `check_turn` decides leadership atomically and answers `Turn::Leading` with the fencing
+///   token, which may be known only then (PostgreSQL: the row's token after the acquiring
+///   UPDATE). A lease acquired by `check_turn` cannot expire on the server before the request
+///   was sent plus the TTL. Tokens of successive leaders of one name strictly increase and never
+///   reset.
+/// - a renewal ([`Keeper::renew`]) that answers "alive" extended the lease to at least its send
+///   instant plus the TTL; "expired" means the lease is gone for good. A waiter of a store
+///   without candidate leases has nothing to renew: its keeper answers "alive" without a
+///   request.
+pub trait Campaign {
     type Keeper: Keeper;
 
     /// Joins the election: a new lease and a candidate key attached to it.
@@ -180,32 +247,59 @@ pub trait Backend {
     /// One atomic look at the line.
     fn check_turn(&self, candidacy: &Candidacy) -> impl Future<Output = Result<Turn, StoreError>>;
 
-    /// Completes when the candidate ahead may be gone: etcd, its key was deleted at a revision
-    /// after the one it was read at; PostgreSQL, a release was announced or its lease ran out.
-    /// Waking too early is allowed (the caller looks again); missing a handover is not.
+    /// Completes when the candidate ahead may be gone (its key deleted after the answer that
+    /// named it, a release announced, its lease run out). Waking too early is allowed (the
+    /// caller looks again); missing a handover is not.
     fn predecessor_gone(&self, ahead: &Ahead) -> impl Future<Output = Result<(), StoreError>>;
 
     /// Completes once the candidacy's own key has been deleted. Retries through store outages
     /// on its own; the renewal deadline covers the time it cannot see the store. A store that
-    /// cannot tell (PostgreSQL: a taken row shows up as a renewal answering "expired") never
-    /// completes it.
+    /// cannot tell (a taken row shows up as a renewal answering "expired") never completes it.
     fn key_gone(&self, candidacy: &Candidacy) -> impl Future<Output = ()>;
 
-    /// Leaves the election: revokes the lease, which deletes the key.
-    fn resign(&self, candidacy: &Candidacy) -> impl Future<Output = Result<(), StoreError>>;
+    /// Gives up this candidacy's own claim at once (revokes its lease, releases its row, closes
+    /// its session), so the next in line need not wait for it to expire.
+    fn release_claim(&self, candidacy: &Candidacy) -> impl Future<Output = Result<(), StoreError>>;
+}
 
-    /// Reads who leads and how many stand in line (linearizable).
-    fn observe(&self) -> impl Future<Output = Result<Observation, StoreError>>;
+/// Reading the election from outside: what `status`, `watch`, `check` and `status --all` show.
+///
+/// What a store must guarantee: every read is linearizable (it sees every write that completed
+/// before it was sent), and one answer is one consistent view (one revision, one transaction).
+pub trait Read {
+    /// Reads who leads and how many stand in line.
+    fn read_election(&self) -> impl Future<Output = Result<Observation, StoreError>>;
 
-    /// Completes when anything in the election changes after `revision`.
-    fn changed_after(&self, revision: i64) -> impl Future<Output = Result<(), StoreError>>;
+    /// Completes when anything in the election may have changed since `seen` was read. Waking
+    /// too early is allowed (the caller reads again).
+    fn changed_since(&self, seen: &Observation) -> impl Future<Output = Result<(), StoreError>>;
 
+    /// Every election under `prefix` (names not starting with `.`), read in one consistent
+    /// view, sorted by name.
+    fn list_elections(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<Election>, StoreError>>;
+
+    /// Time left on the leader's lease; `None` when it no longer exists.
+    fn lease_time(
+        &self,
+        leader: &Leader,
+    ) -> impl Future<Output = Result<Option<LeaseTime>, StoreError>>;
+}
+
+/// Records kept beside the election (occurrences, the leader's state).
+///
+/// What a store must guarantee: a fenced write commits only while the writer's claim still
+/// stands with its token, checked in the same transaction as the write; a write the fence
+/// rejects leaves nothing behind.
+pub trait Records {
     /// Reads a record (outside the election).
     fn read_record(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>>;
 
-    /// Writes a record only while `candidacy` still holds its key with its token (a fenced
-    /// write), attached to a new lease of `retention` so the store deletes it afterwards.
-    /// `Ok(false)`: the fence rejected the write — this candidacy no longer leads.
+    /// Writes a record only while `candidacy` still holds its claim with its token (a fenced
+    /// write), kept for `retention`, after which the store deletes it (or readers treat it as
+    /// absent). `Ok(false)`: the fence rejected the write — this candidacy no longer leads.
     fn write_fenced(
         &self,
         candidacy: &Candidacy,
@@ -220,27 +314,22 @@ pub trait Backend {
         prefix: &str,
     ) -> impl Future<Output = Result<Vec<RawRecord>, StoreError>>;
 
-    /// Every election under `prefix` (keys `prefix NAME "/" ID`, names not starting with `.`),
-    /// read at one revision, sorted by name.
-    fn observe_all(&self, prefix: &str) -> impl Future<Output = Result<Vec<Election>, StoreError>>;
-    /// Deletes `key` only while its create-revision is still `token`, in one transaction (the
-    /// lowest create-revision leads, and no later key can get a lower one: a key that still has
-    /// its create-revision still leads if it led). `Ok(false)`: the key is gone or was recreated.
-    fn delete_if_current(
-        &self,
-        key: &[u8],
-        token: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>>;
-
-    /// Puts `value` under `key` on the candidacy's own lease (so it goes with the lease), only
-    /// while the candidacy's election key still holds its token. `Ok(false)`: the fence said no.
+    /// Puts `value` under `key` for as long as the candidacy's own lease lives (so it goes
+    /// with the lease), only while the candidacy still holds its claim with its token.
+    /// `Ok(false)`: the fence said no.
     fn put_on_lease_fenced(
         &self,
         candidacy: &Candidacy,
         key: &str,
         value: Vec<u8>,
     ) -> impl Future<Output = Result<bool, StoreError>>;
+}
 
+/// Handing leadership over on request, and removing a claim (`resign`, `resign --force`).
+///
+/// What a store must guarantee: a request and a removal reach only the leader they name — each
+/// is checked against that leader's token in the same transaction — never a later one.
+pub trait Handover: Records {
     /// Asks `leader` to hand over (`resign`): writes the leader's token (decimal) under `key`
     /// only while that leader still leads with that token — the write is fenced by the
     /// leader's own claim, so a request can never reach a later leader — kept for at most
@@ -261,6 +350,7 @@ pub trait Backend {
             // Not UTF-8 (a key some other tool wrote): no claim of ours can match it, and the
             // lossy key matches nothing, so the fence says no.
             key: String::from_utf8_lossy(&leader.key).into_owned(),
+            place: leader.token,
             token: leader.token,
         };
         let value = leader.token.to_string().into_bytes();
@@ -268,8 +358,9 @@ pub trait Backend {
     }
 
     /// Completes once `key` holds a handover request for this candidacy's token (see
-    /// [`Backend::request_handover`]); a request for another token is not ours. Retries through
-    /// store outages on its own (the renewal deadline covers the time it cannot see the store).
+    /// [`Handover::request_handover`]); a request for another token is not ours. Retries
+    /// through store outages on its own (the renewal deadline covers the time it cannot see the
+    /// store).
     ///
     /// The default looks every `poll` (a read per look); a store that can watch a key
     /// overrides it and wakes at once.
@@ -292,20 +383,15 @@ pub trait Backend {
         }
     }
 
-    /// Whether a restart of the store gives every lease a full TTL again (etcd does; PostgreSQL
-    /// keeps `expires_at`).
-    fn restart_resets_leases(&self) -> bool;
+    /// Removes `leader`'s claim only while it still holds `leader.token`, in one transaction
+    /// (a claim that still has its token still leads if it led, and no later claim can get
+    /// that token). `Ok(false)`: the claim is gone or was made anew.
+    fn remove_claim(&self, leader: &Leader) -> impl Future<Output = Result<bool, StoreError>>;
+}
 
-    /// Time left on the leader's lease; `None` when it no longer exists.
-    fn lease_time(
-        &self,
-        leader: &Leader,
-    ) -> impl Future<Output = Result<Option<LeaseTime>, StoreError>>;
-
-    /// A command an operator can run to delete record `key` (shown in log messages).
-    fn delete_record_hint(&self, key: &str) -> String;
-
-    /// The store's name in messages ("etcd", "PostgreSQL").
+/// What a store is, for messages and for the safety arithmetic.
+pub trait Describe {
+    /// The store's name in messages ("etcd", "PostgreSQL", "ZooKeeper").
     fn store_name(&self) -> &'static str;
 
     /// Where the store is, as messages show it: `--endpoints` with any password removed.
@@ -314,7 +400,19 @@ pub trait Backend {
     /// The TCP addresses (host, port) the endpoints name, probed to tell a refused connection
     /// from silence. Empty where one cannot be probed (a Unix socket): never taken as refused.
     fn addresses(&self) -> Vec<(String, u16)>;
+
+    /// Whether a restart of the store gives every lease a full TTL again (etcd does; PostgreSQL
+    /// keeps `expires_at`).
+    fn restart_resets_leases(&self) -> bool;
+
+    /// A command an operator can run to delete record `key` (shown in log messages).
+    fn delete_record_hint(&self, key: &str) -> String;
 }
+
+/// A store with every capability: what the run form and the subcommands are written against.
+pub trait Store: Campaign + Read + Records + Handover + Describe {}
+
+impl<T: Campaign + Read + Records + Handover + Describe> Store for T {}
 
 /// Whether a handover request (the value under the request key) names `token`.
 pub fn is_request_for(value: &[u8], token: i64) -> bool {
@@ -330,7 +428,7 @@ pub fn is_request_for(value: &[u8], token: i64) -> bool {
 ///
 /// Returns the answer with the send instant (on `clock`) of the request that gave it: a store
 /// whose lease is acquired by `check_turn` proves it from that instant on, not before.
-pub async fn wait_for_turn<B: Backend, C: crate::clock::Clock>(
+pub async fn wait_for_turn<B: Campaign, C: crate::clock::Clock>(
     backend: &B,
     clock: &C,
     candidacy: &Candidacy,
@@ -439,7 +537,7 @@ pub struct Reach {
 }
 
 impl Reach {
-    pub fn of<B: Backend>(backend: &B) -> Reach {
+    pub fn of<B: Describe>(backend: &B) -> Reach {
         Reach {
             store: backend.store_name(),
             shown: backend.shown(),

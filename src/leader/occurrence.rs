@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::settings::Scope;
+use crate::election::Scope;
 
 /// What to do when the record says an older leader started the occurrence and never finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

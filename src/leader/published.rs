@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::election::{Backend, Backoff, Candidacy};
-use crate::settings::Scope;
+use crate::election::Scope;
+use crate::election::{Backoff, Candidacy, Store};
 
 pub fn key(scope: &Scope) -> String {
     format!("{}.leaders/{}", scope.prefix, scope.lease)
@@ -85,7 +85,7 @@ pub fn rfc3339(time: SystemTime) -> String {
 
 /// Writes `state` on the candidacy's lease, fenced; retried for up to `limit`, then given up
 /// (only `status` loses detail). Completes when done either way.
-pub async fn write<B: Backend>(
+pub async fn write<B: Store>(
     backend: &B,
     candidacy: &Candidacy,
     key: &str,
@@ -119,7 +119,7 @@ pub async fn write<B: Backend>(
 }
 
 /// The current leader's state, if it recorded one for `token`.
-pub async fn read<B: Backend>(
+pub async fn read<B: Store>(
     backend: &B,
     scope: &Scope,
     token: i64,
@@ -176,6 +176,7 @@ mod tests {
         let candidacy = Candidacy {
             lease_id: Some(0x1f),
             key: "/leader-exec/x/1f".into(),
+            place: 42,
             token: 42,
         };
         let mut state = State::new(&candidacy, "h:1", SystemTime::UNIX_EPOCH, Command::Running);

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use super::Wait;
 use super::supervise::Supervise;
 use super::{End, Phase, Runner, Then};
 use crate::clock::{Clock, sleep_until_some};
-use crate::election::{self, Backend, Backoff, Candidacy, Reach, StoreError, Turn};
+use crate::election::{self, Backoff, Candidacy, Reach, Store, StoreError, Turn};
 use crate::ended::Ended;
 use crate::exit::{self, Failure};
-use crate::settings::Wait;
 use crate::signals::{self, Signals};
 
 pub(super) enum Joined {
@@ -41,7 +41,7 @@ pub(super) async fn wait_for_withdrawal(signals: &mut Signals) -> Signal {
     }
 }
 
-impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     /// Creates a candidacy. The first contact with the store is bounded by `--connect-timeout`
     /// (exit 125 when it passes); later campaigns retry until `--wait-timeout`, if any.
     pub(super) async fn join(
@@ -166,10 +166,11 @@ impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         let predecessor = crate::escape::escape(&ahead.key);
                         // Name who leads, not only the key ahead (one more read, bounded).
                         let limit = self.settings.timing.retry_period;
-                        let leader = match tokio::time::timeout(limit, backend.observe()).await {
-                            Ok(Ok(observation)) => observation.leader,
-                            _ => None,
-                        };
+                        let leader =
+                            match tokio::time::timeout(limit, backend.read_election()).await {
+                                Ok(Ok(observation)) => observation.leader,
+                                _ => None,
+                            };
                         let leader_identity = leader.as_ref().map_or_else(
                             || "unknown".to_owned(),
                             |l| String::from_utf8_lossy(&l.identity).into_owned(),

@@ -13,7 +13,7 @@ use super::stop::{Looks, SteppingDown, Stop, Stopped};
 use super::supervise::Supervise;
 use super::{End, Phase, Runner, Then};
 use crate::clock::{Clock, sleep_until_some};
-use crate::election::{Backend, Candidacy};
+use crate::election::{Candidacy, Store};
 use crate::ended::Ended;
 use crate::exit::{self, ChildStatus, Failure};
 use crate::leader::occurrence::Record;
@@ -32,7 +32,7 @@ pub(super) enum Held {
     HandOver,
 }
 
-impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     /// The leading phase: runs the command while the renewal loop vouches for the lease.
     pub(super) async fn lead(
         &mut self,

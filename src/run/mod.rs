@@ -43,6 +43,7 @@ mod campaign;
 mod lead;
 mod occurrence;
 mod release;
+mod settings;
 mod stop;
 mod supervise;
 #[cfg(test)]
@@ -51,19 +52,20 @@ mod tests;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::election::{Backend, Candidacy};
+use crate::election::{Candidacy, Store};
 use crate::exit;
 use crate::leader::renewal::{Deadline, keep_renewing};
 use crate::notify;
-use crate::settings::{Settings, Wait};
+
 use crate::signals::Signals;
 
 use campaign::{Joined, Waited};
 use lead::Held;
+pub use settings::{Settings, Wait};
 use stop::SteppingDown;
 pub use supervise::Supervise;
 
-pub struct Runner<'a, B: Backend, C: Clock, S: Supervise> {
+pub struct Runner<'a, B: Store, C: Clock, S: Supervise> {
     pub settings: &'a Settings,
     pub backend: &'a B,
     pub clock: C,
@@ -150,7 +152,7 @@ impl End {
     }
 }
 
-impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     /// Campaigns, leads, and returns the exit code.
     pub async fn run(&mut self) -> anyhow::Result<u8> {
         let wait_limit = |now: Duration| match self.settings.wait {
@@ -182,7 +184,7 @@ impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 }
                 // Not a token yet: only a leader's create-revision is one.
                 tracing::info!(
-                    candidate_revision = candidacy.token,
+                    candidate_revision = candidacy.place,
                     key = %candidacy.key,
                     event = "campaigning",
                     "campaigning"

@@ -2,12 +2,12 @@
 //! the outcome recorded once its group is gone.
 
 use super::Runner;
+use super::Settings;
 use super::supervise::Supervise;
 use crate::clock::Clock;
-use crate::election::{Backend, Backoff, Candidacy, StoreError};
+use crate::election::{Backoff, Candidacy, Store, StoreError};
 use crate::exit::{self, Failure};
 use crate::leader::occurrence::{self, Decision, Occurrence, Record};
-use crate::settings::Settings;
 
 /// How recording an occurrence's outcome went.
 pub(super) enum Finished {
@@ -28,7 +28,7 @@ pub(super) enum Begun {
     Lost,
 }
 
-impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     /// Reads the occurrence record and decides; writes `started` (fenced) when the command
     /// is to run.
     /// Takes no `self`, so that the caller can listen for signals meanwhile.

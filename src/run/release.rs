@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::supervise::Supervise;
 use super::{Claim, Runner};
 use crate::clock::Clock;
-use crate::election::{Backend, Backoff, Candidacy, StoreError};
+use crate::election::{Backoff, Candidacy, Store, StoreError};
 use crate::signals::{self, Signals};
 
 /// How long releasing the lease may take before we leave it to expire on its own.
@@ -51,7 +51,7 @@ const ATTEMPT: Duration = Duration::from_secs(1);
 
 /// Keeps revoking the lease until it works, `until` (a value of `clock.now()`) passes, or TERM
 /// or INT arrives. Returns whether the lease was released.
-async fn retry<B: Backend, C: Clock>(
+async fn retry<B: Store, C: Clock>(
     backend: &B,
     candidacy: &Candidacy,
     clock: &C,
@@ -80,7 +80,7 @@ async fn retry<B: Backend, C: Clock>(
     let mut backoff = Backoff::new();
     loop {
         let attempt = async {
-            match tokio::time::timeout(ATTEMPT, backend.resign(candidacy)).await {
+            match tokio::time::timeout(ATTEMPT, backend.release_claim(candidacy)).await {
                 Ok(result) => result,
                 Err(_) => Err(StoreError::Transient("no answer".into())),
             }
@@ -142,7 +142,7 @@ async fn wait_for_stop(signals: &mut Signals) -> nix::sys::signal::Signal {
     }
 }
 
-impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     /// The one release on the way out of a candidacy, called from one place (after the phase
     /// loop in [`Runner::run`]), so that no exit path can forget it.
     pub(super) async fn settle(&mut self, candidacy: &Candidacy, claim: Claim) {
@@ -173,7 +173,7 @@ impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         let mut backoff = Backoff::new();
         loop {
             let result = tokio::select! {
-                result = self.backend.resign(candidacy) => result,
+                result = self.backend.release_claim(candidacy) => result,
                 _ = clock.sleep_until(limit) => Err(StoreError::Transient("no answer".into())),
             };
             match result {

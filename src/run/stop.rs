@@ -24,7 +24,7 @@ use nix::sys::signal::Signal;
 use super::supervise::Supervise;
 use super::{End, Phase, Runner, Then};
 use crate::clock::Clock;
-use crate::election::{Backend, Candidacy};
+use crate::election::{Candidacy, Store};
 use crate::ended::Ended;
 use crate::exit::ChildStatus;
 use crate::leader::occurrence::Record;
@@ -196,7 +196,7 @@ pub struct SteppingDown {
     pub record: Option<Record>,
 }
 
-impl<B: Backend, C: Clock, S: Supervise> Runner<'_, B, C, S> {
+impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     /// Leadership can no longer be proven: stop the command's whole group. The claim is
     /// released once the group is known to be gone; if it is not (a process stuck in the
     /// kernel, a supervisor that neither reports nor can be seen through), it is left to

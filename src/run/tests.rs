@@ -12,12 +12,15 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::{Runner, Supervise};
+use super::{Settings, Wait};
 use crate::clock::TokioClock;
+use crate::election::any::Connection;
 use crate::election::fake::{Call, Fake, Script, Step};
+use crate::election::flags::StoreFlags;
 use crate::election::{Ahead, Renewal, StoreError, Turn};
 use crate::exit::{self, ChildStatus};
 use crate::leader::supervisor::{Event, Group};
-use crate::settings::{Settings, Wait};
+use crate::leader::timing::Timing;
 use crate::signals::Signals;
 
 const S: Duration = Duration::from_secs(1);
@@ -27,32 +30,33 @@ const DYING: Duration = Duration::from_millis(10);
 const PID: i32 = 4242;
 
 /// The defaults, spelled out: ttl 15 s, renew deadline 10 s, retry period 2 s, kill-after 4 s.
-/// Parsed as a command line, so the test names no store.
+/// The connection is etcd's default endpoint, never contacted: the store is the fake.
 fn settings() -> Settings {
-    use clap::Parser;
-    let argv = [
-        "leader-exec",
-        "--lease",
-        "test",
-        "--identity",
-        "host:1",
-        "--ttl",
-        "15s",
-        "--renew-deadline",
-        "10s",
-        "--retry-period",
-        "2s",
-        "--kill-signal",
-        "TERM",
-        "--kill-after",
-        "4s",
-        "--connect-timeout",
-        "5s",
-        "--",
-        "job",
-    ];
-    let cli = crate::cli::Cli::try_parse_from(argv).expect("parses");
-    Settings::from_args(cli.election, cli.run, cli.etcd).expect("valid")
+    let flags = StoreFlags {
+        endpoints: vec!["http://127.0.0.1:2379".into()],
+        connect_timeout: 5 * S,
+        ..StoreFlags::default()
+    };
+    Settings {
+        lease: "test".into(),
+        prefix: "/leader-exec/".into(),
+        identity: "host:1".into(),
+        timing: Timing {
+            ttl: 15 * S,
+            renew_deadline: 10 * S,
+            retry_period: 2 * S,
+            kill_after: 4 * S,
+        },
+        kill_signal: Signal::SIGTERM,
+        wait: Wait::Forever,
+        recampaign: false,
+        hold_at_least: None,
+        occurrence: None,
+        connection: Connection::parse(flags).expect("the default endpoint parses"),
+        command: vec!["job".into()],
+        http: None,
+        metrics_file: None,
+    }
 }
 
 /// Which signals end the fake command's group.

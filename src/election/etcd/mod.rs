@@ -17,51 +17,19 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseClient,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, WatchFilterType, WatchOptions,
+    Client, Compare, CompareOp, EventType, GetOptions, LeaseClient, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType,
+    WatchOptions,
 };
+
+pub mod target;
+
+pub use target::Target;
 
 use super::{
-    Ahead, Backend, Backoff, Candidacy, Election, Keeper, Leader, LeaseTime, Observation,
-    RawRecord, Renewal, StoreError, Turn,
+    Ahead, Backoff, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
+    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
 };
-use crate::settings::Connection;
-
-/// Connects to etcd. The client is lazy: without credentials nothing is sent yet, so an
-/// unreachable etcd shows up on the first request. With credentials, this authenticates.
-pub async fn connect(connection: &Connection) -> Result<Client, StoreError> {
-    let mut options = ConnectOptions::new()
-        // Fail at once when the member we reach has no raft leader (quorum loss) instead of
-        // hanging for seconds: the renewal loop retries, possibly on another member.
-        .with_require_leader(true)
-        // HTTP/2 pings find dead connections (black holes) so the channel reconnects. etcd
-        // answers pings from clients without active streams with GOAWAY unless they are at
-        // least 5 s apart, so none are sent while idle.
-        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-        .with_keep_alive_while_idle(false)
-        .with_connect_timeout(connection.connect_timeout.min(Duration::from_secs(3)))
-        .with_auto_token_refresh(true);
-    if let Some(tls) = &connection.tls {
-        let mut config = etcd_client::TlsOptions::new();
-        config = match &tls.ca {
-            Some(ca) => config.ca_certificate(etcd_client::Certificate::from_pem(ca)),
-            // As etcdctl does: the platform's trust store (SSL_CERT_FILE and SSL_CERT_DIR
-            // override where it is read from).
-            None => config.with_native_roots(),
-        };
-        if let Some((cert, key)) = &tls.identity {
-            config = config.identity(etcd_client::Identity::from_pem(cert, key));
-        }
-        options = options.with_tls(config);
-    }
-    if let Some(credentials) = &connection.credentials {
-        options = options.with_user(credentials.user.clone(), credentials.password.clone());
-    }
-    Client::connect(&connection.endpoints, Some(options))
-        .await
-        .map_err(classify)
-}
 
 /// The root cause of an error, when it is a TLS failure that trying again cannot cure: a
 /// certificate that does not verify, a trust store without certificates, an alert by which the
@@ -182,6 +150,18 @@ impl Etcd {
         }
     }
 
+    /// etcd for reading and administration: campaigns for nothing, so it needs no lease TTL
+    /// and no identity.
+    pub fn reader(client: Client, endpoints: &[String], election_prefix: String) -> Self {
+        Etcd::new(
+            client,
+            endpoints,
+            election_prefix,
+            String::new(),
+            Duration::ZERO,
+        )
+    }
+
     async fn create_key(&self, lease_id: i64) -> Result<Candidacy, StoreError> {
         let key = format!("{}{:x}", self.election_prefix, lease_id);
         // The compare makes the request safe to repeat: if an earlier attempt did create the key,
@@ -213,7 +193,9 @@ impl Etcd {
         Ok(Candidacy {
             lease_id: Some(lease_id),
             key,
-            token,
+            // The create-revision orders the line; it becomes the token when this one leads.
+            place: token,
+            token: 0,
         })
     }
 
@@ -266,7 +248,7 @@ fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<i64, 
         .ok_or_else(|| StoreError::Transient("etcd response without header".into()))
 }
 
-impl Backend for Etcd {
+impl Campaign for Etcd {
     type Keeper = EtcdKeeper;
 
     async fn campaign(&self) -> Result<Candidacy, StoreError> {
@@ -312,7 +294,7 @@ impl Backend for Etcd {
         // nothing is ahead, this candidacy leads as of that revision.
         let ahead = GetOptions::new()
             .with_prefix()
-            .with_max_create_revision(candidacy.token - 1)
+            .with_max_create_revision(candidacy.place - 1)
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_keys_only();
@@ -332,12 +314,13 @@ impl Backend for Etcd {
             return Err(StoreError::Transient("unexpected txn response".into()));
         };
         match own.kvs().first() {
-            Some(kv) if kv.create_revision() == candidacy.token => {}
+            Some(kv) if kv.create_revision() == candidacy.place => {}
             _ => return Ok(Turn::Gone),
         }
         Ok(match ahead.kvs().first() {
+            // The key with the lowest create-revision leads, and that revision is its token.
             None => Turn::Leading {
-                token: candidacy.token,
+                token: candidacy.place,
             },
             Some(kv) => Turn::Behind(Ahead {
                 key: kv.key().to_vec(),
@@ -365,7 +348,7 @@ impl Backend for Etcd {
                     .await
                     .map_err(classify)?;
                 match response.kvs().first() {
-                    Some(kv) if kv.create_revision() == candidacy.token => {}
+                    Some(kv) if kv.create_revision() == candidacy.place => {}
                     _ => return Ok(()),
                 }
                 let revision = header_revision(response.header())?;
@@ -381,47 +364,21 @@ impl Backend for Etcd {
         }
     }
 
-    /// A watch on the request key, from the revision it was read at: a request wakes the
-    /// leader at once.
-    async fn handover_requested(&self, candidacy: &Candidacy, key: &str, _poll: Duration) {
-        let token = candidacy.token;
-        let mut backoff = Backoff::new();
-        loop {
-            let attempt = async {
-                let response = self
-                    .client
-                    .kv_client()
-                    .get(key, None)
-                    .await
-                    .map_err(classify)?;
-                if response
-                    .kvs()
-                    .first()
-                    .is_some_and(|kv| super::is_request_for(kv.value(), token))
-                {
-                    return Ok(());
-                }
-                let revision = header_revision(response.header())?;
-                let options = WatchOptions::new()
-                    .with_start_revision(revision + 1)
-                    .with_filters([WatchFilterType::NoDelete]);
-                self.first_event(key.as_bytes(), options, |e| {
-                    e.kv()
-                        .is_some_and(|kv| super::is_request_for(kv.value(), token))
-                })
-                .await
-            };
-            match attempt.await {
-                Ok(()) => return,
-                Err(e) => {
-                    tracing::debug!(error = %e, "watching for handover requests failed; trying again");
-                    backoff.sleep().await;
-                }
-            }
+    async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
+        let Some(lease_id) = candidacy.lease_id else {
+            return Ok(());
+        };
+        match self.client.lease_client().revoke(lease_id).await {
+            Ok(_) => Ok(()),
+            // Already expired: nothing left to release.
+            Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),
+            Err(e) => Err(classify(e)),
         }
     }
+}
 
-    async fn observe(&self) -> Result<Observation, StoreError> {
+impl Read for Etcd {
+    async fn read_election(&self) -> Result<Observation, StoreError> {
         let first = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -453,7 +410,8 @@ impl Backend for Etcd {
         })
     }
 
-    async fn changed_after(&self, revision: i64) -> Result<(), StoreError> {
+    async fn changed_since(&self, seen: &Observation) -> Result<(), StoreError> {
+        let revision = seen.revision;
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision + 1);
@@ -461,6 +419,67 @@ impl Backend for Etcd {
             .await
     }
 
+    async fn list_elections(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
+        let mut response = self
+            .client
+            .kv_client()
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(classify)?;
+        let mut elections: std::collections::BTreeMap<Vec<u8>, Election> = Default::default();
+        for kv in response.take_kvs() {
+            let Some(rest) = kv.key().strip_prefix(prefix.as_bytes()) else {
+                continue;
+            };
+            // `NAME/ID`; anything else under the prefix (occurrence records under `.occurrences/`,
+            // keys some other tool wrote) is not a candidate.
+            let Some(slash) = rest.iter().position(|&b| b == b'/') else {
+                continue;
+            };
+            let name = &rest[..slash];
+            if name.is_empty() || name.starts_with(b".") || slash + 1 == rest.len() {
+                continue;
+            }
+            let election = elections.entry(name.to_vec()).or_insert_with(|| Election {
+                name: name.to_vec(),
+                leader: None,
+                candidates: 0,
+            });
+            election.candidates += 1;
+            if election
+                .leader
+                .as_ref()
+                .is_none_or(|l| kv.create_revision() < l.token)
+            {
+                election.leader = Some(Leader {
+                    key: kv.key().to_vec(),
+                    identity: kv.value().to_vec(),
+                    token: kv.create_revision(),
+                    lease_id: Some(kv.lease()),
+                });
+            }
+        }
+        Ok(elections.into_values().collect())
+    }
+
+    async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        let Some(lease_id) = leader.lease_id else {
+            return Ok(None);
+        };
+        let response = self
+            .client
+            .lease_client()
+            .time_to_live(lease_id, None)
+            .await
+            .map_err(classify)?;
+        Ok((response.ttl() > 0).then(|| LeaseTime {
+            remaining: Duration::from_secs(response.ttl() as u64),
+            granted: Duration::from_secs(response.granted_ttl().max(0) as u64),
+        }))
+    }
+}
+
+impl Records for Etcd {
     async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let mut response = self
             .client
@@ -537,57 +556,6 @@ impl Backend for Etcd {
             .collect())
     }
 
-    async fn observe_all(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
-        let mut response = self
-            .client
-            .kv_client()
-            .get(prefix, Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(classify)?;
-        let mut elections: std::collections::BTreeMap<Vec<u8>, Election> = Default::default();
-        for kv in response.take_kvs() {
-            let Some(rest) = kv.key().strip_prefix(prefix.as_bytes()) else {
-                continue;
-            };
-            // `NAME/ID`; anything else under the prefix (occurrence records under `.occurrences/`,
-            // keys some other tool wrote) is not a candidate.
-            let Some(slash) = rest.iter().position(|&b| b == b'/') else {
-                continue;
-            };
-            let name = &rest[..slash];
-            if name.is_empty() || name.starts_with(b".") || slash + 1 == rest.len() {
-                continue;
-            }
-            let election = elections.entry(name.to_vec()).or_insert_with(|| Election {
-                name: name.to_vec(),
-                leader: None,
-                candidates: 0,
-            });
-            election.candidates += 1;
-            if election
-                .leader
-                .as_ref()
-                .is_none_or(|l| kv.create_revision() < l.token)
-            {
-                election.leader = Some(Leader {
-                    key: kv.key().to_vec(),
-                    identity: kv.value().to_vec(),
-                    token: kv.create_revision(),
-                    lease_id: Some(kv.lease()),
-                });
-            }
-        }
-        Ok(elections.into_values().collect())
-    }
-
-    async fn delete_if_current(&self, key: &[u8], token: i64) -> Result<bool, StoreError> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, token)])
-            .and_then([TxnOp::delete(key, None)]);
-        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
-        Ok(response.succeeded())
-    }
-
     async fn put_on_lease_fenced(
         &self,
         candidacy: &Candidacy,
@@ -599,11 +567,60 @@ impl Backend for Etcd {
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
         Ok(response.succeeded())
     }
+}
 
-    fn delete_record_hint(&self, key: &str) -> String {
-        format!("etcdctl del {}", crate::escape::shell_quote(key))
+impl Handover for Etcd {
+    /// A watch on the request key, from the revision it was read at: a request wakes the
+    /// leader at once.
+    async fn handover_requested(&self, candidacy: &Candidacy, key: &str, _poll: Duration) {
+        let token = candidacy.token;
+        let mut backoff = Backoff::new();
+        loop {
+            let attempt = async {
+                let response = self
+                    .client
+                    .kv_client()
+                    .get(key, None)
+                    .await
+                    .map_err(classify)?;
+                if response
+                    .kvs()
+                    .first()
+                    .is_some_and(|kv| super::is_request_for(kv.value(), token))
+                {
+                    return Ok(());
+                }
+                let revision = header_revision(response.header())?;
+                let options = WatchOptions::new()
+                    .with_start_revision(revision + 1)
+                    .with_filters([WatchFilterType::NoDelete]);
+                self.first_event(key.as_bytes(), options, |e| {
+                    e.kv()
+                        .is_some_and(|kv| super::is_request_for(kv.value(), token))
+                })
+                .await
+            };
+            match attempt.await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching for handover requests failed; trying again");
+                    backoff.sleep().await;
+                }
+            }
+        }
     }
 
+    async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
+        let (key, token) = (leader.key.as_slice(), leader.token);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, token)])
+            .and_then([TxnOp::delete(key, None)]);
+        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
+        Ok(response.succeeded())
+    }
+}
+
+impl Describe for Etcd {
     fn store_name(&self) -> &'static str {
         "etcd"
     }
@@ -620,37 +637,14 @@ impl Backend for Etcd {
         true
     }
 
-    async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
-        let Some(lease_id) = leader.lease_id else {
-            return Ok(None);
-        };
-        let response = self
-            .client
-            .lease_client()
-            .time_to_live(lease_id, None)
-            .await
-            .map_err(classify)?;
-        Ok((response.ttl() > 0).then(|| LeaseTime {
-            remaining: Duration::from_secs(response.ttl() as u64),
-            granted: Duration::from_secs(response.granted_ttl().max(0) as u64),
-        }))
-    }
-
-    async fn resign(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
-        let Some(lease_id) = candidacy.lease_id else {
-            return Ok(());
-        };
-        match self.client.lease_client().revoke(lease_id).await {
-            Ok(_) => Ok(()),
-            // Already expired: nothing left to release.
-            Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => Ok(()),
-            Err(e) => Err(classify(e)),
-        }
+    fn delete_record_hint(&self, key: &str) -> String {
+        format!("etcdctl del {}", crate::escape::shell_quote(key))
     }
 }
 
 /// A put that commits only while `candidacy` still holds its election key with the
-/// create-revision that is its token (the fence).
+/// create-revision that is its token (the fence). A candidacy that does not lead has token 0,
+/// which no key's create-revision is: its fenced writes never commit.
 fn fenced_put(candidacy: &Candidacy, key: &str, value: Vec<u8>, options: PutOptions) -> Txn {
     Txn::new()
         .when([Compare::create_revision(

@@ -1,0 +1,469 @@
+//! The line of waiters: listening for releases, acquiring the row, looking at the line and
+//! sighting a crashed holder or a dead waiter ahead for a full TTL before taking over.
+
+use super::*;
+
+impl Postgres {
+    /// Makes sure the listening session is up; a new one counts as a release heard (anything
+    /// may have happened while none listened).
+    pub(super) async fn ensure_listener(&self) -> Result<(), StoreError> {
+        if !self.shared.listening.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // Behind the listening places: the session is opened now (its setup is the costly part,
+        // kept away from handovers), the LISTEN comes once this waiter has moved up.
+        let far_back = self.shared.waiter.load(Ordering::SeqCst) != 0
+            && self.shared.far_back.load(Ordering::SeqCst);
+        let channel = self.listen_channel();
+        let wanted = (!far_back).then_some(channel.clone());
+        let mut slot = self.shared.listener.lock().await;
+        if let Some(listening) = slot.as_ref()
+            && !listening.client.is_closed()
+            && listening.channel == wanted
+        {
+            return Ok(());
+        }
+        let client = match slot.take() {
+            // Open and listening on nothing yet: LISTEN there.
+            Some(listening) if !listening.client.is_closed() && listening.channel.is_none() => {
+                listening.client
+            }
+            _ => {
+                // The tables first: LISTEN is fine without them, but the first read is not.
+                self.client().await?;
+                self.open(true).await?
+            }
+        };
+        if far_back {
+            *slot = Some(Listening {
+                client,
+                channel: None,
+            });
+            return Ok(());
+        }
+        let listen = format!("LISTEN {}", quote_ident(&channel));
+        tokio::time::timeout(self.shared.request_timeout, client.batch_execute(&listen))
+            .await
+            .map_err(|_| StoreError::Transient("LISTEN got no answer".into()))?
+            .map_err(classify)?;
+        if !self.shared.probed.load(Ordering::SeqCst) {
+            let arrived = self.probe(&channel).await?;
+            self.shared.probed.store(true, Ordering::SeqCst);
+            if !arrived {
+                tracing::warn!(
+                    "PostgreSQL: a NOTIFY sent after LISTEN did not arrive (pgbouncer in transaction mode?): \
+                     waiters read the lease row every {:?} and at its expiry instead; \
+                     add leader_exec_listen=off to the URL to skip this check",
+                    self.shared.poll
+                );
+                self.shared.listening.store(false, Ordering::SeqCst);
+                return Ok(());
+            }
+        }
+        self.shared.heard.send_modify(|h| h.free += 1);
+        *slot = Some(Listening {
+            client,
+            channel: Some(channel),
+        });
+        Ok(())
+    }
+
+    /// Whether notifications reach the listening session: a NOTIFY on the channel, sent from
+    /// the shared session (another one), must come back within min(--retry-period, 1 s).
+    /// Other listeners on the channel ignore it.
+    pub(super) async fn probe(&self, channel: &str) -> Result<bool, StoreError> {
+        let shared = &self.shared;
+        let mut rx = shared.heard.subscribe();
+        let before = rx.borrow_and_update().probes;
+        let wait = shared.request_timeout.min(Duration::from_secs(1));
+        let sql = "SELECT pg_notify($1, $2)::text";
+        let a = (channel.to_owned(), shared.probe.clone());
+        self.request(|c| async move { unnamed::query(&c, sql, &[&a.0, &a.1]).await })
+            .await?;
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            if rx.borrow_and_update().probes > before {
+                return Ok(true);
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return Ok(false);
+                    }
+                }
+                _ = tokio::time::sleep_until(until) => {
+                    return Ok(rx.borrow().probes > before);
+                }
+            }
+        }
+    }
+
+    /// The latest instant a waiter may look next: now + `left`, or sooner when it does not
+    /// listen (then a release announces nothing to it).
+    pub(super) fn look_by(&self, left: Duration) -> tokio::time::Instant {
+        let left = if self.shared.listening.load(Ordering::SeqCst) {
+            left
+        } else {
+            left.min(self.shared.poll)
+        };
+        tokio::time::Instant::now() + left
+    }
+
+    /// The channel a waiter row's owner LISTENs on: `w<id>_<p>`, cut to PostgreSQL's 63 bytes
+    /// (as [`waiter_channel_sql`] builds it). Two prefixes whose names share their first 50-odd
+    /// characters may share a channel for the same id: the cost is a wake-up that looks once.
+    pub(super) fn waiter_channel(&self, id: i64) -> String {
+        let mut channel = format!("w{id}_{}", self.shared.base);
+        channel.truncate(63);
+        channel
+    }
+
+    /// The channel the listening session should be on: this waiter's own while it waits in
+    /// line (a release wakes only the first waiter), the table's otherwise (`watch`).
+    pub(super) fn listen_channel(&self) -> String {
+        match self.shared.waiter.load(Ordering::SeqCst) {
+            0 => self.shared.channel.clone(),
+            id => self.waiter_channel(id),
+        }
+    }
+
+    /// The waiters in line whose last renewal was within their TTL as the server's clock says
+    /// (a display: a dead row stays in line until the waiter behind it skips it).
+    pub(super) async fn waiting(&self) -> Result<i64, StoreError> {
+        let sql = format!(
+            "SELECT count(*) FROM {} WHERE name = $1 AND expires_at > now()",
+            self.qualified(&self.shared.waiters)
+        );
+        let name = self.shared.name.clone();
+        let row = self
+            .request(|c| async move { unnamed::query_one(&c, &sql, &[&name]).await })
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// The row: (holder, token, milliseconds left, whether it has not expired).
+    pub(super) async fn read_row(
+        &self,
+    ) -> Result<Option<(Option<String>, i64, i64, bool)>, StoreError> {
+        let sql = format!(
+            "SELECT holder, token,
+                    GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
+                    expires_at > now()
+             FROM {} WHERE name = $1",
+            self.leases()
+        );
+        let name = self.shared.name.clone();
+        let row = self
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&name]).await })
+            .await?;
+        Ok(row.map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))))
+    }
+
+    /// One attempt to acquire, in one statement: the conditional UPDATE, and the row as it was
+    /// (when the attempt failed). `Ok(None)`: no row yet. A released row (holder NULL) is taken
+    /// at once; a held one only as [`Sighting`] says: when this waiter has seen it unchanged for
+    /// a full TTL, and only if it is still exactly that.
+    pub(super) async fn acquire(&self) -> Result<Option<Attempt>, StoreError> {
+        let shared = &self.shared;
+        let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
+        let update = format!(
+            "WITH won AS (
+                 UPDATE {leases}
+                 SET holder = $2, token = GREATEST(token + 1, nextval({tokens})),
+                     renewals = renewals + 1,
+                     expires_at = now() + $3::bigint * interval '1 millisecond', ttl_ms = $3
+                 WHERE name = $1 AND (holder IS NULL
+                     OR (holder = $6 AND token = $7 AND renewals = $8
+                         AND (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint = $9))
+                 RETURNING token),
+             told AS (SELECT pg_notify($4, {taken}) FROM won),
+             left_line AS (DELETE FROM {waiters} WHERE name = $1 AND id = $5
+                           AND EXISTS (SELECT 1 FROM won))
+             SELECT (SELECT token FROM won), (SELECT count(*) FROM told),
+                    {ROW_COLUMNS}
+             FROM {leases} WHERE name = $1",
+            leases = self.leases(),
+            waiters = self.qualified(&shared.waiters),
+            tokens = quote_literal(&self.qualified(&shared.tokens)),
+        );
+        // What may be taken over: the sighting, once seen for its full TTL (NULLs match nothing).
+        let ripe = self.ripe();
+        let a = (
+            shared.name.clone(),
+            shared.identity.clone(),
+            shared.ttl_ms,
+            shared.channel.clone(),
+            shared.waiter.load(Ordering::SeqCst),
+            ripe.as_ref().map(|s| s.holder.clone()),
+            ripe.as_ref().map(|s| s.token),
+            ripe.as_ref().map(|s| s.renewals),
+            ripe.as_ref().map(|s| s.expires_us),
+        );
+        let row = self
+            .request(|c| async move {
+                unnamed::query_opt(
+                    &c,
+                    &update,
+                    &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5, &a.6, &a.7, &a.8],
+                )
+                .await
+            })
+            .await?;
+        let received = BootClock.now();
+        Ok(row.map(|row| match row.get::<_, Option<i64>>(0) {
+            Some(token) => {
+                *shared.sighting.lock().expect("not poisoned") = None;
+                // Its waiter row went in the same statement.
+                shared.waiter.store(0, Ordering::SeqCst);
+                Attempt::Won(token)
+            }
+            None => {
+                let seen = Row::from(&row, 2);
+                Attempt::Held {
+                    holder: seen.holder.clone(),
+                    wait: self.sight(&seen, received),
+                }
+            }
+        }))
+    }
+
+    /// The sighting this waiter may take over now: seen unchanged for its full TTL.
+    pub(super) fn ripe(&self) -> Option<Sighting> {
+        let sighting = self.shared.sighting.lock().expect("not poisoned");
+        let (seen, since) = sighting.as_ref()?;
+        (BootClock.now() >= *since + seen.ttl).then(|| seen.clone())
+    }
+
+    /// Notes the row as read by a request whose answer arrived at `received` (boot clock), and
+    /// returns how long until it may be taken: zero when it is free or has been seen unchanged
+    /// for its full TTL.
+    pub(super) fn sight(&self, row: &Row, received: Duration) -> Duration {
+        let mut sighting = self.shared.sighting.lock().expect("not poisoned");
+        let Some(holder) = row.holder.clone() else {
+            *sighting = None;
+            return Duration::ZERO;
+        };
+        let seen = Sighting {
+            holder,
+            token: row.token,
+            renewals: row.renewals,
+            expires_us: row.expires_us,
+            ttl: self
+                .shared
+                .ttl
+                .max(Duration::from_millis(row.ttl_ms.max(0) as u64)),
+        };
+        // A sighting first made now counts from now; one seen before keeps its first instant.
+        let since = match sighting.as_ref() {
+            Some((before, since)) if *before == seen => *since,
+            _ => received,
+        };
+        let ripe_at = since + seen.ttl;
+        *sighting = Some((seen, since));
+        ripe_at.saturating_sub(BootClock.now())
+    }
+
+    /// The row, for a waiter: read (no lock), noted as a sighting; how long until it may be
+    /// taken (zero: free, gone, or seen unchanged for a full TTL).
+    pub(super) async fn look(&self) -> Result<Duration, StoreError> {
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM {} WHERE name = $1",
+            self.leases()
+        );
+        let name = self.shared.name.clone();
+        let row = self
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&name]).await })
+            .await?;
+        let received = BootClock.now();
+        Ok(match row {
+            Some(row) => self.sight(&Row::from(&row, 0), received),
+            None => Duration::ZERO,
+        })
+    }
+
+    pub(super) async fn insert_new(&self) -> Result<Option<i64>, StoreError> {
+        let shared = &self.shared;
+        let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
+        let insert = format!(
+            "WITH won AS (
+                 INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms)
+                 VALUES ($1, $2, nextval({tokens}), now() + $3::bigint * interval '1 millisecond', $3)
+                 ON CONFLICT (name) DO NOTHING
+                 RETURNING token),
+             left_line AS (DELETE FROM {waiters} WHERE name = $1 AND id = $5
+                           AND EXISTS (SELECT 1 FROM won))
+             SELECT token, pg_notify($4, {taken})::text FROM won",
+            leases = self.leases(),
+            waiters = self.qualified(&shared.waiters),
+            tokens = quote_literal(&self.qualified(&shared.tokens)),
+        );
+        let a = (
+            shared.name.clone(),
+            shared.identity.clone(),
+            shared.ttl_ms,
+            shared.channel.clone(),
+            shared.waiter.load(Ordering::SeqCst),
+        );
+        let row = self
+            .request(|c| async move {
+                unnamed::query_opt(&c, &insert, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
+            .await?;
+        let token = row.map(|r| r.get(0));
+        if token.is_some() {
+            shared.waiter.store(0, Ordering::SeqCst);
+        }
+        Ok(token)
+    }
+
+    pub(super) fn leader_of(
+        &self,
+        holder: Option<String>,
+        token: i64,
+        live: bool,
+    ) -> Option<Leader> {
+        let holder = holder.filter(|_| live)?;
+        Some(Leader {
+            key: self.row_key().into_bytes(),
+            identity: holder.into_bytes(),
+            token,
+            lease_id: None,
+        })
+    }
+
+    /// The fence shared by every fenced write: the lease row still holds this candidacy's token,
+    /// locked FOR SHARE so that a takeover's UPDATE waits until the write has committed.
+    pub(super) fn fence(&self) -> String {
+        format!(
+            "FROM {} WHERE name = $4 AND holder = $5 AND token = $6 AND expires_at > now() FOR SHARE",
+            self.leases()
+        )
+    }
+
+    /// Joins the line: a waiter row at its back, its id from the table's own sequence
+    /// (`<p>_waiters_id_seq`: strictly increasing; never a clock).
+    pub(super) async fn join_line(&self) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        if shared.waiter.load(Ordering::SeqCst) != 0 {
+            return Ok(());
+        }
+        let sql = format!(
+            "INSERT INTO {waiters} (name, identity, ttl_ms, expires_at)
+             VALUES ($1, $2, $3, now() + $3::bigint * interval '1 millisecond')
+             RETURNING id, (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1
+                                                   LIMIT {LISTENING_PLACES}) ahead)",
+            waiters = self.qualified(&shared.waiters),
+        );
+        let a = (shared.name.clone(), shared.identity.clone(), shared.ttl_ms);
+        let row = self
+            .request(|c| async move { unnamed::query_one(&c, &sql, &[&a.0, &a.1, &a.2]).await })
+            .await?;
+        // The rows there before this one, all ahead of it (ids only grow).
+        shared
+            .far_back
+            .store(row.get::<_, i64>(1) >= LISTENING_PLACES, Ordering::SeqCst);
+        shared.waiter.store(row.get(0), Ordering::SeqCst);
+        *shared.ahead.lock().expect("not poisoned") = None;
+        Ok(())
+    }
+
+    /// A waiter's look, once per --retry-period, in one statement: renews its own row, reads
+    /// the row just ahead of it and the lease row. Returns whether its own row is still there
+    /// (an UPDATE, never an upsert: a look that arrives late, after the row was deleted, puts
+    /// nothing back), the row ahead (none: this waiter is first), how many are ahead (up to
+    /// `LISTENING_PLACES`) and how long until the lease row may be taken ([`Postgres::sight`]).
+    pub(super) async fn poll_line(
+        &self,
+    ) -> Result<(bool, Option<AheadSighting>, i64, Duration), StoreError> {
+        let shared = &self.shared;
+        let sql = format!(
+            "WITH mine AS (
+                 UPDATE {waiters} SET renewals = renewals + 1, ttl_ms = $4,
+                     expires_at = now() + $4::bigint * interval '1 millisecond'
+                 WHERE name = $1 AND id = $2 AND identity = $3
+                 RETURNING 1)
+             SELECT (SELECT count(*) FROM mine), a.id, a.renewals, a.ttl_ms,
+                    l.holder, l.token, l.renewals,
+                    (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint, l.ttl_ms,
+                    (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1 AND id < $2
+                                           LIMIT {LISTENING_PLACES}) places)
+             FROM (SELECT 1) one
+             LEFT JOIN LATERAL (SELECT id, renewals, ttl_ms FROM {waiters}
+                                WHERE name = $1 AND id < $2 ORDER BY id DESC LIMIT 1) a ON true
+             LEFT JOIN {leases} l ON l.name = $1",
+            waiters = self.qualified(&shared.waiters),
+            leases = self.leases(),
+        );
+        let a = (
+            shared.name.clone(),
+            shared.waiter.load(Ordering::SeqCst),
+            shared.identity.clone(),
+            shared.ttl_ms,
+        );
+        let row = self
+            .request(
+                |c| async move { unnamed::query_one(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await },
+            )
+            .await?;
+        let received = BootClock.now();
+        let ahead = row.get::<_, Option<i64>>(1).map(|id| AheadSighting {
+            id,
+            renewals: row.get(2),
+            ttl: shared
+                .ttl
+                .max(Duration::from_millis(row.get::<_, i64>(3).max(0) as u64)),
+        });
+        let wait = match row.get::<_, Option<i64>>(5) {
+            Some(_) => self.sight(&Row::from(&row, 4), received),
+            None => Duration::ZERO,
+        };
+        Ok((row.get::<_, i64>(0) > 0, ahead, row.get(9), wait))
+    }
+
+    /// Notes the waiter row ahead as seen at `received`; how long until it counts as dead
+    /// (zero: seen unchanged for its full TTL on this waiter's boot clock).
+    pub(super) fn sight_ahead(&self, seen: AheadSighting, received: Duration) -> Duration {
+        let mut ahead = self.shared.ahead.lock().expect("not poisoned");
+        let since = match ahead.as_ref() {
+            Some((before, since)) if *before == seen => *since,
+            _ => received,
+        };
+        let dead_at = since + seen.ttl;
+        *ahead = Some((seen, since));
+        dead_at.saturating_sub(BootClock.now())
+    }
+
+    /// Deletes a dead waiter row ahead, only if it is still exactly as seen.
+    pub(super) async fn skip_dead(&self, dead: &AheadSighting) -> Result<(), StoreError> {
+        let sql = format!(
+            "DELETE FROM {} WHERE name = $1 AND id = $2 AND renewals = $3",
+            self.qualified(&self.shared.waiters)
+        );
+        let a = (self.shared.name.clone(), dead.id, dead.renewals);
+        self.request(|c| async move { unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2]).await })
+            .await?;
+        *self.shared.ahead.lock().expect("not poisoned") = None;
+        Ok(())
+    }
+
+    /// Waits for a release heard after `seen`, or until `until`, whichever first. Returns the
+    /// new state heard.
+    pub(super) async fn wait_heard(&self, seen: i64, until: tokio::time::Instant) -> Heard {
+        let mut rx = self.shared.heard.subscribe();
+        loop {
+            let now = *rx.borrow_and_update();
+            if now.free > seen {
+                return now;
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        tokio::time::sleep_until(until).await;
+                        return *rx.borrow();
+                    }
+                }
+                _ = tokio::time::sleep_until(until) => return *rx.borrow(),
+            }
+        }
+    }
+}

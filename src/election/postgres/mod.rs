@@ -1,0 +1,632 @@
+//! The election on PostgreSQL: one lease row per lease name.
+//!
+//! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` under a transaction-scoped
+//! advisory lock so that concurrent first runs do not race in the catalog; brought up to date
+//! under the same lock when made by an earlier version), in the first session's
+//! `current_schema()` (every name qualified with it, every session's `search_path` pinned to it;
+//! objects there that another role owns are refused, `refuse_foreign_objects`), named from
+//! `--prefix` (`/leader-exec/` gives `leader_exec_leases`, `leader_exec_records`,
+//! `leader_exec_tokens`, `leader_exec_guard`, `leader_exec_waiters`; every session is on a
+//! primary, never a standby: `check_session`):
+//!
+//! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
+//!   ttl_ms bigint, renewals bigint)`: one row per lease name. `holder` is the leader's
+//!   identity, NULL when free; `token` is taken from `<p>_tokens` per acquisition; `renewals`
+//!   grows with every acquisition and renewal; `expires_at` is `now() + ttl` as the server's
+//!   wall clock says: a hint for waiters and a display, never what decides a takeover.
+//! - `<p>_tokens`: a sequence the tables do not own (dropping them keeps it), kept above every
+//!   token the table holds, so a token never resets: not after a deleted row, a truncated table,
+//!   or tables dropped and made again.
+//! - `<p>_guard()` and its trigger `<p>_guard` on `<p>_leases`: DELETE and TRUNCATE refused.
+//! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at)`, key (name, id): the line
+//!   of waiters, one row each, `id` from its sequence (its order; never a clock), `renewals`
+//!   bumped by its owner every `--retry-period`, `expires_at` for `status` only.
+//! - `<p>_records (key text primary key, value bytea, expires_at timestamptz, lease_name text,
+//!   lease_token bigint)`: occurrence records (kept until `expires_at`) and the leader's state
+//!   for `status` (kept while the lease row holds `lease_token`), written fenced.
+//!
+//! Acquire: a conditional UPDATE, then for a new name an INSERT … ON CONFLICT DO NOTHING. A
+//! released row (holder NULL) is taken at once; a held row only once the taker has itself seen
+//! it unchanged — holder, token, renewals and expires_at — for a full TTL on its boot clock, and
+//! only by an UPDATE conditional on exactly that (see [`Sighting`]). Renew: UPDATE … WHERE name,
+//! holder and token match (no clock in the condition), bumping `renewals`; no row, or no table,
+//! is a certain loss. Release: holder NULL, expires_at = now(), and in the same statement a
+//! NOTIFY to the first waiter in line (and one on the table's channel).
+//!
+//! Waiters stand in line: each joins with a waiter row; the first few (`LISTENING_PLACES`) LISTEN
+//! on a channel of their own (`w<id>_<p>`), from before their first attempt or from when they
+//! moved up that far. A release notifies only the first waiter (lowest id), which tries at once;
+//! the others sleep on, so a handover costs the same few statements with any
+//! number of waiters (measured in `tests/postgres_only.rs`). Every waiter looks at the line every
+//! `--retry-period` (one statement: renews its own row, reads the one just ahead and the lease
+//! row). One that has seen the row ahead unchanged for a full TTL on its boot clock deletes it as
+//! dead (see [`AheadSighting`]); the first waiter takes a released row it finds, and a crashed
+//! holder's row once seen unchanged for a full TTL (see [`Sighting`]). A withdrawn waiter deletes
+//! its row (and wakes the next one if the lease row is free); a winner's acquisition deletes it.
+//! The table's own channel carries `free`/`taken` for `watch` (and waiters of older versions).
+//!
+//! Every statement runs under `statement_timeout` and `lock_timeout` shorter than
+//! `--retry-period` (startup `options`, which pgbouncer drops), and every request under a
+//! client-side timer as well. Statements are sent unnamed ([`unnamed`]): nothing is prepared by
+//! name, so a pooler in transaction mode (pgbouncer 1.18) can carry every one of them.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures_util::future::poll_fn;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio_postgres::config::{Host, TargetSessionAttrs};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{AsyncMessage, Client, Config, SimpleQueryMessage, Socket};
+
+use crate::clock::{BootClock, Clock};
+
+mod line;
+mod session;
+mod store;
+pub mod target;
+mod tls;
+
+use tls::{CLEARTEXT_WARNED, Noted};
+pub use tls::{Verify, rustls_connector};
+
+use super::{
+    Ahead, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
+    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
+};
+pub(crate) mod unnamed;
+
+/// How a PostgreSQL server is reached: the parsed URL, TLS, and the timing its statements get.
+#[derive(Clone)]
+pub struct Target {
+    pub config: Config,
+    /// `None`: plain TCP (`sslmode=disable`, or `prefer` without a server that offers TLS).
+    pub tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    /// The URL with any password removed, for messages.
+    pub shown: String,
+    /// Whether waiters LISTEN (`leader_exec_listen=off` in the URL: never; they poll).
+    pub listen: bool,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &self.shown)
+            .field("tls", &self.tls.is_some())
+            .field("listen", &self.listen)
+            .finish()
+    }
+}
+
+/// The table names `--prefix` maps to: its text between the slashes, every character other than
+/// ASCII letters, digits and `_` replaced by `_`, lower-cased, then `_leases` / `_records`.
+pub fn tables(prefix: &str) -> Result<(String, String), StoreError> {
+    let base: String = prefix
+        .trim_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let base = if base.is_empty() {
+        "leader_exec".to_owned()
+    } else {
+        base
+    };
+    // PostgreSQL cuts identifiers at 63 bytes: two prefixes would silently share a table.
+    if base.len() + "_records".len() > 63 {
+        return Err(StoreError::Fatal(format!(
+            "--prefix {prefix}: too long for a PostgreSQL table name (at most 55 characters)"
+        )));
+    }
+    Ok((format!("{base}_leases"), format!("{base}_records")))
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Sorts tokio-postgres errors into "try again" and "give up".
+pub fn classify(error: tokio_postgres::Error) -> StoreError {
+    let message = error_text(&error);
+    if let Some(code) = error.code() {
+        let class = &code.code()[..2];
+        let transient = matches!(class, "08" | "40" | "53" | "57" | "58" | "55")
+            || *code == SqlState::UNIQUE_VIOLATION
+            || *code == SqlState::DUPLICATE_TABLE
+            || *code == SqlState::DUPLICATE_OBJECT;
+        return if transient {
+            StoreError::Transient(format!("PostgreSQL: {message}"))
+        } else {
+            StoreError::Fatal(format!("PostgreSQL: {message}"))
+        };
+    }
+    let lower = message.to_lowercase();
+    if lower.contains("certificate") || lower.contains("received fatal alert") {
+        return StoreError::Fatal(format!("PostgreSQL: TLS: {message}"));
+    }
+    if lower.contains("does not allow writes") {
+        // read-write passed over every host: standbys (or read-only servers). Worth retrying:
+        // a failover may be promoting one of them.
+        return StoreError::Transient(
+            "PostgreSQL: no primary among the hosts (each is a standby or read-only); only a primary is used"
+                .into(),
+        );
+    }
+    if lower.contains("server does not support tls") || lower.contains("password missing") {
+        return StoreError::Fatal(format!("PostgreSQL: {message}"));
+    }
+    StoreError::Transient(format!("PostgreSQL unreachable: {message}"))
+}
+
+/// [`classify`] for a failed connect, with what a first run needs to fix a credential: where a
+/// password goes when the server asks for one and none was given, and which server refused the
+/// one given (`shown` holds no password).
+fn classify_connect(error: tokio_postgres::Error, shown: &str) -> StoreError {
+    let refused = error.code().is_some_and(|code| {
+        *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+    });
+    let missing = error_text(&error).contains("password missing");
+    match classify(error) {
+        StoreError::Fatal(message) if missing => StoreError::Fatal(format!(
+            "{message}: the server at {shown} asks for a password; give it with --password-file FILE, LEADER_EXEC_PASSWORD or PGPASSWORD"
+        )),
+        StoreError::Fatal(message) if refused => {
+            StoreError::Fatal(format!("{message} (server {shown})"))
+        }
+        other => other,
+    }
+}
+
+/// The error with its causes, one line.
+fn error_text(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return db.message().to_owned();
+    }
+    let mut parts = vec![error.to_string()];
+    let mut current = std::error::Error::source(error);
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    parts.join(": ")
+}
+
+/// How many waiters at the front of the line LISTEN; those behind only look every
+/// --retry-period, and start listening once they have moved up this far. PostgreSQL wakes every
+/// session listening in the database on each NOTIFY, whatever its channel (each checks its own
+/// and sleeps again): a line of hundreds that all listened would make each handover wake
+/// hundreds of server processes. A few listening places cover a few handovers within one
+/// retry period; a faster succession reaches the waiters behind at their next look.
+const LISTENING_PLACES: i64 = 4;
+
+/// One attempt to acquire.
+enum Attempt {
+    Won(i64),
+    Held {
+        holder: Option<String>,
+        /// How long until this waiter may take the row over (see [`Sighting`]).
+        wait: Duration,
+    },
+}
+
+/// What the listening session has heard about this lease name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Heard {
+    /// Releases heard (and listener restarts, after which anything may have been missed).
+    free: i64,
+    /// Acquisitions heard.
+    taken: i64,
+    /// The TTL the last acquisition announced.
+    taken_ttl_ms: i64,
+    /// This process's own probes heard back (the check that notifications arrive).
+    probes: i64,
+}
+
+/// What a listening session's driver reports to, and the probe it recognises as its own.
+struct Ears {
+    heard: watch::Sender<Heard>,
+    name: String,
+    probe: String,
+}
+
+struct Listening {
+    client: Client,
+    /// The one channel it LISTENs on: this waiter's own, or the table's (`watch`); none yet for
+    /// a waiter behind the listening places.
+    channel: Option<String>,
+}
+
+struct Shared {
+    target: Target,
+    leases: String,
+    records: String,
+    /// The NOTIFY channel: the leases table's name.
+    channel: String,
+    name: String,
+    identity: String,
+    ttl_ms: i64,
+    /// Each request's own timer (besides the server's statement_timeout).
+    request_timeout: Duration,
+    /// The waiters table, `<p>_waiters`, and the text its waiters' channels end with.
+    waiters: String,
+    base: String,
+    /// This candidacy's waiter row id (from the token sequence), 0 while it has none.
+    waiter: AtomicI64,
+    /// Whether this waiter stands behind the listening places (it does not LISTEN yet).
+    far_back: AtomicBool,
+    /// The waiter row just ahead of this one as last seen, and since when (see [`AheadSighting`]).
+    ahead: Mutex<Option<(AheadSighting, Duration)>>,
+    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    listener: tokio::sync::Mutex<Option<Listening>>,
+    heard: watch::Sender<Heard>,
+    /// Whether waiters listen: off by `leader_exec_listen=off`, or when the probe sent after
+    /// the first LISTEN never came back (pgbouncer in transaction mode). Without it they poll.
+    listening: AtomicBool,
+    /// Whether the probe has been made (once per process).
+    probed: AtomicBool,
+    /// The payload of this process's probe (`probe`, the identity and the pid).
+    probe: String,
+    /// How often a waiter that does not listen reads the row.
+    poll: Duration,
+    /// The token this instance holds, 0 while it holds none (shared with its keeper).
+    held: AtomicI64,
+    schema_ready: Mutex<bool>,
+    /// The schema of the tables: the first session's `current_schema()`, kept for every later
+    /// session of this process (each pins its `search_path` to it, and the table names are
+    /// qualified with it once it is known).
+    schema: OnceLock<String>,
+    /// The token sequence, the guard function and its trigger: `<p>_tokens`, `<p>_guard`.
+    tokens: String,
+    guard: String,
+    /// This instance's own TTL: a taker waits at least this long (and at least the holder's).
+    ttl: Duration,
+    /// The held row as this waiter last saw it, and since when (see [`Sighting`]).
+    sighting: Mutex<Option<(Sighting, Duration)>>,
+}
+
+/// An unreleased lease row as a waiter saw it. The row is taken over only when the taker has
+/// seen exactly this for a full TTL on its own boot clock, and only by an UPDATE conditional on
+/// exactly this: the server's wall clock (`expires_at <= now()`) decides nothing, so a step of
+/// it can neither hand the row to a waiter nor take it from its leader.
+///
+/// Why that is safe: every successful renewal bumps `renewals`, and each acquisition takes a
+/// new, greater `token`; neither ever goes back, so a row that shows the same sighting at two
+/// instants showed it all along in between. The holder's last renewal that wrote this sighting
+/// was sent before the server ran our read, so before we had its answer: counting the TTL from
+/// the arrival of that answer (the conservative instant, later than our send instant by one
+/// round trip) counts from after the holder's send instant. The holder stops its command within
+/// `--renew-deadline` + `--kill-after` < TTL of that send instant unless a later renewal
+/// succeeded, and a later renewal changes the sighting, which defeats our conditional UPDATE.
+/// `expires_at` is part of the sighting so that a renewal by an older leader-exec (which does not
+/// bump `renewals`) also counts as a change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Sighting {
+    holder: String,
+    token: i64,
+    renewals: i64,
+    /// `expires_at` in microseconds since the epoch (compared, never used as a time).
+    expires_us: i64,
+    /// The TTL the holder wrote (its own): the taker waits the longer of it and its own.
+    ttl: Duration,
+}
+
+/// The waiter row just ahead of this waiter's, as this waiter saw it. Seen unchanged for a full
+/// TTL on this waiter's boot clock (its owner bumps `renewals` every --retry-period), it is dead:
+/// this waiter deletes it (only if still exactly that) and moves up. Waiter rows decide only the
+/// order of attempts, never who may take the lease row: a live waiter wrongly skipped (paused for
+/// a TTL) loses its place, not safety, and joins again at the back at its next look.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct AheadSighting {
+    id: i64,
+    renewals: i64,
+    /// The longer of its owner's TTL and this waiter's.
+    ttl: Duration,
+}
+
+/// The lease row as a waiter reads it.
+struct Row {
+    holder: Option<String>,
+    token: i64,
+    renewals: i64,
+    expires_us: i64,
+    ttl_ms: i64,
+}
+
+/// The columns `Row` is read from, in its order.
+const ROW_COLUMNS: &str = "holder, token, renewals,
+    (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint, ttl_ms";
+
+impl Row {
+    fn from(row: &tokio_postgres::Row, at: usize) -> Row {
+        Row {
+            holder: row.get(at),
+            token: row.get(at + 1),
+            renewals: row.get(at + 2),
+            expires_us: row.get(at + 3),
+            ttl_ms: row.get(at + 4),
+        }
+    }
+}
+
+/// An election on PostgreSQL, for one lease name.
+#[derive(Clone)]
+pub struct Postgres {
+    shared: Arc<Shared>,
+}
+
+/// Timing for the statements: `statement_timeout` and `lock_timeout` below `--retry-period`.
+#[derive(Clone, Copy, Debug)]
+pub struct PgTiming {
+    pub ttl: Duration,
+    pub retry_period: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl Postgres {
+    pub fn new(
+        mut target: Target,
+        prefix: &str,
+        name: &str,
+        identity: String,
+        timing: PgTiming,
+    ) -> Result<Postgres, StoreError> {
+        let (leases, records) = tables(prefix)?;
+        let base = leases.strip_suffix("_leases").unwrap_or(&leases).to_owned();
+        let (tokens, guard) = (format!("{base}_tokens"), format!("{base}_guard"));
+        let statement = (timing.retry_period * 3 / 4).max(Duration::from_millis(50));
+        let lock = (timing.retry_period / 2).max(Duration::from_millis(20));
+        let mut options = target.config.get_options().unwrap_or_default().to_owned();
+        if !options.is_empty() {
+            options.push(' ');
+        }
+        options.push_str(&format!(
+            "-c statement_timeout={} -c lock_timeout={} -c idle_in_transaction_session_timeout={}",
+            statement.as_millis(),
+            lock.as_millis(),
+            (timing.retry_period * 4).as_millis().max(1000)
+        ));
+        target.config.options(options);
+        target
+            .config
+            .connect_timeout(timing.connect_timeout.min(Duration::from_secs(3)));
+        if target.config.get_application_name().is_none() {
+            target.config.application_name("leader-exec");
+        }
+        // Never a standby: it answers from the past (a deposed leader's row, a stale token).
+        // libpq's read-write: each host of the URL in turn, the first that accepts writes;
+        // `open` checks pg_is_in_recovery() as well. target.rs refuses a URL asking otherwise.
+        target
+            .config
+            .target_session_attrs(TargetSessionAttrs::ReadWrite);
+        let (heard, _) = watch::channel(Heard::default());
+        let probe = format!("probe\n{}\n{}", identity, std::process::id());
+        let listen = target.listen;
+        Ok(Postgres {
+            shared: Arc::new(Shared {
+                target,
+                channel: leases.clone(),
+                leases,
+                records,
+                name: name.to_owned(),
+                identity,
+                ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
+                request_timeout: timing.retry_period.max(Duration::from_millis(100)),
+                waiters: format!("{base}_waiters"),
+                base,
+                waiter: AtomicI64::new(0),
+                far_back: AtomicBool::new(false),
+                ahead: Mutex::new(None),
+                client: tokio::sync::Mutex::new(None),
+                listener: tokio::sync::Mutex::new(None),
+                heard,
+                listening: AtomicBool::new(listen),
+                probed: AtomicBool::new(false),
+                probe,
+                poll: timing.retry_period.max(Duration::from_millis(100)),
+                held: AtomicI64::new(0),
+                schema_ready: Mutex::new(false),
+                schema: OnceLock::new(),
+                tokens,
+                guard,
+                ttl: timing.ttl,
+                sighting: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// PostgreSQL for reading and administration (`status`, `watch`, `check`, `resign`): its
+    /// statements are bounded by the connect timeout (at most 2 s each). It holds no lease: it
+    /// never joins the line, acquires or renews the row (the only statements that write or
+    /// compare a lease duration), so it has none.
+    pub fn reader(
+        target: Target,
+        prefix: &str,
+        name: &str,
+        connect_timeout: Duration,
+    ) -> Result<Postgres, StoreError> {
+        let timing = PgTiming {
+            ttl: Duration::ZERO,
+            retry_period: connect_timeout.min(Duration::from_secs(2)),
+            connect_timeout,
+        };
+        Postgres::new(target, prefix, name, String::new(), timing)
+    }
+
+    /// The row as `LEADER_KEY` and `status` show it: `TABLE/NAME`.
+    fn row_key(&self) -> String {
+        format!("{}/{}", self.shared.leases, self.shared.name)
+    }
+
+    fn leases(&self) -> String {
+        self.qualified(&self.shared.leases)
+    }
+
+    fn records(&self) -> String {
+        self.qualified(&self.shared.records)
+    }
+
+    /// `"schema"."name"` once the first session has said which schema; before that (only in a
+    /// statement built before its session was opened) the bare name, which resolves to the
+    /// same table: the session that runs it has pinned `search_path` to that one schema, and
+    /// `ensure_schema` has made or found the table there before any statement uses it.
+    fn qualified(&self, name: &str) -> String {
+        match self.shared.schema.get() {
+            Some(schema) => format!("{}.{}", quote_ident(schema), quote_ident(name)),
+            None => quote_ident(name),
+        }
+    }
+}
+
+/// SQL for the channel of the waiter row whose id is `id` (an expression): [`Postgres::waiter_channel`].
+fn waiter_channel_sql(id: &str, base: &str) -> String {
+    format!(
+        "pg_catalog.left('w' || ({id})::text || '_' || {}, 63)",
+        quote_literal(base)
+    )
+}
+
+fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// Drives a session; with `heard`, counts the releases and acquisitions of one lease name.
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>, ears: Option<Ears>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        match poll_fn(|cx| connection.poll_message(cx)).await {
+            Some(Ok(AsyncMessage::Notification(n))) => {
+                let Some(Ears { heard, name, probe }) = &ears else {
+                    continue;
+                };
+                if n.payload() == probe {
+                    heard.send_modify(|h| h.probes += 1);
+                    continue;
+                }
+                let mut parts = n.payload().splitn(3, '\n');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some("free"), Some(n), None) if n == name => {
+                        heard.send_modify(|h| h.free += 1);
+                    }
+                    (Some("taken"), Some(ttl), Some(n)) if n == name => {
+                        let ttl = ttl.parse().unwrap_or(0);
+                        heard.send_modify(|h| {
+                            h.taken += 1;
+                            h.taken_ttl_ms = ttl;
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "PostgreSQL session ended");
+                break;
+            }
+            None => break,
+        }
+    }
+    // Whatever was announced while nobody listened is unknown: wake the waiters.
+    if let Some(Ears { heard, .. }) = ears {
+        heard.send_modify(|h| h.free += 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_map_to_table_names() {
+        assert_eq!(
+            tables("/leader-exec/").unwrap(),
+            ("leader_exec_leases".into(), "leader_exec_records".into())
+        );
+        assert_eq!(
+            tables("/Ops.Jobs/").unwrap(),
+            ("ops_jobs_leases".into(), "ops_jobs_records".into())
+        );
+        assert_eq!(tables("/").unwrap().0, "leader_exec_leases");
+        assert!(tables(&format!("/{}/", "x".repeat(56))).is_err());
+    }
+
+    fn backend(ttl: Duration) -> Postgres {
+        let target = Target {
+            config: Config::new(),
+            tls: None,
+            shown: "postgres://test".into(),
+            listen: false,
+        };
+        let timing = PgTiming {
+            ttl,
+            retry_period: Duration::from_millis(300),
+            connect_timeout: Duration::from_secs(1),
+        };
+        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing).unwrap()
+    }
+
+    fn row(holder: Option<&str>, token: i64, renewals: i64, ttl_ms: i64) -> Row {
+        Row {
+            holder: holder.map(str::to_owned),
+            token,
+            renewals,
+            expires_us: 1_000_000,
+            ttl_ms,
+        }
+    }
+
+    #[test]
+    fn a_held_row_ripens_only_after_a_full_ttl_of_being_seen_unchanged() {
+        let pg = backend(Duration::from_secs(60));
+        let now = BootClock.now();
+        // First seen now: a full TTL to go, nothing to take yet.
+        let wait = pg.sight(&row(Some("a"), 7, 3, 60_000), now);
+        assert!(wait > Duration::from_secs(59), "{wait:?}");
+        assert!(pg.ripe().is_none());
+        // Seen again unchanged: the window keeps its first instant.
+        let again = pg.sight(&row(Some("a"), 7, 3, 60_000), now + Duration::from_secs(30));
+        assert!(again <= wait, "{again:?} after {wait:?}");
+        // Renewed (the count moved), or taken over (the token moved): counted afresh.
+        let renewed = pg.sight(&row(Some("a"), 7, 4, 60_000), BootClock.now());
+        assert!(renewed > Duration::from_secs(59), "{renewed:?}");
+        // The holder's longer TTL counts.
+        let longer = pg.sight(&row(Some("b"), 8, 0, 120_000), BootClock.now());
+        assert!(longer > Duration::from_secs(119), "{longer:?}");
+        // A released row is free at once.
+        assert_eq!(
+            pg.sight(&row(None, 8, 1, 120_000), BootClock.now()),
+            Duration::ZERO
+        );
+        // A sighting first made a full TTL ago is ripe: exactly it may be taken over.
+        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
+        assert_eq!(
+            pg.sight(&row(Some("c"), 9, 5, 1_000), long_ago),
+            Duration::ZERO
+        );
+        let ripe = pg.ripe().expect("ripe");
+        assert_eq!(
+            (ripe.holder.as_str(), ripe.token, ripe.renewals),
+            ("c", 9, 5)
+        );
+    }
+
+    #[test]
+    fn identifiers_and_literals_are_quoted() {
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+    }
+}

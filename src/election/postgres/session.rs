@@ -1,0 +1,412 @@
+//! Sessions: opening one on a primary, checking it, the schema (made and kept up to date),
+//! and every request bounded by its own timer.
+
+use super::*;
+
+impl Postgres {
+    /// Opens a session; notifications (when `heard` is given) go to the waiters.
+    pub(super) async fn open(&self, listen: bool) -> Result<Client, StoreError> {
+        let (client, encrypted) = self.open_unchecked(listen).await?;
+        self.checked(&client, encrypted).await?;
+        Ok(client)
+    }
+
+    /// [`check_session`](Self::check_session) under the same bound as a connect.
+    pub(super) async fn checked(&self, client: &Client, encrypted: bool) -> Result<(), StoreError> {
+        let limit = self.shared.request_timeout * 4 + Duration::from_secs(1);
+        match tokio::time::timeout(limit, self.check_session(client, encrypted)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Transient(format!(
+                "PostgreSQL at {} did not answer",
+                self.shared.target.shown
+            ))),
+        }
+    }
+
+    /// Connects, and says whether the session got TLS; the session is not checked yet.
+    pub(super) async fn open_unchecked(&self, listen: bool) -> Result<(Client, bool), StoreError> {
+        let shared = &self.shared;
+        let heard = listen.then(|| Ears {
+            heard: shared.heard.clone(),
+            name: shared.name.clone(),
+            probe: shared.probe.clone(),
+        });
+        let attempt = async {
+            let (client, encrypted) = match &shared.target.tls {
+                None => {
+                    let (client, connection) = shared
+                        .target
+                        .config
+                        .connect(tokio_postgres::NoTls)
+                        .await
+                        .map_err(|e| classify_connect(e, &shared.target.shown))?;
+                    tokio::spawn(drive(connection, heard));
+                    (client, false)
+                }
+                Some(tls) => {
+                    let noted = Noted {
+                        inner: tls.clone(),
+                        encrypted: Arc::new(AtomicBool::new(false)),
+                    };
+                    let encrypted = noted.encrypted.clone();
+                    let (client, connection) = shared
+                        .target
+                        .config
+                        .connect(noted)
+                        .await
+                        .map_err(|e| classify_connect(e, &shared.target.shown))?;
+                    tokio::spawn(drive(connection, heard));
+                    (client, encrypted.load(Ordering::SeqCst))
+                }
+            };
+            Ok((client, encrypted))
+        };
+        let limit = shared.request_timeout * 4 + Duration::from_secs(1);
+        match tokio::time::timeout(limit, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Transient(format!(
+                "PostgreSQL at {} did not answer",
+                shared.target.shown
+            ))),
+        }
+    }
+
+    /// The shared session, opened (and the tables made) when needed.
+    pub(super) async fn client(&self) -> Result<Arc<Client>, StoreError> {
+        let mut slot = self.shared.client.lock().await;
+        if let Some(client) = slot.as_ref()
+            && !client.is_closed()
+        {
+            return Ok(client.clone());
+        }
+        *slot = None;
+        let client = Arc::new(self.open(false).await?);
+        self.ensure_schema(&client).await?;
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Runs one request on the shared session under the request timer; a session that timed
+    /// out or failed is dropped, so that no later request queues behind a lost one.
+    pub(super) async fn request<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let client = self.client().await?;
+        let outcome = tokio::time::timeout(self.shared.request_timeout, f(client.clone())).await;
+        let result = match outcome {
+            Ok(Ok(value)) => return Ok(value),
+            // The tables (or the token sequence) were dropped under us: make them again on the
+            // next request. The sequence, if it survived, keeps tokens growing.
+            Ok(Err(e)) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                *self.shared.schema_ready.lock().expect("not poisoned") = false;
+                StoreError::Transient(format!("PostgreSQL: {}", error_text(&e)))
+            }
+            Ok(Err(e)) => classify(e),
+            Err(_) => StoreError::Transient("PostgreSQL did not answer in time".into()),
+        };
+        if result.is_transient() {
+            let mut slot = self.shared.client.lock().await;
+            if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
+                *slot = None;
+            }
+        }
+        Err(result)
+    }
+
+    /// What every new session is checked for before it is used: a primary, with `search_path`
+    /// pinned to leader-exec's schema; and, once per process, a warning when a password goes
+    /// out without TLS.
+    pub(super) async fn check_session(
+        &self,
+        client: &Client,
+        encrypted: bool,
+    ) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        // One round trip (the simple-query protocol runs both statements in order): whether
+        // this is a primary, the first schema of search_path, where tables of this prefix are
+        // found through it (read before the second statement pins search_path), and the pin:
+        // to the schema this process already uses, or (first session) to that first schema.
+        // A session that fails a check below is dropped, its pin with it.
+        let pin = match shared.schema.get() {
+            Some(schema) => format!("SET search_path = {}", quote_ident(schema)),
+            None => "SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident(s), false)
+                     FROM (SELECT pg_catalog.current_schema()::text AS s) AS first
+                     WHERE s IS NOT NULL"
+                .to_owned(),
+        };
+        let messages = client
+            .simple_query(&format!(
+                "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_schema()::text,
+                        (SELECT n.nspname::text FROM pg_catalog.pg_class c
+                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                         WHERE c.oid = pg_catalog.to_regclass({table}));
+                 {pin}",
+                table = quote_literal(&quote_ident(&shared.leases)),
+            ))
+            .await
+            .map_err(classify)?;
+        let Some(row) = messages.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        }) else {
+            return Err(StoreError::Transient(
+                "PostgreSQL: no answer to pg_is_in_recovery()".into(),
+            ));
+        };
+        // read-write (in `new`) already passed over every standby: `transaction_read_only` is
+        // on there. This is the check for what that misses (a pooler in front of a standby
+        // that reports otherwise). A session found on a primary stays on one: a server goes
+        // into recovery only by being restarted as a standby (PostgreSQL has no demotion of a
+        // running primary), and that restart ends every session; a standby promoted under a
+        // session only turns it into a session on a primary. Behind a pooler in transaction
+        // mode the server may change under a session: every write there is refused by a
+        // standby (read-only), so only reads could be stale (docs/postgresql.md).
+        if row.get(0) != Some("f") {
+            return Err(StoreError::Transient(format!(
+                "PostgreSQL at {}: the server is in recovery (a standby); only a primary is used",
+                shared.target.shown
+            )));
+        }
+        match shared.schema.get() {
+            Some(_) => {}
+            None => {
+                let current = row.get(1).ok_or_else(|| {
+                    StoreError::Fatal(
+                        "PostgreSQL: no schema to use: no schema named in search_path exists \
+                         (ALTER ROLE … SET search_path = a schema the role owns)"
+                            .into(),
+                    )
+                })?;
+                // Tables an earlier version found further down search_path (a schema made
+                // ahead of theirs since) would be made again here, their tokens from 1: never.
+                if let Some(found) = row.get(2).filter(|found| *found != current) {
+                    use crate::escape::escape_str;
+                    return Err(StoreError::Fatal(format!(
+                        "PostgreSQL: {table} is in schema {found}, but the first schema of \
+                         search_path is {current}, where leader-exec would make new tables (tokens \
+                         from 1 again): put {found} first in search_path \
+                         (?options=-csearch_path%3D{found}) or move the tables",
+                        table = escape_str(&shared.leases),
+                        found = escape_str(found),
+                        current = escape_str(current),
+                    )));
+                }
+                shared.schema.get_or_init(|| current.to_owned());
+            }
+        }
+        // Names resolved through search_path (the pin above): only this schema, and pg_catalog
+        // (implicitly first, so a built-in function always beats one of the same name
+        // elsewhere). Table names are qualified as well (`qualified`): a pooler in transaction
+        // mode does not keep a session's SET.
+        let config = &shared.target.config;
+        let on_network = !config.get_hostaddrs().is_empty()
+            || config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
+        if !encrypted
+            && on_network
+            && shared.target.config.get_password().is_some()
+            && !CLEARTEXT_WARNED.swap(true, Ordering::SeqCst)
+        {
+            tracing::warn!(
+                event = "cleartext-password",
+                "the PostgreSQL password is sent without TLS to {} (sslmode=disable, or prefer \
+                 and the server offers no TLS); use sslmode=require or verify-full",
+                shared.target.shown
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn ensure_schema(&self, client: &Client) -> Result<(), StoreError> {
+        if *self.shared.schema_ready.lock().expect("not poisoned") {
+            return Ok(());
+        }
+        let leases = self.leases();
+        let records = self.records();
+        let tokens = self.qualified(&self.shared.tokens);
+        let waiters = self.qualified(&self.shared.waiters);
+        // A trigger's name is not schema-qualified; its function's is.
+        let guard = quote_ident(&self.shared.guard);
+        let guard_fn = self.qualified(&self.shared.guard);
+        // Everything the current layout needs, so that tables made by an earlier version are
+        // brought up to date (the `renewals` column, the token sequence, the guard trigger, the
+        // waiters table).
+        // The ownership check is sent with the look at the tables, in the same round trip
+        // (pipelined); its answer counts only when the tables are complete, else the DDL below
+        // runs it again inside its transaction.
+        let params: [&dyn unnamed::Param; 5] =
+            [&leases, &records, &tokens, &self.shared.guard, &waiters];
+        let (exists, foreign) = tokio::join!(
+            unnamed::query_one(
+                client,
+                "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
+                    AND pg_catalog.to_regclass($3) IS NOT NULL
+                    AND pg_catalog.to_regclass($5) IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)
+                                AND attname = 'renewals' AND NOT attisdropped)
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1)
+                                AND tgname = $4)",
+                &params,
+            ),
+            self.refuse_foreign_objects(client),
+        );
+        let exists = exists.map_err(classify)?;
+        if exists.get::<_, bool>(0) {
+            foreign?;
+        } else {
+            // Serialised by a transaction-scoped advisory lock: two first runs at once would
+            // otherwise race in the catalog (a unique violation on pg_type). The lock only
+            // orders the DDL; leadership never depends on it.
+            //
+            // Tokens come from a sequence the tables do not own: dropping and recreating the
+            // tables keeps it, and it is set above every token the table holds whenever it is
+            // (re)made. The guard refuses DELETE and TRUNCATE of lease rows (a lease is freed by
+            // releasing it: `leader-exec resign`); a superuser who drops the trigger or the
+            // tables still gets greater tokens from the sequence.
+            // The ownership check runs before the COMMIT: a refusal leaves nothing behind.
+            let ddl = format!(
+                "BEGIN;
+                 SET LOCAL statement_timeout = '30s';
+                 SET LOCAL lock_timeout = '30s';
+                 SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('leader-exec schema ' || pg_catalog.current_schema() || {channel}));
+                 CREATE TABLE IF NOT EXISTS {leases} (
+                     name text PRIMARY KEY,
+                     holder text,
+                     token bigint NOT NULL,
+                     expires_at timestamptz NOT NULL,
+                     ttl_ms bigint NOT NULL DEFAULT 0,
+                     renewals bigint NOT NULL DEFAULT 0
+                 );
+                 ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS renewals bigint NOT NULL DEFAULT 0;
+                 CREATE TABLE IF NOT EXISTS {records} (
+                     key text PRIMARY KEY,
+                     value bytea NOT NULL,
+                     expires_at timestamptz,
+                     lease_name text,
+                     lease_token bigint
+                 );
+                 CREATE TABLE IF NOT EXISTS {waiters} (
+                     name text NOT NULL,
+                     id bigserial NOT NULL,
+                     identity text NOT NULL,
+                     renewals bigint NOT NULL DEFAULT 0,
+                     ttl_ms bigint NOT NULL,
+                     expires_at timestamptz NOT NULL,
+                     PRIMARY KEY (name, id)
+                 );
+                 CREATE SEQUENCE IF NOT EXISTS {tokens};
+                 SELECT CASE WHEN t.m >= s.last_value THEN setval({tokens_literal}, t.m) END
+                 FROM (SELECT COALESCE(max(token), 0) AS m FROM {leases}) t, {tokens} s;
+                 CREATE OR REPLACE FUNCTION {guard_fn}() RETURNS trigger LANGUAGE plpgsql AS $guard$
+                 BEGIN
+                     RAISE EXCEPTION 'leader-exec: % of %.% refused: a lease row keeps its fencing token; free a lease with leader-exec resign', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME
+                         USING ERRCODE = 'restrict_violation';
+                 END $guard$;
+                 DO $do$ BEGIN
+                     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                                    WHERE tgrelid = {leases_literal}::regclass AND tgname = {guard_literal}) THEN
+                         CREATE TRIGGER {guard} BEFORE DELETE OR TRUNCATE ON {leases}
+                             FOR EACH STATEMENT EXECUTE FUNCTION {guard_fn}();
+                     END IF;
+                 END $do$;",
+                channel = quote_literal(&self.shared.channel),
+                tokens_literal = quote_literal(&tokens),
+                leases_literal = quote_literal(&leases),
+                guard_literal = quote_literal(&self.shared.guard),
+            );
+            let done = tokio::time::timeout(Duration::from_secs(35), async {
+                client.batch_execute(&ddl).await.map_err(classify)?;
+                self.refuse_foreign_objects(client).await?;
+                client.batch_execute("COMMIT").await.map_err(classify)
+            })
+            .await
+            .map_err(|_| StoreError::Transient("creating the tables took too long".into()))?;
+            if let Err(e) = done {
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(e);
+            }
+        }
+        *self.shared.schema_ready.lock().expect("not poisoned") = true;
+        Ok(())
+    }
+
+    /// Refuses objects leader-exec relies on that another role owns: every relation and
+    /// function in the schema whose name starts with the table prefix (`<p>_`: the tables,
+    /// their indexes, any sequence or function named for them), and the function of every
+    /// trigger on those relations. Their owner could rewrite `token` (fencing gone) or run
+    /// code with the privileges of the connecting role (a trigger runs as whoever writes the
+    /// row: a superuser, say). Owned by the connecting role, or by a role it is explicitly a
+    /// member of, is fine; a superuser's implicit power over every role does not count.
+    pub(super) async fn refuse_foreign_objects(&self, client: &Client) -> Result<(), StoreError> {
+        let schema = self.shared.schema.get().cloned().unwrap_or_default();
+        let prefix = self
+            .shared
+            .leases
+            .strip_suffix("leases")
+            .unwrap_or(&self.shared.leases)
+            .to_owned();
+        let sql = "WITH RECURSIVE mine(oid) AS (
+                 SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER
+                 UNION
+                 SELECT m.roleid FROM pg_catalog.pg_auth_members m JOIN mine ON m.member = mine.oid
+             ),
+             ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
+             ours AS (
+                 SELECT c.oid, c.relname, c.relkind, c.relowner FROM pg_catalog.pg_class c
+                 WHERE c.relnamespace = (SELECT oid FROM ns)
+                   AND pg_catalog.starts_with(c.relname::text, $2)
+             ),
+             objects(rank, what, owner) AS (
+                 SELECT CASE WHEN o.relkind IN ('r', 'p') THEN 0 ELSE 1 END,
+                        CASE o.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table'
+                            WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index'
+                            WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                            ELSE 'relation' END || ' ' || $1 || '.' || o.relname::text,
+                        o.relowner
+                 FROM ours o
+                 UNION ALL
+                 SELECT 2, 'function ' || $1 || '.' || p.proname::text || '('
+                            || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')',
+                        p.proowner
+                 FROM pg_catalog.pg_proc p
+                 WHERE p.pronamespace = (SELECT oid FROM ns)
+                   AND pg_catalog.starts_with(p.proname::text, $2)
+                 UNION ALL
+                 SELECT 3, 'function ' || n.nspname::text || '.' || p.proname::text || '('
+                            || pg_catalog.pg_get_function_identity_arguments(p.oid)
+                            || ') of trigger ' || t.tgname::text || ' on ' || $1 || '.'
+                            || o.relname::text,
+                        p.proowner
+                 FROM pg_catalog.pg_trigger t
+                 JOIN ours o ON o.oid = t.tgrelid
+                 JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+                 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                 WHERE NOT t.tgisinternal
+             )
+             SELECT what, pg_catalog.pg_get_userbyid(owner)::text, CURRENT_USER::text
+             FROM objects WHERE owner NOT IN (SELECT oid FROM mine)
+             ORDER BY rank, what";
+        let rows = unnamed::query(client, sql, &[&schema, &prefix])
+            .await
+            .map_err(classify)?;
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        let (what, owner, user): (String, String, String) =
+            (first.get(0), first.get(1), first.get(2));
+        let more = match rows.len() - 1 {
+            0 => String::new(),
+            n => format!(" (and {n} more)"),
+        };
+        use crate::escape::escape_str;
+        Err(StoreError::Fatal(format!(
+            "PostgreSQL: {what} is owned by role {owner}, not by {user} or a role it is a member \
+             of{more}: not used (its owner could rewrite tokens or run code as {user}); drop it \
+             or change its owner (docs/postgresql.md: Schema, Ownership)",
+            what = escape_str(&what),
+            owner = escape_str(&owner),
+            user = escape_str(&user),
+        )))
+    }
+}

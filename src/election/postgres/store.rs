@@ -1,0 +1,573 @@
+//! The store traits on PostgreSQL, and the keeper that renews the held row.
+
+use super::*;
+
+impl Campaign for Postgres {
+    type Keeper = PgKeeper;
+
+    async fn campaign(&self) -> Result<Candidacy, StoreError> {
+        // A new candidacy holds nothing, whatever an earlier one of this process held: a claim
+        // it could not release is left to expire, never renewed by the new keeper (which would
+        // keep it alive while this candidacy waits behind it).
+        self.shared.held.store(0, Ordering::SeqCst);
+        // A place at the back of the line (kept if a first try got one but failed later), and
+        // listening on its channel before the first attempt: no release can fall between a
+        // failed attempt and the wait that follows it.
+        self.join_line().await?;
+        self.ensure_listener().await?;
+        Ok(Candidacy {
+            lease_id: None,
+            key: self.row_key(),
+            place: 0,
+            token: 0,
+        })
+    }
+
+    fn keeper(&self, _candidacy: &Candidacy) -> PgKeeper {
+        PgKeeper {
+            backend: self.clone(),
+            client: None,
+        }
+    }
+
+    async fn check_turn(&self, candidacy: &Candidacy) -> Result<Turn, StoreError> {
+        let shared = &self.shared;
+        let held = shared.held.load(Ordering::SeqCst);
+        if candidacy.token != 0 && held == candidacy.token {
+            return Ok(Turn::Leading { token: held });
+        }
+        self.join_line().await?;
+        self.ensure_listener().await?;
+        // What was heard before this look: a release after it wakes the wait that follows.
+        let seen = shared.heard.borrow().free;
+        let (holder, wait) = match self.acquire().await? {
+            Some(Attempt::Won(token)) => {
+                shared.held.store(token, Ordering::SeqCst);
+                return Ok(Turn::Leading { token });
+            }
+            Some(Attempt::Held { holder, wait }) => (holder, wait),
+            None => match self.insert_new().await? {
+                Some(token) => {
+                    shared.held.store(token, Ordering::SeqCst);
+                    return Ok(Turn::Leading { token });
+                }
+                // Inserted by another instance meanwhile.
+                None => (None, self.look().await?),
+            },
+        };
+        Ok(Turn::Behind(Ahead {
+            key: holder.unwrap_or_default().into_bytes(),
+            revision: seen,
+            expires_in: Some(wait),
+        }))
+    }
+
+    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        let mut seen = ahead.revision;
+        // Until the first look at the line this waiter may be first: the lease row's own wait.
+        let mut wait = ahead.expires_in.unwrap_or_default();
+        loop {
+            // A release wakes only the first waiter in line (its own channel), which then tries
+            // at once. Every waiter looks at the line every --retry-period anyway (renewing its
+            // own row): the first one also reads the lease row, so that a holder that crashed
+            // is taken over once this waiter has seen its row unchanged for a full TTL, and a
+            // release whose notification was lost (or never sent: leader_exec_listen=off) is
+            // found within a retry period. Waiters behind the first sleep through releases.
+            let heard = self
+                .wait_heard(seen, tokio::time::Instant::now() + wait.min(shared.poll))
+                .await;
+            if heard.free > seen {
+                return Ok(());
+            }
+            seen = heard.free;
+            let (mine, ahead, places, lease_wait) = self.poll_line().await?;
+            let received = BootClock.now();
+            if !mine {
+                // Taken for dead by the waiter behind (this process was paused for a TTL, say):
+                // back in line, at the back, on a new channel.
+                shared.waiter.store(0, Ordering::SeqCst);
+                self.join_line().await?;
+                self.ensure_listener().await?;
+                seen = shared.heard.borrow().free;
+                wait = Duration::ZERO;
+                continue;
+            }
+            if places < LISTENING_PLACES && shared.far_back.swap(false, Ordering::SeqCst) {
+                // Moved up into the listening places: LISTEN, then look again, so that a
+                // release between that look and the LISTEN is not missed.
+                self.ensure_listener().await?;
+                seen = shared.heard.borrow().free;
+                wait = Duration::ZERO;
+                continue;
+            }
+            match ahead {
+                None => {
+                    *shared.ahead.lock().expect("not poisoned") = None;
+                    // First in line: the lease row is free, gone, or ripe for a takeover.
+                    if lease_wait.is_zero() {
+                        return Ok(());
+                    }
+                    wait = lease_wait;
+                }
+                Some(ahead) => {
+                    // Not first: the lease row is the first waiter's to take. The one just
+                    // ahead, seen unchanged for a full TTL, is dead: skip it and look again, so
+                    // that a dead waiter delays the line by a TTL at most (each in a row of
+                    // dead ones by another).
+                    let left = self.sight_ahead(ahead.clone(), received);
+                    if left.is_zero() {
+                        self.skip_dead(&ahead).await?;
+                        wait = Duration::ZERO;
+                    } else {
+                        wait = left;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn key_gone(&self, _candidacy: &Candidacy) {
+        // A row taken away shows up as a renewal that answers "expired".
+        std::future::pending::<()>().await;
+    }
+
+    async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
+        let s = &self.shared;
+        if candidacy.token == 0 {
+            // A waiter holds no lease, only its place in line: it leaves the line, and if the
+            // lease row is free meanwhile (a release woke this waiter, which is going), it wakes
+            // the next waiter in its place.
+            let id = s.waiter.load(Ordering::SeqCst);
+            if id == 0 {
+                return Ok(());
+            }
+            let sql = format!(
+                "WITH gone AS (DELETE FROM {waiters} WHERE name = $1 AND id = $2 RETURNING 1),
+                      next AS (SELECT id FROM {waiters} WHERE name = $1 AND id <> $2
+                               ORDER BY id LIMIT 1)
+                 SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text
+                 FROM next, {leases} l WHERE l.name = $1 AND l.holder IS NULL",
+                waiters = self.qualified(&s.waiters),
+                leases = self.leases(),
+                channel = waiter_channel_sql("next.id", &s.base),
+            );
+            let a = (s.name.clone(), id);
+            self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1]).await })
+                .await?;
+            let _ = s
+                .waiter
+                .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
+            return Ok(());
+        }
+        // The release wakes the first waiter in line (its own channel: the others sleep on) and
+        // whoever watches the table's channel (`watch`); a dead first waiter is skipped by the
+        // one behind it after a TTL, which then finds the row free.
+        let sql = format!(
+            "WITH gone AS (
+                 UPDATE {leases} SET holder = NULL, expires_at = now()
+                 WHERE name = $1 AND holder = $2 AND token = $3
+                 RETURNING 1),
+             first AS (SELECT id FROM {waiters} WHERE name = $1 ORDER BY id LIMIT 1)
+             SELECT pg_notify($4, 'free' || chr(10) || $1)::text,
+                    (SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text FROM first)
+             FROM gone",
+            leases = self.leases(),
+            waiters = self.qualified(&s.waiters),
+            channel = waiter_channel_sql("first.id", &s.base),
+        );
+        let a = (
+            s.name.clone(),
+            s.identity.clone(),
+            candidacy.token,
+            s.channel.clone(),
+        );
+        self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await })
+            .await?;
+        let _ = self.shared.held.compare_exchange(
+            candidacy.token,
+            0,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        Ok(())
+    }
+}
+
+impl Read for Postgres {
+    async fn read_election(&self) -> Result<Observation, StoreError> {
+        // No LISTEN here (`status` and `check` need none): the first `changed_since` starts
+        // the listening session, which counts as a change, so `watch` reads again once it
+        // listens and misses nothing in between.
+        let heard = *self.shared.heard.borrow();
+        let row = self.read_row().await?;
+        let waiting = self.waiting().await?;
+        let leader = row.and_then(|(holder, token, _, live)| self.leader_of(holder, token, live));
+        Ok(Observation {
+            candidates: i64::from(leader.is_some()) + waiting,
+            leader,
+            revision: heard.free + heard.taken,
+        })
+    }
+
+    async fn changed_since(&self, seen: &Observation) -> Result<(), StoreError> {
+        let revision = seen.revision;
+        self.ensure_listener().await?;
+        // A crashed holder announces nothing: look again when its lease runs out, and at least
+        // every few seconds.
+        let left = match self.read_row().await? {
+            Some((Some(_), _, left_ms, true)) => Duration::from_millis(left_ms.max(0) as u64 + 1),
+            _ => Duration::from_secs(5),
+        };
+        let until = self.look_by(left.min(Duration::from_secs(5)));
+        let mut rx = self.shared.heard.subscribe();
+        loop {
+            let now = *rx.borrow_and_update();
+            if now.free + now.taken > revision {
+                return Ok(());
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                }
+                _ = tokio::time::sleep_until(until) => return Ok(()),
+            }
+        }
+    }
+
+    async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
+        // The prefix is the table: every row in it is an election.
+        let sql = format!(
+            "SELECT l.name, l.holder, l.token, l.expires_at > now(),
+                    (SELECT count(*) FROM {waiters} w WHERE w.name = l.name AND w.expires_at > now())
+             FROM {leases} l ORDER BY l.name",
+            leases = self.leases(),
+            waiters = self.qualified(&self.shared.waiters),
+        );
+        let rows = self
+            .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let name: String = r.get(0);
+                let holder: Option<String> = r.get(1);
+                let live: bool = r.get(3);
+                let leader = holder.filter(|_| live).map(|holder| Leader {
+                    key: format!("{}/{}", self.shared.leases, name).into_bytes(),
+                    identity: holder.into_bytes(),
+                    token: r.get(2),
+                    lease_id: None,
+                });
+                Election {
+                    name: name.into_bytes(),
+                    candidates: i64::from(leader.is_some()) + r.get::<_, i64>(4),
+                    leader,
+                }
+            })
+            .collect())
+    }
+
+    async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        let sql = format!(
+            "SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint, ttl_ms
+             FROM {} WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()",
+            self.leases()
+        );
+        let a = (self.shared.name.clone(), leader.token);
+        let row = self
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&a.0, &a.1]).await })
+            .await?;
+        Ok(row.map(|r| LeaseTime {
+            remaining: Duration::from_millis(r.get::<_, i64>(0).max(0) as u64),
+            granted: Duration::from_millis(r.get::<_, i64>(1).max(0) as u64),
+        }))
+    }
+}
+
+impl Records for Postgres {
+    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let sql = format!(
+            "SELECT value FROM {records} r WHERE key = $1 AND {visible}",
+            records = self.records(),
+            visible = self.visible(),
+        );
+        let key = key.to_owned();
+        let row = self
+            .request(|c| async move { unnamed::query_opt(&c, &sql, &[&key]).await })
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn write_fenced(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        value: Vec<u8>,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "INSERT INTO {records} (key, value, expires_at, lease_name, lease_token)
+             SELECT $1, $2, now() + $3::bigint * interval '1 millisecond', NULL, NULL
+             {fence}
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,
+                 expires_at = EXCLUDED.expires_at, lease_name = NULL, lease_token = NULL",
+            records = self.records(),
+            fence = self.fence(),
+        );
+        let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let s = &self.shared;
+        let a = (
+            key.to_owned(),
+            value,
+            retention_ms,
+            s.name.clone(),
+            s.identity.clone(),
+            candidacy.token,
+        );
+        let written = self
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4, &a.5]).await
+            })
+            .await?;
+        if written > 0 {
+            // Best effort: records past their retention go.
+            let sql = format!("DELETE FROM {} WHERE expires_at < now()", self.records());
+            let _ = self
+                .request(|c| async move { unnamed::execute(&c, &sql, &[]).await })
+                .await;
+        }
+        Ok(written > 0)
+    }
+
+    async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
+        let sql = format!(
+            "SELECT key, value FROM {records} r WHERE starts_with(key, $1) AND {visible} ORDER BY key",
+            records = self.records(),
+            visible = self.visible(),
+        );
+        let p = prefix.to_owned();
+        let rows = self
+            .request(|c| async move { unnamed::query(&c, &sql, &[&p]).await })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let key: String = r.get(0);
+                let id = key.strip_prefix(prefix).unwrap_or(&key).as_bytes().to_vec();
+                (id, r.get(1))
+            })
+            .collect())
+    }
+
+    async fn put_on_lease_fenced(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "INSERT INTO {records} (key, value, expires_at, lease_name, lease_token)
+             SELECT $1, $2, NULL, name, token
+             {fence}
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = NULL,
+                 lease_name = EXCLUDED.lease_name, lease_token = EXCLUDED.lease_token",
+            records = self.records(),
+            fence = self
+                .fence()
+                .replace("$4", "$3")
+                .replace("$5", "$4")
+                .replace("$6", "$5"),
+        );
+        let s = &self.shared;
+        let a = (
+            key.to_owned(),
+            value,
+            s.name.clone(),
+            s.identity.clone(),
+            candidacy.token,
+        );
+        let written = self
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
+            .await?;
+        Ok(written > 0)
+    }
+}
+
+impl Handover for Postgres {
+    /// The request is a record like any other (no new column, no new table), fenced by the
+    /// lease row still holding the leader's token (not by our own identity, which `resign`
+    /// does not have), `FOR SHARE` as every fenced write. The leader reads it once per
+    /// `--retry-period`.
+    async fn request_handover(
+        &self,
+        leader: &Leader,
+        key: &str,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let sql = format!(
+            "INSERT INTO {records} (key, value, expires_at, lease_name, lease_token)
+             SELECT $1, $2, now() + $3::bigint * interval '1 millisecond', NULL, NULL
+             FROM {leases} WHERE name = $4 AND token = $5 AND holder IS NOT NULL
+                 AND expires_at > now() FOR SHARE
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,
+                 expires_at = EXCLUDED.expires_at, lease_name = NULL, lease_token = NULL",
+            records = self.records(),
+            leases = self.leases(),
+        );
+        let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let a = (
+            key.to_owned(),
+            leader.token.to_string().into_bytes(),
+            retention_ms,
+            self.shared.name.clone(),
+            leader.token,
+        );
+        let written = self
+            .request(|c| async move {
+                unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await
+            })
+            .await?;
+        Ok(written > 0)
+    }
+
+    async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
+        let (key, token) = (leader.key.as_slice(), leader.token);
+        let key = String::from_utf8_lossy(key).into_owned();
+        let Some(name) = key.strip_prefix(&format!("{}/", self.shared.leases)) else {
+            return Ok(false);
+        };
+        let sql = format!(
+            "WITH gone AS (
+                 UPDATE {} SET holder = NULL, expires_at = now()
+                 WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()
+                 RETURNING 1)
+             SELECT pg_notify($3, 'free' || chr(10) || $1)::text FROM gone",
+            self.leases()
+        );
+        let a = (name.to_owned(), token, self.shared.channel.clone());
+        let rows = self
+            .request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2]).await })
+            .await?;
+        Ok(!rows.is_empty())
+    }
+}
+
+impl Describe for Postgres {
+    fn store_name(&self) -> &'static str {
+        "PostgreSQL"
+    }
+
+    fn shown(&self) -> String {
+        self.shared.target.shown.clone()
+    }
+
+    fn addresses(&self) -> Vec<(String, u16)> {
+        let config = &self.shared.target.config;
+        let ports = config.get_ports();
+        let mut addresses = Vec::new();
+        for (i, host) in config.get_hosts().iter().enumerate() {
+            let tokio_postgres::config::Host::Tcp(host) = host else {
+                // A Unix socket cannot be probed over TCP: never taken as refused.
+                return Vec::new();
+            };
+            let port = match ports {
+                [] => 5432,
+                [port] => *port,
+                ports => ports.get(i).copied().unwrap_or(5432),
+            };
+            addresses.push((host.clone(), port));
+        }
+        addresses
+    }
+
+    fn restart_resets_leases(&self) -> bool {
+        false
+    }
+
+    fn delete_record_hint(&self, key: &str) -> String {
+        format!(
+            "psql -c {}",
+            crate::escape::shell_quote(&format!(
+                "DELETE FROM {} WHERE key = {}",
+                self.records(),
+                quote_literal(key)
+            ))
+        )
+    }
+}
+
+impl Postgres {
+    /// A record is visible while its retention lasts, and a record that goes with a lease while
+    /// that lease row still holds its token.
+    fn visible(&self) -> String {
+        format!(
+            "(r.expires_at IS NULL OR r.expires_at > now())
+             AND (r.lease_token IS NULL OR EXISTS (
+                 SELECT 1 FROM {} l WHERE l.name = r.lease_name AND l.token = r.lease_token
+                 AND l.holder IS NOT NULL AND l.expires_at > now()))",
+            self.leases()
+        )
+    }
+}
+
+/// Renews the row this instance holds, on a session of its own (a renewal never queues behind
+/// another request). A waiter holds no row: its renewal answers "alive" without a request,
+/// and the state machine proves its lease from the acquiring request's send instant instead.
+pub struct PgKeeper {
+    backend: Postgres,
+    client: Option<Client>,
+}
+
+impl Keeper for PgKeeper {
+    async fn renew(&mut self) -> Result<Renewal, StoreError> {
+        let shared = self.backend.shared.clone();
+        let token = shared.held.load(Ordering::SeqCst);
+        if token == 0 {
+            return Ok(Renewal::Alive);
+        }
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            self.client = Some(self.backend.open(false).await?);
+        }
+        let client = self.client.as_ref().expect("just opened");
+        // No wall clock in the condition: the row is ours while it holds our identity and
+        // token, since no waiter takes a held row over before it has seen it unchanged for a
+        // full TTL, and this renewal changes it (`renewals`). A step of the server's clock
+        // (either way) thus neither ends the lease nor keeps a taken one.
+        let sql = format!(
+            "UPDATE {} SET expires_at = now() + $4::bigint * interval '1 millisecond', ttl_ms = $4,
+                 renewals = renewals + 1
+             WHERE name = $1 AND holder = $2 AND token = $3",
+            self.backend.leases()
+        );
+        let renewed = unnamed::execute(
+            client,
+            &sql,
+            &[&shared.name, &shared.identity, &token, &shared.ttl_ms],
+        )
+        .await;
+        match renewed {
+            Ok(1) => Ok(Renewal::Alive),
+            // Taken over, released by `resign`, or the row deleted (the table truncated): the
+            // claim is gone for certain, and the command is killed at once.
+            Ok(_) => Ok(Renewal::Expired),
+            // The table was dropped: as certain a loss as a deleted row.
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                self.client = None;
+                Ok(Renewal::Expired)
+            }
+            Err(e) => {
+                self.client = None;
+                Err(classify(e))
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        self.client = None;
+    }
+}

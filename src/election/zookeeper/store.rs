@@ -1,0 +1,592 @@
+//! The store traits on ZooKeeper, and the keeper that renews the session.
+
+use super::*;
+
+impl Campaign for ZooKeeper {
+    type Keeper = ZkKeeper;
+
+    async fn campaign(&self) -> Result<Candidacy, StoreError> {
+        // A campaign opens its own session: a session that expired (an earlier loss) can never
+        // come back, and closing the previous one releases whatever it still held.
+        let previous = self.session.lock().expect("not poisoned").take();
+        drop(previous);
+        let client = self.connect().await?;
+        // The timeout of the connection the session was just established on: the client's own
+        // `session_timeout()` may have been raised to its connection timeout.
+        let negotiated = client.negotiated_session_timeout();
+        if negotiated < self.timing.needed {
+            return Err(StoreError::Fatal(format!(
+                "ZooKeeper negotiated a session timeout of {} for --ttl {}: --renew-deadline + --kill-after + margin need {}; raise the servers' maxSessionTimeout or lower --renew-deadline and --kill-after",
+                humantime::format_duration(negotiated),
+                humantime::format_duration(self.timing.ttl),
+                humantime::format_duration(self.timing.needed),
+            )));
+        }
+        if negotiated != self.timing.ttl {
+            tracing::warn!(
+                event = "session-timeout-negotiated",
+                negotiated_ms = negotiated.as_millis() as u64,
+                "ZooKeeper negotiated a session timeout of {} for --ttl {}: a leader that dies is replaced after the longer of the two",
+                humantime::format_duration(negotiated),
+                humantime::format_duration(self.timing.ttl)
+            );
+        }
+        *self.session.lock().expect("not poisoned") = Some(client.clone());
+        let protection = protection_id();
+        let mine = format!("_c_{protection}-{LATCH}");
+        let options = CreateMode::EphemeralSequential.with_acls(self.acls());
+        let mut backoff = Backoff::new();
+        for _ in 0..6 {
+            // The election node is a container, as Curator creates it: the server deletes it
+            // once empty. It can go between the mkdir and the create: then both run again.
+            if let Err(e) = client
+                .mkdir(
+                    &self.election,
+                    &CreateMode::Container.with_acls(self.acls()),
+                )
+                .await
+            {
+                if e == zk::Error::NoNode {
+                    // mkdir creates everything below the chroot, never the chroot itself.
+                    return Err(StoreError::Fatal(format!(
+                        "ZooKeeper: the chroot of {} does not exist; create it first (/usr/share/zookeeper/bin/zkCli.sh -server HOST:PORT create PATH)",
+                        self.target.shown
+                    )));
+                }
+                let e = classify(e);
+                if !e.is_transient() {
+                    return Err(e);
+                }
+                backoff.sleep().await;
+                continue;
+            }
+            if self.target.digest.is_some() {
+                let open = self.open_nodes(&client).await;
+                if !open.is_empty() {
+                    tracing::warn!(
+                        event = "open-acl",
+                        "ZooKeeper: {} give every client more than read (created without credentials?): anyone who reaches ZooKeeper can delete the leader's node or plant a candidate ahead of it; set their ACL (zkCli.sh setAcl PATH auth::cdrwa,world:anyone:r, authenticated as this --user)",
+                        crate::escape::escape(open.join(", ").as_bytes())
+                    );
+                }
+            }
+            let created = client
+                .create(
+                    &format!("{}/{mine}", self.election),
+                    self.identity.as_bytes(),
+                    &options,
+                )
+                .await;
+            match created {
+                Ok((stat, sequence)) => {
+                    return Ok(Candidacy {
+                        lease_id: Some(client.session_id().0),
+                        key: format!("{}/{mine}{sequence}", self.election),
+                        place: stat.czxid,
+                        token: 0,
+                    });
+                }
+                Err(zk::Error::NoNode) => continue,
+                Err(zk::Error::SessionExpired) => {
+                    return Err(StoreError::Transient(
+                        "ZooKeeper: the session expired while campaigning".into(),
+                    ));
+                }
+                Err(e) if classify(e.clone()).is_transient() => {
+                    // The create may have committed without its answer: find the node by the
+                    // protection id instead of creating a second one.
+                    if let Ok(children) = client.list_children(&self.election).await
+                        && let Some(name) = children.iter().find(|c| c.starts_with(&mine))
+                    {
+                        let key = format!("{}/{name}", self.election);
+                        if let Ok(Some(stat)) = client.check_stat(&key).await {
+                            return Ok(Candidacy {
+                                lease_id: Some(client.session_id().0),
+                                key,
+                                place: stat.czxid,
+                                token: 0,
+                            });
+                        }
+                    }
+                    backoff.sleep().await;
+                }
+                Err(e) => return Err(classify(e)),
+            }
+        }
+        Err(StoreError::Transient(format!(
+            "ZooKeeper: could not create a candidate node under {}",
+            self.election
+        )))
+    }
+
+    fn keeper(&self, candidacy: &Candidacy) -> ZkKeeper {
+        ZkKeeper {
+            client: self.session_of(),
+            path: candidacy.key.clone(),
+            needed: self.timing.needed,
+        }
+    }
+
+    async fn check_turn(&self, candidacy: &Candidacy) -> Result<Turn, StoreError> {
+        let Some(client) = self.session_of() else {
+            return Ok(Turn::Gone);
+        };
+        let line = match client.get_children(&self.election).await {
+            Ok((children, _)) => in_line(children),
+            Err(zk::Error::NoNode | zk::Error::SessionExpired) => return Ok(Turn::Gone),
+            Err(e) => return Err(classify(e)),
+        };
+        let own = candidacy.key.rsplit('/').next().unwrap_or_default();
+        Ok(match line.iter().position(|c| c == own) {
+            None => Turn::Gone,
+            // The first in line leads, and its node's czxid is its token.
+            Some(0) => Turn::Leading {
+                token: candidacy.place,
+            },
+            Some(i) => Turn::Behind(Ahead {
+                key: format!("{}/{}", self.election, line[i - 1]).into_bytes(),
+                revision: 0,
+                expires_in: None,
+            }),
+        })
+    }
+
+    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+        let Some(client) = self.session_of() else {
+            return Ok(());
+        };
+        let path = String::from_utf8_lossy(&ahead.key).into_owned();
+        match client.check_and_watch_stat(&path).await {
+            Ok((None, _)) => Ok(()),
+            // Deleted, or a session event: either way the caller looks again.
+            Ok((Some(_), watcher)) => {
+                watcher.changed().await;
+                Ok(())
+            }
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    /// Also completes, as a loss of the same certainty (SIGKILL at once), when the session's
+    /// current connection negotiated a timeout too short for the flags: see [`ZkKeeper`].
+    async fn key_gone(&self, candidacy: &Candidacy) {
+        tokio::select! {
+            () = self.own_node_gone(candidacy) => {}
+            () = self.session_timeout_shrunk() => {}
+        }
+    }
+
+    async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
+        let Some(client) = self.session_of() else {
+            return Ok(());
+        };
+        // A session the client library reports ended cannot delete anything. The library also
+        // says `Expired` on its own after failing to reconnect for a whole timeout, which an
+        // ensemble without quorum has not decided yet: then the node stays until the servers
+        // expire the session. Not a release, and not reported as one.
+        let ended = || {
+            StoreError::Fatal(format!(
+                "ZooKeeper: the session {:#x} has ended; its nodes go when the servers expire it",
+                client.session_id().0
+            ))
+        };
+        if client.state().is_terminated() {
+            return Err(ended());
+        }
+        match client.delete(&candidacy.key, None).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(zk::Error::SessionExpired) => return Err(ended()),
+            Err(e) => return Err(classify(e)),
+        }
+        // The leader's state node is ephemeral on this session; closing the session (dropping
+        // the last client) removes it too, but only once the close reaches the server.
+        let state = self.path_of(&format!("{}.leaders/", self.prefix))
+            + "/"
+            + self.election.rsplit('/').next().unwrap_or_default();
+        if let Ok(Some(stat)) = client.check_stat(&state).await
+            && stat.ephemeral_owner == client.session_id().0
+        {
+            let _ = client.delete(&state, Some(stat.version)).await;
+        }
+        self.session.lock().expect("not poisoned").take();
+        Ok(())
+    }
+}
+
+impl Read for ZooKeeper {
+    async fn read_election(&self) -> Result<Observation, StoreError> {
+        let synced = self.synced(&self.election).await?;
+        let (leader, candidates, revision) = Self::leader_of(&synced, &self.election).await?;
+        Ok(Observation {
+            leader,
+            candidates,
+            revision,
+        })
+    }
+
+    async fn changed_since(&self, seen: &Observation) -> Result<(), StoreError> {
+        let revision = seen.revision;
+        let client = self.client().await?;
+        match client.get_and_watch_children(&self.election).await {
+            Ok((_, stat, _)) if stat.pzxid != revision => Ok(()),
+            Ok((_, _, watcher)) => {
+                watcher.changed().await;
+                Ok(())
+            }
+            Err(zk::Error::NoNode) => {
+                if revision != 0 {
+                    return Ok(());
+                }
+                match client.check_and_watch_stat(&self.election).await {
+                    Ok((Some(_), _)) => Ok(()),
+                    Ok((None, watcher)) => {
+                        watcher.changed().await;
+                        Ok(())
+                    }
+                    Err(e) => Err(classify(e)),
+                }
+            }
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn list_elections(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
+        let base = prefix.trim_end_matches('/');
+        // One `sync` covers every read after it on this session.
+        let synced = self.synced(base).await?;
+        let client = &synced.0;
+        let mut names = match client.list_children(base).await {
+            Ok(names) => names,
+            Err(zk::Error::NoNode) => return Ok(Vec::new()),
+            Err(e) => return Err(classify(e)),
+        };
+        names.sort();
+        let mut elections = Vec::new();
+        for name in names.into_iter().filter(|n| !n.starts_with('.')) {
+            let (leader, candidates, _) =
+                Self::leader_of(&synced, &format!("{base}/{name}")).await?;
+            if candidates > 0 {
+                elections.push(Election {
+                    name: name.into_bytes(),
+                    leader,
+                    candidates,
+                });
+            }
+        }
+        Ok(elections)
+    }
+
+    /// A client cannot read another session's remaining time from ZooKeeper.
+    async fn lease_time(&self, _leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        Ok(None)
+    }
+}
+
+impl Records for ZooKeeper {
+    async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = self.path_of(key);
+        let Synced(client) = self.synced(&path).await?;
+        match client.get_data(&path).await {
+            Ok((data, stat)) => match unexpired(data) {
+                Some(value) => Ok(Some(value)),
+                None => {
+                    // Pruning on read: the version check keeps a record rewritten meanwhile.
+                    let _ = client.delete(&path, Some(stat.version)).await;
+                    Ok(None)
+                }
+            },
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn write_fenced(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        value: Vec<u8>,
+        retention: Duration,
+    ) -> Result<bool, StoreError> {
+        let Some(client) = self.session_of() else {
+            return Ok(false);
+        };
+        let path = self.path_of(key);
+        let data = with_expiry(&value, retention);
+        let options = CreateMode::Persistent.with_acls(self.acls());
+        self.create_or_replace(
+            &client,
+            candidacy,
+            &path,
+            |w| w.add_create(&path, &data, &options),
+            |w| w.add_set_data(&path, &data, None),
+        )
+        .await
+    }
+
+    async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
+        let path = self.path_of(prefix);
+        let Synced(client) = self.synced(&path).await?;
+        // `PREFIX .occurrences/NAME/` lists IDs; `PREFIX .occurrences/` lists `NAME/ID`.
+        let depth = prefix
+            .strip_prefix(&self.prefix)
+            .unwrap_or(prefix)
+            .trim_end_matches('/')
+            .split('/')
+            .count();
+        let mut out = Vec::new();
+        let mut parents: Vec<(String, Vec<u8>)> = vec![(path, Vec::new())];
+        if depth == 1 {
+            parents = match client.list_children(&parents[0].0).await {
+                Ok(names) => names
+                    .into_iter()
+                    .map(|n| {
+                        (
+                            format!("{}/{n}", parents[0].0),
+                            format!("{n}/").into_bytes(),
+                        )
+                    })
+                    .collect(),
+                Err(zk::Error::NoNode) => Vec::new(),
+                Err(e) => return Err(classify(e)),
+            };
+        }
+        for (parent, shown) in parents {
+            let names = match client.list_children(&parent).await {
+                Ok(names) => names,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(classify(e)),
+            };
+            for name in names {
+                match client.get_data(&format!("{parent}/{name}")).await {
+                    Ok((data, _)) => {
+                        if let Some(value) = unexpired(data) {
+                            let mut id = shown.clone();
+                            id.extend(decode_name(&name));
+                            out.push((id, value));
+                        }
+                    }
+                    Err(zk::Error::NoNode) => {}
+                    Err(e) => return Err(classify(e)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn put_on_lease_fenced(
+        &self,
+        candidacy: &Candidacy,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<bool, StoreError> {
+        let Some(client) = self.session_of() else {
+            return Ok(false);
+        };
+        let path = self.path_of(key);
+        let options = CreateMode::Ephemeral.with_acls(self.acls());
+        // A node from an earlier leader's session is replaced, not rewritten, so that it goes
+        // with this session.
+        self.create_or_replace(
+            &client,
+            candidacy,
+            &path,
+            |w| w.add_create(&path, &value, &options),
+            |w| {
+                w.add_delete(&path, None)?;
+                w.add_create(&path, &value, &options)
+            },
+        )
+        .await
+    }
+}
+
+impl Handover for ZooKeeper {
+    /// An exists-watch on the request node (it fires on its creation, a new request and its
+    /// deletion): a request wakes the leader at once, at no cost while none comes.
+    async fn handover_requested(&self, candidacy: &Candidacy, key: &str, poll: Duration) {
+        let path = self.path_of(key);
+        loop {
+            // The leader's own session; without one, its renewal and `key_gone` end leadership.
+            let Some(client) = self.session_of() else {
+                tokio::time::sleep(poll).await;
+                continue;
+            };
+            let watcher = match client.check_and_watch_stat(&path).await {
+                Ok((stat, watcher)) => {
+                    if stat.is_some() {
+                        match client.get_data(&path).await {
+                            Ok((data, _)) => {
+                                if unexpired(data).is_some_and(|v| {
+                                    super::super::is_request_for(&v, candidacy.token)
+                                }) {
+                                    return;
+                                }
+                            }
+                            Err(zk::Error::NoNode) => {}
+                            Err(e) => {
+                                tracing::debug!(error = %classify(e), "reading handover requests failed");
+                                tokio::time::sleep(poll).await;
+                                continue;
+                            }
+                        }
+                    }
+                    watcher
+                }
+                Err(e) => {
+                    tracing::debug!(error = %classify(e), "watching for handover requests failed");
+                    tokio::time::sleep(poll).await;
+                    continue;
+                }
+            };
+            if watcher.changed().await.session_state.is_terminated() {
+                tokio::time::sleep(poll).await;
+            }
+        }
+    }
+
+    async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
+        let (key, token) = (leader.key.as_slice(), leader.token);
+        let path = String::from_utf8_lossy(key).into_owned();
+        let Synced(client) = self.synced(&path).await?;
+        // ZooKeeper cannot compare a czxid in a transaction; the version check closes the gap
+        // between this read and the delete for everything but a delete-and-recreate of the same
+        // path, and candidate paths hold their creator's own random id.
+        match client.check_stat(&path).await.map_err(classify)? {
+            Some(stat) if stat.czxid == token => {
+                match client.delete(&path, Some(stat.version)).await {
+                    Ok(()) => Ok(true),
+                    Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
+                    Err(e) => Err(classify(e)),
+                }
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+impl Describe for ZooKeeper {
+    fn store_name(&self) -> &'static str {
+        "ZooKeeper"
+    }
+
+    fn shown(&self) -> String {
+        self.target.shown.clone()
+    }
+
+    fn addresses(&self) -> Vec<(String, u16)> {
+        // `HOST:PORT[,HOST:PORT…][/chroot]`, checked when it was parsed.
+        let hosts = self.target.connect.split('/').next().unwrap_or_default();
+        hosts
+            .split(',')
+            .filter_map(|h| {
+                let (host, port) = h.rsplit_once(':')?;
+                Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn restart_resets_leases(&self) -> bool {
+        true
+    }
+
+    fn delete_record_hint(&self, key: &str) -> String {
+        let path = self.path_of(key);
+        let chroot = self
+            .target
+            .connect
+            .find('/')
+            .map_or("", |i| &self.target.connect[i..]);
+        format!(
+            "/usr/share/zookeeper/bin/zkCli.sh -server {} delete {}",
+            crate::escape::shell_quote(self.connect_string_hosts()),
+            crate::escape::shell_quote(&format!("{chroot}{path}"))
+        )
+    }
+}
+
+/// Renews the session: one `sync` and one `exists` on the candidacy's own node, sent together.
+///
+/// Why this proves the session alive until the send instant plus the timeout: a ZooKeeper
+/// server expires a session a timeout after the last request it *received* from it (rounded up
+/// to its next tick), and it received this one after it was sent. The client library's own
+/// pings and its disconnect timer are not used as proof: the library notices a black hole only
+/// after about 2/5 of the timeout, later than a short renew deadline. `sync` goes through the
+/// ensemble's leader, so a follower that lost the leader (and so no longer relays this session's
+/// activity to it) cannot answer it; a follower relays activity on its next ping to the leader,
+/// every tickTime/2, which the margin must cover (docs/zookeeper.md, In an ensemble).
+///
+/// The timeout is the one negotiated on the session's *current* connection: the client
+/// renegotiates it on every reconnect (a server with a smaller `maxSessionTimeout`, or another
+/// `tickTime`, clamps it), and the server expires the session by the timeout of its current
+/// connection. So the proof is "alive until the send instant + the timeout of the connection that
+/// answered, or of a later one", and it is worth `--renew-deadline` only while that timeout is at
+/// least `needed` (`--renew-deadline + --kill-after + margin`). Two places hold that:
+///
+/// - every renewal reads the current timeout *after* its answer. The patched client publishes a
+///   connection's timeout before it hands out any reply read on that connection, so the value
+///   read belongs to the connection that answered or to a later one; a later connection's connect
+///   request reached the server after this renewal was sent, and restarted the session's timer
+///   with that later timeout, which is then the one that counts. Too short: `Expired`.
+/// - between renewals, and during a step-down's `--kill-after` grace, `key_gone` watches the
+///   same value and completes the moment a reconnect negotiates too little
+///   (`session_timeout_shrunk`). The deadline proven by an earlier renewal
+///   no longer holds then: the server restarted the session's timer with the new, shorter
+///   timeout when it accepted the reconnect, and may expire it that long after, before our
+///   deadline + `--kill-after`.
+///
+/// Both are losses the caller treats as certain: SIGKILL to the command's group at once, no
+/// `--kill-signal` grace. Why that is safe: the server cannot expire the session before the
+/// instant it accepted the reconnect + the new timeout (at least its `minSessionTimeout`, two
+/// ticks by default, 1 s and more in practice); we learn of the new timeout one reply later (the
+/// connect response, read on the session's task and published at once) and signal the group
+/// without waiting on anything local, so the command is dead within milliseconds of that
+/// reply, long before the new timeout can run out. Shrinking the deadline instead would keep the
+/// command running on a proof that depends on timing we cannot see (when exactly the server
+/// accepted the reconnect), and would need `--kill-after` to fit under the new timeout, which by
+/// definition it may not. A campaign that follows (`--recampaign`) opens a new session, whose
+/// negotiated timeout is checked as at start (exit 125 when it does not fit).
+pub struct ZkKeeper {
+    client: Option<zk::Client>,
+    path: String,
+    /// `--renew-deadline + --kill-after + margin`.
+    needed: Duration,
+}
+
+impl Keeper for ZkKeeper {
+    async fn renew(&mut self) -> Result<Renewal, StoreError> {
+        let Some(client) = &self.client else {
+            return Ok(Renewal::Expired);
+        };
+        if matches!(
+            client.state(),
+            SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+        ) {
+            return Ok(Renewal::Expired);
+        }
+        // Both requests leave when called (the library sends in call order); awaited together.
+        let sync = client.sync(&self.path);
+        let exists = client.check_stat(&self.path);
+        let (synced, existing) = futures_util::future::join(sync, exists).await;
+        // Read after the answer (see above): the connection that answered, or a later one.
+        let negotiated = client.negotiated_session_timeout();
+        if negotiated < self.needed {
+            tracing::warn!(
+                event = "session-timeout-shrunk",
+                negotiated_ms = negotiated.as_millis() as u64,
+                "ZooKeeper negotiated a session timeout of {} on the current connection, less than --renew-deadline + --kill-after + margin ({}): the lease can no longer be proven for the renew deadline",
+                humantime::format_duration(negotiated),
+                humantime::format_duration(self.needed)
+            );
+            return Ok(Renewal::Expired);
+        }
+        match synced.and(existing.map(|_| ())) {
+            // The node's own fate (deleted by someone) is `key_gone`'s to report.
+            Ok(()) | Err(zk::Error::NoNode) => Ok(Renewal::Alive),
+            Err(zk::Error::SessionExpired) => Ok(Renewal::Expired),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    /// Each renewal is its own pair of requests: nothing to forget.
+    fn reset(&mut self) {}
+}

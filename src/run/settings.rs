@@ -1,0 +1,51 @@
+//! What one run is told to do: the run form's settings, every one validated by the top floor's
+//! settings.rs (`Settings::from_args`) before anything is contacted.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::election::Scope;
+use crate::election::any::Connection;
+use crate::leader::occurrence::Occurrence;
+use crate::leader::timing::Timing;
+use crate::telemetry::http::Address;
+
+/// How long to wait for our turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    Forever,
+    Until(Duration),
+    No,
+}
+
+/// Everything the run form needs, validated.
+#[derive(Debug)]
+pub struct Settings {
+    pub lease: String,
+    pub prefix: String,
+    pub identity: String,
+    pub timing: Timing,
+    pub kill_signal: Signal,
+    pub wait: Wait,
+    pub recampaign: bool,
+    pub hold_at_least: Option<Duration>,
+    pub occurrence: Option<Occurrence>,
+    pub connection: Connection,
+    pub command: Vec<OsString>,
+    /// `--http`.
+    pub http: Option<Address>,
+    /// `--metrics-file`.
+    pub metrics_file: Option<PathBuf>,
+}
+
+impl Settings {
+    pub fn scope(&self) -> Scope {
+        Scope {
+            lease: self.lease.clone(),
+            prefix: self.prefix.clone(),
+        }
+    }
+}
