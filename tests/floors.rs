@@ -425,3 +425,51 @@ fn the_floor_checks_catch_what_they_guard() {
         "{circle:#?}"
     );
 }
+
+/// SIGKILL reaches the command's group from one place: the run floor's stop path
+/// (`run/stop.rs`, `Stop::kill`, through the supervisor handle). The supervisor itself
+/// (`leader/supervisor.rs`) keeps its own last resorts — the group killed when leader-exec dies
+/// or shuts down — and test doubles are not counted.
+#[test]
+fn sigkill_is_sent_from_one_place() {
+    let mut senders = Vec::new();
+    for (_, name, source) in sources() {
+        if name.ends_with("src/leader/supervisor.rs") || name.ends_with("tests.rs") {
+            continue;
+        }
+        let code = code_only(&source);
+        let compact: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+        // A call to `.signal(…)`, `killpg(…)` or `kill(…)` whose arguments name SIGKILL.
+        let sends = [".signal(", "killpg(", "kill("]
+            .iter()
+            .flat_map(|call| {
+                compact
+                    .match_indices(call)
+                    .map(move |(at, _)| at + call.len())
+            })
+            .filter(|&start| {
+                let mut depth = 1;
+                let arguments: String = compact[start..]
+                    .chars()
+                    .take_while(|&c| {
+                        depth += match c {
+                            '(' => 1,
+                            ')' => -1,
+                            _ => 0,
+                        };
+                        depth > 0
+                    })
+                    .collect();
+                arguments.contains("SIGKILL")
+            })
+            .count();
+        if sends > 0 {
+            senders.push(format!("{name}: {sends}"));
+        }
+    }
+    assert_eq!(
+        senders,
+        ["src/run/stop.rs: 1"],
+        "SIGKILL sent from more than one place"
+    );
+}
