@@ -75,7 +75,7 @@ LEADER_EXEC_CACERT           --cacert (then ETCDCTL_CACERT)
 LEADER_EXEC_CERT             --cert (then ETCDCTL_CERT)
 LEADER_EXEC_KEY              --key (then ETCDCTL_KEY)
 ETCDCTL_USER                 --user
-LEADER_EXEC_PASSWORD         the etcd password, when --user has none and no --password-file
+LEADER_EXEC_PASSWORD         the store password, when --user has none and no --password-file
 LEADER_EXEC_LOG              log filter in RUST_LOG syntax; overrides -v and -q
 SSL_CERT_FILE, SSL_CERT_DIR  the trust store for https:// endpoints without --cacert
 NOTIFY_SOCKET                set by systemd: receives READY=1 and STATUS= lines (Type=notify)";
@@ -248,7 +248,7 @@ pub enum Subcommand {
     Status(StatusArgs),
     /// Print one line (or JSON object) per leadership change, until interrupted.
     ///
-    /// The first line shows the leader at start (or that there is none). Survives etcd restarts
+    /// The first line shows the leader at start (or that there is none). Survives store restarts
     /// and reconnects. Exit status: 0 when interrupted by INT or TERM, 125 on error at start.
     Watch(WatchArgs),
     /// Exit 0 if TOKEN is the current leader's token, 1 if it is not (stale), 125 on error.
@@ -357,11 +357,11 @@ pub struct ElectionArgs {
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Election")]
 pub struct RunArgs {
-    /// Value stored with this instance's candidate key, shown by `etcdctl elect -l` [default: <hostname>:<pid>]
+    /// Stored with this instance's claim and shown by `status` (on etcd also by `etcdctl elect -l`) [default: <hostname>:<pid>]
     #[arg(long, value_name = "ID", env = "LEADER_EXEC_IDENTITY")]
     pub identity: Option<String>,
 
-    /// Lease duration on the etcd server, in whole seconds (etcd leases have 1s granularity).
+    /// Lease duration on the store (etcd lease, PostgreSQL lease row, ZooKeeper session), in whole seconds.
     ///
     /// At most 9000000000s (etcd's longest lease); every duration flag has that limit.
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
@@ -494,7 +494,7 @@ pub struct StoreArgs {
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true, global = true)]
     pub connect_timeout: Duration,
 
-    /// CA certificate to verify etcd's certificate (PEM) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]
+    /// CA certificate to verify the store's certificate (PEM; etcd and PostgreSQL) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]
     ///
     /// Without it, https:// endpoints are verified against the system's trust store
     /// (SSL_CERT_FILE and SSL_CERT_DIR, if set, say where it is).
@@ -509,7 +509,7 @@ pub struct StoreArgs {
     #[arg(long, value_name = "FILE", global = true)]
     pub key: Option<PathBuf>,
 
-    /// etcd user, optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]
+    /// The store's user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]
     #[arg(
         long,
         value_name = "NAME[:PASS]",
@@ -518,7 +518,7 @@ pub struct StoreArgs {
     )]
     pub user: Option<String>,
 
-    /// Read the etcd or PostgreSQL password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]
+    /// Read the store's password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]
     #[arg(long, value_name = "FILE", global = true)]
     pub password_file: Option<PathBuf>,
 }

@@ -80,7 +80,7 @@ impl Settings {
                     validate_text("--occurrence", id)?,
                     MAX_OCCURRENCE_ID,
                 )?;
-                // Records are kept on etcd leases: the same bounds as --ttl (the upper one is
+                // Records are kept as long as a lease on etcd: the same bounds as --ttl (the upper one is
                 // checked when the duration is parsed).
                 if run.occurrence_retention < Duration::from_secs(1) {
                     return Err(Failure::usage("--occurrence-retention must be at least 1s"));
@@ -209,7 +209,8 @@ fn validate_length(flag: &str, value: String, max: usize) -> Result<String, Fail
     Ok(value)
 }
 
-/// Names and values end up in etcd keys, environment variables and log lines: no control characters.
+/// Names and values end up in store keys, rows and nodes, environment variables and log lines: no
+/// control characters.
 fn validate_text(flag: &str, value: String) -> Result<String, Failure> {
     if value.chars().any(char::is_control) {
         return Err(Failure::usage(format!(
