@@ -212,7 +212,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     // Threads may start now.
     crate::telemetry::logging::start();
     crate::notify::init();
-    let observed =
+    let telemetry =
         crate::telemetry::setup(settings.http.clone(), settings.metrics_file.clone(), || {
             crate::telemetry::metrics::Config {
                 lease: settings.lease.clone(),
@@ -225,7 +225,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let serving = observed.clone();
+    let serving = telemetry.clone();
     let result = runtime.block_on(async move {
         serving.start()?;
         let signals = Signals::install()?;
@@ -234,7 +234,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         supervisor.shutdown();
         result
     });
-    observed.finish(&result);
+    telemetry.finish(&result);
     result
 }
 

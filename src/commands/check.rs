@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{CHECK_CURRENT, CHECK_STALE, observe_once};
+use super::{CHECK_CURRENT, CHECK_STALE, read_once};
 use crate::election::Store;
 use crate::exit::Failure;
 
@@ -18,7 +18,7 @@ pub async fn check<B: Store>(backend: &B, token: &str, limit: Duration) -> anyho
             .into());
         }
     };
-    let observation = observe_once(backend, limit).await?;
+    let observation = read_once(backend, limit).await?;
     match observation.leader {
         Some(leader) if leader.token == token => Ok(CHECK_CURRENT),
         Some(leader) => {

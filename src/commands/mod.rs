@@ -23,7 +23,7 @@ pub const CHECK_CURRENT: u8 = 0;
 pub const CHECK_STALE: u8 = 1;
 
 /// Reads once, retrying transient errors within `limit`.
-pub(crate) async fn observe_once<B: Store>(
+pub(crate) async fn read_once<B: Store>(
     backend: &B,
     limit: Duration,
 ) -> anyhow::Result<Observation> {

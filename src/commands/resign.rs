@@ -89,7 +89,7 @@ pub async fn resign<B: Store>(
     if request.timeout == Some(Duration::ZERO) {
         return Err(Failure::usage("--timeout 0s: give the leader some time, like 30s").into());
     }
-    let observation = commands::observe_once(backend, limit).await?;
+    let observation = commands::read_once(backend, limit).await?;
     let Some(leader) = observation.leader.clone() else {
         tracing::warn!(
             event = "no-leader",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, observe_once, print};
+use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, print, read_once};
 use crate::election::Scope;
 use crate::election::Store;
 use crate::election::bounded::bounded;
@@ -30,7 +30,7 @@ pub async fn status<B: Store>(
     json: bool,
     limit: Duration,
 ) -> anyhow::Result<u8> {
-    let observation = observe_once(backend, limit).await?;
+    let observation = read_once(backend, limit).await?;
     let lease_time = match &observation.leader {
         Some(leader) => {
             bounded(

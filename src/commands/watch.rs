@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{leader_json, observe_once};
+use super::{leader_json, read_once};
 use crate::election::Scope;
 use crate::election::{Backoff, Leader, Store};
 use crate::escape::escape;
@@ -21,7 +21,7 @@ pub async fn watch<B: Store>(
     signals: &mut Signals,
 ) -> anyhow::Result<u8> {
     // The first read is bounded like every command's first contact; later outages are waited out.
-    let mut observation = observe_once(backend, limit).await?;
+    let mut observation = read_once(backend, limit).await?;
     let mut shown: Option<Option<Leader>> = None;
     let mut backoff = Backoff::new();
     loop {

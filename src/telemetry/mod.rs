@@ -13,7 +13,7 @@ use metrics::{Config, Metrics};
 
 /// What `--http` and `--metrics-file` set up for one run.
 #[derive(Clone)]
-pub struct Observed {
+pub struct Telemetry {
     http: Option<Address>,
     metrics: Option<&'static Metrics>,
 }
@@ -25,9 +25,9 @@ pub fn setup(
     http: Option<Address>,
     metrics_file: Option<PathBuf>,
     config: impl FnOnce() -> Config,
-) -> Result<Observed, Failure> {
+) -> Result<Telemetry, Failure> {
     if http.is_none() && metrics_file.is_none() {
-        return Ok(Observed {
+        return Ok(Telemetry {
             http: None,
             metrics: None,
         });
@@ -36,13 +36,13 @@ pub fn setup(
     if let Some(path) = metrics_file {
         metrics_file::init(path, metrics)?;
     }
-    Ok(Observed {
+    Ok(Telemetry {
         http,
         metrics: Some(metrics),
     })
 }
 
-impl Observed {
+impl Telemetry {
     /// On the runtime, before campaigning: listens (exit 125 when it cannot) and starts the
     /// metrics file's task.
     pub fn start(&self) -> Result<(), Failure> {
