@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmarks leader-exec side by side with `etcdctl lock` on one etcd, and writes BENCHMARKS.md.
 
-    python3 bench/run.py             # full run: >= 7 runs per scenario and tool, writes BENCHMARKS.md
+    python3 bench/run.py             # full run of every store: >= 7 runs per scenario and tool;
+                                     # writes bench/POSTGRES.md, bench/ZOOKEEPER.md, then BENCHMARKS.md
     python3 bench/run.py --smoke     # one run per scenario, small numbers, writes target/bench/SMOKE.md
                                      # (and target/bench/SMOKE-postgres.md, SMOKE-zookeeper.md for the
                                      # other stores the store list marks for benchmarks, each
@@ -137,10 +138,14 @@ def main():
     ap.add_argument("--etcd-data", default=default_etcd_data(),
                     help="parent directory of etcd's data dir (default /dev/shm, a tmpfs, when it has room)")
     ap.add_argument("--store",
-                    help="etcd (default): leader-exec beside etcdctl lock, writes BENCHMARKS.md; another store "
-                    "of the store list (tests/stores.rs: postgres, zookeeper): leader-exec on it beside "
-                    "leader-exec on etcd, in the scenarios " + ", ".join(STORE_SCENARIOS) + ", writes "
-                    "bench/POSTGRES.md or bench/ZOOKEEPER.md. A smoke run without --store runs them all")
+                    help="measure one store: etcd (leader-exec beside etcdctl lock, writes BENCHMARKS.md) or "
+                    "another store of the store list (tests/stores.rs: postgres, zookeeper): leader-exec on it "
+                    "beside leader-exec on etcd, in the scenarios " + ", ".join(STORE_SCENARIOS) + ", writes "
+                    "bench/POSTGRES.md or bench/ZOOKEEPER.md. Without --store a run measures every store, the "
+                    "other stores first, and BENCHMARKS.md has them all in one table from that run")
+    ap.add_argument("--etcd-only", action="store_true",
+                    help="without --store: measure etcd beside etcdctl only (BENCHMARKS.md's each-store table "
+                    "then takes the other stores from their last runs, bench/POSTGRES.json, ...)")
     ap.add_argument("--seed", type=int, default=6, help="seed for the kill/cut phases")
     ap.add_argument("--report-from", metavar="JSON",
                     help="measure nothing: write the report again from the raw results of an earlier run")
@@ -162,13 +167,17 @@ def main():
     args.handovers = args.handovers or (2 if smoke else 5)
     args.hold_seconds = args.hold_seconds or (2.0 if smoke else 10.0)
     only = set(args.only.split(",")) if args.only else None
-    # A full run measures one store; the smoke run goes through all, so that no path rots.
-    stores = [args.store] if args.store else (listed if smoke else ["etcd"])
+    # `--store S` measures one store (beside etcd); without it, a run goes through every store of
+    # the list: the other stores first (bench/POSTGRES.md, ...), then etcd beside etcdctl, whose
+    # report (BENCHMARKS.md) puts every store in one table from this run's results.
+    others = [s for s in listed if s != "etcd"]
+    stores = [args.store] if args.store else ([s for s in listed if s != "etcd" and not args.etcd_only]
+                                              + ["etcd"])
 
     binary = build(args)
     failed = False
     for store in stores:
-        failed |= measure(args, binary, servers, store, only, [s for s in listed if s != "etcd"])
+        failed |= measure(args, binary, servers, store, only, [] if args.etcd_only else others)
     if failed:
         sys.exit(1)
 

@@ -203,11 +203,21 @@ def details_section(extras, loads):
     return "\n".join(lines)
 
 
-def each_store_table(results, started_at, stores):
+# The each-store table's rows: the figure key in etcd's report (leader-exec beside etcdctl) and in
+# another store's (leader-exec on it, the tool named after the store).
+EACH_STORE_ROWS = [(key, key, None) for key in EACH_STORE_FIGURES] + [
+    ("handover_requests", "store_handover_requests",
+     "1 waiter: requests reaching the store per handover (etcd: renewals excluded; PostgreSQL: statements)"),
+    ("waiters_requests", "store_waiters_requests",
+     "{n} waiters: requests reaching the store per handover (the same exclusions)"),
+]
+
+
+def each_store_table(results, started_at, stores, waiters):
     """leader-exec on each store: etcd from this run and every other store from the raw results
-    of its own run (bench/POSTGRES.json, ...); a store without them is left out, and so is the
-    table when no other store has any."""
-    columns = [("etcd", results, "leader-exec", started_at, "this file's run")]
+    of its run (bench/POSTGRES.json, ...: written earlier in the same invocation by a full run);
+    a store without them is left out, and so is the table when no other store has any."""
+    columns = [("etcd", results, "leader-exec", started_at, "this file's run", "etcd")]
     reports = []
     for store in stores:
         info = store_template(store)
@@ -216,24 +226,34 @@ def each_store_table(results, started_at, stores):
             continue
         raw = json.loads(raw_path.read_text())
         columns.append((info["title"], raw["results"], store, run_times(raw, raw_path)[0],
-                        f"`{raw_path.relative_to(ROOT)}`"))
+                        f"`{raw_path.relative_to(ROOT)}`", store))
         reports.append(f"bench/{info['report']}.md")
     if not reports:
         return ""
     out = ["**leader-exec on each store.** Median (min – max) over each store's runs.", ""]
     out.append("| figure | " + " | ".join(title for title, *_ in columns) + " |")
     out.append("|---|" + "---|" * len(columns))
-    figures = {f.key: f for f in FIGURES}
-    for key in EACH_STORE_FIGURES:
-        fig = figures[key]
-        values = [res.get(key, {}).get(tool, []) for _, res, tool, _, _ in columns]
+    figures = {f.key: f for f in FIGURES + STORE_ONLY_FIGURES}
+    for etcd_key, store_key, row_title in EACH_STORE_ROWS:
+        fig = figures[etcd_key]
+        values = [res.get(etcd_key if kind == "etcd" else store_key, {}).get(tool, [])
+                  for _, res, tool, _, _, kind in columns]
         if any(values):
-            out.append(f"| {fig.title} ({fig.unit}) | " + " | ".join(summary(v, fig.digits) for v in values) + " |")
+            title = (row_title or fig.title).format(n=waiters)
+            unit = f" ({fig.unit})" if fig.unit else ""
+            out.append(f"| {title}{unit} | " + " | ".join(summary(v, fig.digits) for v in values) + " |")
     out.append("")
-    runs = ", ".join(f"{title} on {when:%Y-%m-%d} ({source})" for title, _, _, when, source in columns)
-    out += textwrap.wrap(f"Each column comes from its own run — {runs} — so the machine's load differs between the"
-                         f" columns; the per-store reports ({', '.join(reports)}) compare each store with etcd"
-                         f" within one run, which is the fairer comparison.", 100, break_on_hyphens=False)
+    days = {when.date() for _, _, _, when, _, _ in columns}
+    if len(days) == 1 and all(abs((when - started_at).total_seconds()) < 6 * 3600 for *_, when, _, _ in columns):
+        out += textwrap.wrap("All columns come from one invocation of the runner, measured one store after another"
+                             f" on {started_at:%Y-%m-%d}; each per-store report ({', '.join(reports)}) compares its"
+                             " store with etcd in alternation within its own run, which is the fairer comparison"
+                             " of two stores.", 100, break_on_hyphens=False)
+    else:
+        runs = ", ".join(f"{title} on {when:%Y-%m-%d} ({source})" for title, _, _, when, source, _ in columns)
+        out += textwrap.wrap(f"Each column comes from its own run — {runs} — so the machine's load differs between"
+                             f" the columns; the per-store reports ({', '.join(reports)}) compare each store with"
+                             f" etcd within one run, which is the fairer comparison.", 100, break_on_hyphens=False)
     return "\n".join(out) + "\n\n"
 
 
@@ -259,7 +279,7 @@ def notes_values(args, results, extras, started_at, stores):
                      f" supervisor RSS {procs[1][0]} MB, PSS {procs[1][1]} MB)")
     rss_le, rss_ctl = results.get("rss", {}).get("leader-exec"), results.get("rss", {}).get("etcdctl")
     return {
-        "each_store_table": each_store_table(results, started_at, stores),
+        "each_store_table": each_store_table(results, started_at, stores, args.waiters),
         "check_ctl": med("check", "etcdctl"), "check_le": med("check"),
         "runs": args.runs, "chain": args.chain, "ttl": TTL_S, "retry_period": f"{RETRY_PERIOD_S:g}",
         "renew_deadline": f"{RENEW_DEADLINE_S:g}", "expiry_text": expiry_text,
