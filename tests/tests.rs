@@ -86,6 +86,7 @@ mod postgres_conn;
 mod postgres_lease;
 mod postgres_line;
 mod postgres_only;
+mod postgres_start;
 mod reach;
 mod rough_edges;
 mod security;
