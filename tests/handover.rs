@@ -72,17 +72,11 @@ fn grandchild(scratch: &Scratch, name: &str) -> i32 {
         .unwrap()
 }
 
-/// Waits until `b` stands in line (etcd and ZooKeeper hold a claim per candidate; PostgreSQL
-/// only the holder's row).
+/// Waits until `b` stands in line behind the leader (a claim per candidate on every store).
 fn wait_in_line<S: Store>(store: &S, b: &Instance, lease: &str) {
-    let in_line = if matches!(S::NAME, "postgres" | "pgbouncer") {
-        1
-    } else {
-        2
-    };
     assert!(
         wait_for(Duration::from_secs(10), || campaigning(b)
-            && store.claims(lease) == in_line),
+            && store.claims(lease) == 2),
         "b did not join the line: {}",
         b.stderr()
     );

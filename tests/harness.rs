@@ -1158,13 +1158,13 @@ pub trait Store: Sized {
     /// Kills it and starts it again on the same port and data; returns once it answers.
     fn restart(&mut self);
 
-    /// How many instances hold a claim on `lease` as the store sees it: etcd, the candidate keys
-    /// (leader and waiters); PostgreSQL, 1 while the row has an unexpired holder (waiters hold
-    /// nothing there).
+    /// How many instances hold a claim on `lease` as the store sees it, leader and waiters:
+    /// etcd, the candidate keys; ZooKeeper, the candidate nodes; PostgreSQL, the row while it
+    /// has an unexpired holder, and the waiter rows in line whose TTL has not run out.
     fn claims(&self, lease: &str) -> usize;
 
     /// Whatever is still held anywhere: etcd, election keys and leases; PostgreSQL, rows with an
-    /// unexpired holder. Empty once every instance has released.
+    /// unexpired holder and unexpired waiter rows. Empty once every instance has released.
     fn held(&self) -> Vec<String>;
 
     /// SIGSTOP: the server hangs, connections stay open and nothing answers.
@@ -1172,13 +1172,6 @@ pub trait Store: Sized {
 
     /// SIGCONT after `freeze`.
     fn thaw(&self);
-
-    /// Whether a waiting instance holds a claim of its own in the store, so that `claims` counts
-    /// the whole line: etcd (a candidate key) and ZooKeeper (a candidate node) do; PostgreSQL,
-    /// where waiters hold nothing, does not.
-    fn waiters_hold_claims(&self) -> bool {
-        true
-    }
 
     // What the benchmarks (bench/servers.rs) read besides; the defaults fit a store that cannot
     // count its requests.
@@ -1531,9 +1524,15 @@ impl Store for Postgres {
         Postgres::restart(self)
     }
 
+    /// The holder's row and the waiters in line (`leader_exec_waiters`, whose rows a waiter
+    /// renews every --retry-period: one whose TTL ran out by the server's clock is a dead
+    /// waiter's, as an etcd key goes with its lease).
     fn claims(&self, lease: &str) -> usize {
-        let sql = format!(
+        let holder = format!(
             "SELECT count(*) FROM leader_exec_leases WHERE name = '{lease}' AND holder IS NOT NULL AND expires_at > now()"
+        );
+        let sql = format!(
+            "SELECT ({holder}) + (SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}' AND expires_at > now())"
         );
         match self.try_psql(&sql) {
             out if out.status.success() => String::from_utf8_lossy(&out.stdout)
@@ -1547,7 +1546,8 @@ impl Store for Postgres {
 
     fn held(&self) -> Vec<String> {
         let out = self.try_psql(
-            "SELECT name || ' ' || holder FROM leader_exec_leases WHERE holder IS NOT NULL AND expires_at > now()",
+            "SELECT name || ' ' || holder FROM leader_exec_leases WHERE holder IS NOT NULL AND expires_at > now() \
+             UNION ALL SELECT 'waiter ' || name || ' ' || identity FROM leader_exec_waiters WHERE expires_at > now()",
         );
         String::from_utf8_lossy(&out.stdout)
             .lines()
@@ -1562,10 +1562,6 @@ impl Store for Postgres {
 
     fn thaw(&self) {
         Postgres::thaw(self)
-    }
-
-    fn waiters_hold_claims(&self) -> bool {
-        false
     }
 
     /// With pg_stat_statements, which counts the statements the server runs.
@@ -2816,9 +2812,5 @@ impl Store for PgBouncer {
 
     fn thaw(&self) {
         self.pg.thaw()
-    }
-
-    fn waiters_hold_claims(&self) -> bool {
-        false
     }
 }

@@ -33,12 +33,8 @@ pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
     let mut args_b = patient_lease_args(&endpoint, "rs");
     args_b.extend(["--identity", "host-b:2"]);
     let mut b = Instance::start(&args_b, &scratch.job("b", "sleep 30"));
-    // etcd and ZooKeeper hold a claim per candidate; PostgreSQL only the holder's row.
-    let in_line = if matches!(S::NAME, "postgres" | "pgbouncer") {
-        1
-    } else {
-        2
-    };
+    // A claim per candidate on every store: the leader and the waiter.
+    let in_line = 2;
     assert!(wait_for(Duration::from_secs(10), || campaigning(&b)
         && etcd.claims("rs") == in_line));
 

@@ -65,9 +65,12 @@ store_independent! {
     // An unreachable store at start: bounded, named, ended early by a refusal.
     reach::an_unreachable_store_fails_within_the_connect_timeout,
     reach::unreachable_stores_are_named_the_same_way_by_every_subcommand,
+    // The harness counts the leader and every waiter in line.
+    claims::claims_count_the_leader_and_every_waiter,
 }
 
 mod ambiguous;
+mod claims;
 mod cron;
 mod docs;
 mod election;
@@ -86,6 +89,7 @@ mod postgres_conn;
 mod postgres_lease;
 mod postgres_line;
 mod postgres_only;
+mod postgres_start;
 mod reach;
 mod rough_edges;
 mod security;

@@ -330,20 +330,9 @@ impl Trial {
     }
 
     /// Waits for the first leader's job to start and for every instance to stand in line, as
-    /// `store` counts its candidates (where waiters hold nothing in the store, PostgreSQL: the
-    /// leader's claim, and every instance's log saying it campaigns).
+    /// `store` counts its candidates (the leader and its waiters, on every store).
     pub fn elected<S: Store>(&self, store: &S) -> Start {
-        if store.waiters_hold_claims() {
-            return self.elected_when(|| Some(store.claims(&self.lease)));
-        }
-        let all = self.contenders.len();
-        self.elected_when(|| {
-            let joined = self
-                .contenders
-                .iter()
-                .all(|c| crate::harness::campaigning(&c.instance));
-            (joined && store.claims(&self.lease) == 1).then_some(all)
-        })
+        self.elected_when(|| Some(store.claims(&self.lease)))
     }
 
     /// The same on an etcd cluster: etcdctl counts the candidate keys through the trial's

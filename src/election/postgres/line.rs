@@ -227,6 +227,26 @@ impl Postgres {
         }))
     }
 
+    /// One attempt on the lease row, a new row for a new name included; a win is noted as
+    /// held (for the keeper).
+    pub(super) async fn attempt(&self) -> Result<Attempt, StoreError> {
+        let attempt = match self.acquire().await? {
+            Some(attempt) => attempt,
+            None => match self.insert_new().await? {
+                Some(token) => Attempt::Won(token),
+                // Inserted by another instance meanwhile.
+                None => Attempt::Held {
+                    holder: None,
+                    wait: self.look().await?,
+                },
+            },
+        };
+        if let Attempt::Won(token) = attempt {
+            self.shared.held.store(token, Ordering::SeqCst);
+        }
+        Ok(attempt)
+    }
+
     /// The sighting this waiter may take over now: seen unchanged for its full TTL.
     pub(super) fn ripe(&self) -> Option<Sighting> {
         let sighting = self.shared.sighting.lock().expect("not poisoned");

@@ -34,7 +34,8 @@
 //! NOTIFY to the first waiter in line (and one on the table's channel).
 //!
 //! Waiters stand in line: each joins with a waiter row; the first few (`LISTENING_PLACES`) LISTEN
-//! on a channel of their own (`w<id>_<p>`), from before their first attempt or from when they
+//! on a channel of their own (`w<id>_<p>`), from before their first attempt in line (an
+//! instance joins the line only once an attempt found the row held) or from when they
 //! moved up that far. A release notifies only the first waiter (lowest id), which tries at once;
 //! the others sleep on, so a handover costs the same few statements with any
 //! number of waiters (measured in `tests/postgres_only.rs`). Every waiter looks at the line every

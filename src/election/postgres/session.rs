@@ -80,8 +80,38 @@ impl Postgres {
             return Ok(client.clone());
         }
         *slot = None;
-        let client = Arc::new(self.open(false).await?);
-        self.ensure_schema(&client).await?;
+        let (client, encrypted) = self.open_unchecked(false).await?;
+        // The session check and the look at the tables (with their ownership check) in one
+        // round trip: tokio-postgres pipelines requests issued concurrently on one client. The
+        // look names the schema the check pins (`current_schema()`, which the pin keeps), so it
+        // reads the same tables whichever the server runs first; its answer counts only once
+        // the check has passed, and nothing is written (no DDL, no lease row) before both
+        // answers are in: a standby, a table found in a later schema, or an object another
+        // role owns is refused before leader-exec writes anything.
+        let ready = *self.shared.schema_ready.lock().expect("not poisoned");
+        let look = async {
+            match ready {
+                true => None,
+                false => Some(self.look_at_tables(&client).await),
+            }
+        };
+        let limit = self.shared.request_timeout * 4 + Duration::from_secs(1);
+        let (checked, looked) = tokio::time::timeout(
+            limit,
+            futures_util::future::join(self.check_session(&client, encrypted), look),
+        )
+        .await
+        .map_err(|_| {
+            StoreError::Transient(format!(
+                "PostgreSQL at {} did not answer",
+                self.shared.target.shown
+            ))
+        })?;
+        checked?;
+        if let Some(looked) = looked {
+            self.ensure_schema(&client, looked?).await?;
+        }
+        let client = Arc::new(client);
         *slot = Some(client.clone());
         Ok(client)
     }
@@ -218,10 +248,58 @@ impl Postgres {
         Ok(())
     }
 
-    pub(super) async fn ensure_schema(&self, client: &Client) -> Result<(), StoreError> {
-        if *self.shared.schema_ready.lock().expect("not poisoned") {
-            return Ok(());
-        }
+    /// Whether the tables are complete (the current layout), and the ownership check's answer,
+    /// in one round trip; before the session check's answer, so in the schema that check pins
+    /// (`current_schema()` until this process knows it).
+    pub(super) async fn look_at_tables(
+        &self,
+        client: &Client,
+    ) -> Result<(bool, Result<(), StoreError>), StoreError> {
+        let shared = &self.shared;
+        let schema = shared.schema.get().cloned();
+        // Everything the current layout needs, so that tables made by an earlier version are
+        // brought up to date (the `renewals` column, the token sequence, the guard trigger, the
+        // waiters table). The ownership check is sent with it (pipelined); its answer counts
+        // only when the tables are complete, else the DDL runs it again inside its transaction.
+        let params: [&dyn unnamed::Param; 6] = [
+            &schema,
+            &shared.leases,
+            &shared.records,
+            &shared.tokens,
+            &shared.guard,
+            &shared.waiters,
+        ];
+        let (exists, foreign) = tokio::join!(
+            unnamed::query_one(
+                client,
+                "WITH s AS (SELECT pg_catalog.quote_ident(COALESCE($1, pg_catalog.current_schema()::text)) || '.' AS q)
+                 SELECT pg_catalog.to_regclass(q || pg_catalog.quote_ident($2)) IS NOT NULL
+                    AND pg_catalog.to_regclass(q || pg_catalog.quote_ident($3)) IS NOT NULL
+                    AND pg_catalog.to_regclass(q || pg_catalog.quote_ident($4)) IS NOT NULL
+                    AND pg_catalog.to_regclass(q || pg_catalog.quote_ident($6)) IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                                WHERE attrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($2))
+                                AND attname = 'renewals' AND NOT attisdropped)
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                                WHERE tgrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($2))
+                                AND tgname = $5)
+                 FROM s",
+                &params,
+            ),
+            self.refuse_foreign_objects(client),
+        );
+        Ok((exists.map_err(classify)?.get::<_, bool>(0), foreign))
+    }
+
+    /// Makes the tables (or brings them up to date) unless [`look_at_tables`] found them
+    /// complete, where its ownership check's answer counts.
+    ///
+    /// [`look_at_tables`]: Self::look_at_tables
+    pub(super) async fn ensure_schema(
+        &self,
+        client: &Client,
+        (exists, foreign): (bool, Result<(), StoreError>),
+    ) -> Result<(), StoreError> {
         let leases = self.leases();
         let records = self.records();
         let tokens = self.qualified(&self.shared.tokens);
@@ -229,30 +307,7 @@ impl Postgres {
         // A trigger's name is not schema-qualified; its function's is.
         let guard = quote_ident(&self.shared.guard);
         let guard_fn = self.qualified(&self.shared.guard);
-        // Everything the current layout needs, so that tables made by an earlier version are
-        // brought up to date (the `renewals` column, the token sequence, the guard trigger, the
-        // waiters table).
-        // The ownership check is sent with the look at the tables, in the same round trip
-        // (pipelined); its answer counts only when the tables are complete, else the DDL below
-        // runs it again inside its transaction.
-        let params: [&dyn unnamed::Param; 5] =
-            [&leases, &records, &tokens, &self.shared.guard, &waiters];
-        let (exists, foreign) = tokio::join!(
-            unnamed::query_one(
-                client,
-                "SELECT pg_catalog.to_regclass($1) IS NOT NULL AND pg_catalog.to_regclass($2) IS NOT NULL
-                    AND pg_catalog.to_regclass($3) IS NOT NULL
-                    AND pg_catalog.to_regclass($5) IS NOT NULL
-                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = pg_catalog.to_regclass($1)
-                                AND attname = 'renewals' AND NOT attisdropped)
-                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1)
-                                AND tgname = $4)",
-                &params,
-            ),
-            self.refuse_foreign_objects(client),
-        );
-        let exists = exists.map_err(classify)?;
-        if exists.get::<_, bool>(0) {
+        if exists {
             foreign?;
         } else {
             // Serialised by a transaction-scoped advisory lock: two first runs at once would
@@ -339,19 +394,24 @@ impl Postgres {
     /// row: a superuser, say). Owned by the connecting role, or by a role it is explicitly a
     /// member of, is fine; a superuser's implicit power over every role does not count.
     pub(super) async fn refuse_foreign_objects(&self, client: &Client) -> Result<(), StoreError> {
-        let schema = self.shared.schema.get().cloned().unwrap_or_default();
+        // Until this process knows its schema (the first session's look, pipelined with the
+        // check that pins it): the session's current_schema(), which the pin keeps.
+        let schema = self.shared.schema.get().cloned();
         let prefix = self
             .shared
             .leases
             .strip_suffix("leases")
             .unwrap_or(&self.shared.leases)
             .to_owned();
-        let sql = "WITH RECURSIVE mine(oid) AS (
+        let sql = "WITH RECURSIVE target_schema(name) AS (
+                 SELECT COALESCE($1, pg_catalog.current_schema()::text)
+             ),
+             mine(oid) AS (
                  SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER
                  UNION
                  SELECT m.roleid FROM pg_catalog.pg_auth_members m JOIN mine ON m.member = mine.oid
              ),
-             ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
+             ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = (SELECT name FROM target_schema)),
              ours AS (
                  SELECT c.oid, c.relname, c.relkind, c.relowner FROM pg_catalog.pg_class c
                  WHERE c.relnamespace = (SELECT oid FROM ns)
@@ -362,11 +422,11 @@ impl Postgres {
                         CASE o.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table'
                             WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'I' THEN 'index'
                             WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
-                            ELSE 'relation' END || ' ' || $1 || '.' || o.relname::text,
+                            ELSE 'relation' END || ' ' || (SELECT name FROM target_schema) || '.' || o.relname::text,
                         o.relowner
                  FROM ours o
                  UNION ALL
-                 SELECT 2, 'function ' || $1 || '.' || p.proname::text || '('
+                 SELECT 2, 'function ' || (SELECT name FROM target_schema) || '.' || p.proname::text || '('
                             || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')',
                         p.proowner
                  FROM pg_catalog.pg_proc p
@@ -375,7 +435,7 @@ impl Postgres {
                  UNION ALL
                  SELECT 3, 'function ' || n.nspname::text || '.' || p.proname::text || '('
                             || pg_catalog.pg_get_function_identity_arguments(p.oid)
-                            || ') of trigger ' || t.tgname::text || ' on ' || $1 || '.'
+                            || ') of trigger ' || t.tgname::text || ' on ' || (SELECT name FROM target_schema) || '.'
                             || o.relname::text,
                         p.proowner
                  FROM pg_catalog.pg_trigger t

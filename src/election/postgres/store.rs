@@ -10,11 +10,11 @@ impl Campaign for Postgres {
         // it could not release is left to expire, never renewed by the new keeper (which would
         // keep it alive while this candidacy waits behind it).
         self.shared.held.store(0, Ordering::SeqCst);
-        // A place at the back of the line (kept if a first try got one but failed later), and
-        // listening on its channel before the first attempt: no release can fall between a
-        // failed attempt and the wait that follows it.
-        self.join_line().await?;
-        self.ensure_listener().await?;
+        // Only the shared session, checked (a primary, the schema, its ownership) and the tables
+        // made: what the acquiring statement needs to be valid and safe to run. The place in
+        // line and the listening session come with the first attempt that finds the row held
+        // (`check_turn`), so that an uncontended start costs one session and two round trips.
+        self.client().await?;
         Ok(Candidacy {
             lease_id: None,
             key: self.row_key(),
@@ -36,24 +36,25 @@ impl Campaign for Postgres {
         if candidacy.token != 0 && held == candidacy.token {
             return Ok(Turn::Leading { token: held });
         }
+        if shared.waiter.load(Ordering::SeqCst) == 0 {
+            // Not in line yet (a new candidacy, or one taken for dead by the waiter behind):
+            // one attempt first, as any new instance's first attempt takes a free row even
+            // while others wait. Won: no place in line, no LISTEN and no NOTIFY self-test,
+            // which only serve a waiter (they decide how it hears of a release). Lost: it
+            // joins the line and listens below, then tries again before it waits.
+            if let Attempt::Won(token) = self.attempt().await? {
+                return Ok(Turn::Leading { token });
+            }
+        }
+        // A place at the back of the line, and listening on its channel before the attempt
+        // below: no release can fall between a failed attempt and the wait that follows it.
         self.join_line().await?;
         self.ensure_listener().await?;
         // What was heard before this look: a release after it wakes the wait that follows.
         let seen = shared.heard.borrow().free;
-        let (holder, wait) = match self.acquire().await? {
-            Some(Attempt::Won(token)) => {
-                shared.held.store(token, Ordering::SeqCst);
-                return Ok(Turn::Leading { token });
-            }
-            Some(Attempt::Held { holder, wait }) => (holder, wait),
-            None => match self.insert_new().await? {
-                Some(token) => {
-                    shared.held.store(token, Ordering::SeqCst);
-                    return Ok(Turn::Leading { token });
-                }
-                // Inserted by another instance meanwhile.
-                None => (None, self.look().await?),
-            },
+        let (holder, wait) = match self.attempt().await? {
+            Attempt::Won(token) => return Ok(Turn::Leading { token }),
+            Attempt::Held { holder, wait } => (holder, wait),
         };
         Ok(Turn::Behind(Ahead {
             key: holder.unwrap_or_default().into_bytes(),
