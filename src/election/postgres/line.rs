@@ -161,8 +161,17 @@ impl Postgres {
 
     /// One attempt to acquire, in one statement: the conditional UPDATE, and the row as it was
     /// (when the attempt failed). `Ok(None)`: no row yet. A released row (holder NULL) is taken
-    /// at once; a held one only as [`Sighting`] says: when this waiter has seen it unchanged for
-    /// a full TTL, and only if it is still exactly that.
+    /// at once by the first in line — by an instance not in line yet only when nobody is — and a
+    /// held one only as [`Sighting`] says: when this waiter has seen it unchanged for a full TTL,
+    /// and only if it is still exactly that.
+    ///
+    /// First in line: no live waiter row ahead (none at all for an instance not in line). So a
+    /// leader that handed over and campaigns again (`--recampaign`), or a newcomer, never takes
+    /// a released row from a waiter that polls rather than listens (behind pgbouncer) and has
+    /// not looked yet; the line is first come, first served, as on etcd and ZooKeeper. A waiter
+    /// row counts as live until its `expires_at` on the server's clock, which its owner renews
+    /// every look: that clock decides only the order of the line (a stepped clock may let one
+    /// instance go ahead of a dead-looking one), never who holds the lease row.
     pub(super) async fn acquire(&self) -> Result<Option<Attempt>, StoreError> {
         let shared = &self.shared;
         let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
@@ -172,7 +181,10 @@ impl Postgres {
                  SET holder = $2, token = GREATEST(token + 1, nextval({tokens})),
                      renewals = renewals + 1,
                      expires_at = now() + $3::bigint * interval '1 millisecond', ttl_ms = $3
-                 WHERE name = $1 AND (holder IS NULL
+                 WHERE name = $1 AND ((holder IS NULL
+                         AND NOT EXISTS (SELECT 1 FROM {waiters} w
+                                         WHERE w.name = $1 AND ($5 = 0 OR w.id < $5)
+                                           AND w.expires_at > now()))
                      OR (holder = $6 AND token = $7 AND renewals = $8
                          AND (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint = $9))
                  RETURNING token),
