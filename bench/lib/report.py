@@ -247,6 +247,10 @@ def notes_values(args, results, extras, started_at, stores):
     def diag(scenario, tool, key):
         return [r.get(key) for r in extras.get(scenario, {}).get(tool, []) if r.get(key) is not None]
 
+    def ratio_of(key):
+        le, ctl = results.get(key, {}).get("leader-exec"), results.get(key, {}).get("etcdctl")
+        return f"{median(le) / median(ctl):.2f}" if le and ctl else "–"
+
     expiry = results.get("etcd_expiry", {}).get("etcd", [])
     expiry_text = (f"a {TTL_S} s lease that nobody renewed was gone after {min(expiry):.2f} – {max(expiry):.2f} s"
                    f" (median {statistics.median(expiry):.2f} s, {len(expiry)} leases)") if expiry else "(not measured)"
@@ -267,6 +271,7 @@ def notes_values(args, results, extras, started_at, stores):
         "breakdown": breakdown,
         "rss_le": med("rss"), "rss_ratio": f"{median(rss_le) / median(rss_ctl):.2f}" if rss_le and rss_ctl else "–",
         "distinct_le": med("distinct"), "distinct_ctl": med("distinct", "etcdctl"),
+        "distinct_ratio": ratio_of("distinct"),
         "anon_le": med("anon"), "anon_ctl": med("anon", "etcdctl"),
         "memory_waiters": getattr(args, "memory_waiters", "?"),
         "memory_waiters_plus_one": getattr(args, "memory_waiters", 0) + 1 if hasattr(args, "memory_waiters") else "?",
