@@ -125,6 +125,9 @@ def main():
     ap.add_argument("--chain", type=int, help="handovers per run of the handover scenario (default 30, smoke 2)")
     ap.add_argument("--waiters", type=int, help="waiters on one lease (default 200, smoke 20)")
     ap.add_argument("--handovers", type=int, help="handovers measured per waiters run (default 5, smoke 2)")
+    ap.add_argument("--memory-waiters", type=int,
+                    help="waiters of the held lease, on this host, in the hold scenario's memory per instance "
+                    "(default 10, smoke 3; 0: the tool alone only)")
     ap.add_argument("--hold-seconds", type=float, help="CPU window while holding (default 10, smoke 2)")
     ap.add_argument("--binary", help="use this leader-exec instead of building target/release/leader-exec")
     ap.add_argument("--baseline", help="another leader-exec binary (an older build) to run as a third tool, "
@@ -165,6 +168,8 @@ def main():
     args.chain = args.chain or (2 if smoke else 30)
     args.waiters = args.waiters or (20 if smoke else 200)
     args.handovers = args.handovers or (2 if smoke else 5)
+    if args.memory_waiters is None:
+        args.memory_waiters = 3 if smoke else 10
     args.hold_seconds = args.hold_seconds or (2.0 if smoke else 10.0)
     only = set(args.only.split(",")) if args.only else None
     # `--store S` measures one store (beside etcd); without it, a run goes through every store of

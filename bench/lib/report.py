@@ -118,7 +118,7 @@ def results_section(args, results, notes, failures):
         ctl = results.get(fig.key, {}).get("etcdctl", [])
         if not le and not ctl:
             continue
-        title = fig.title.format(n=args.waiters) + (f" ({fig.unit})" if fig.unit else "")
+        title = fig.title.format(n=args.waiters, m=getattr(args, 'memory_waiters', '?')) + (f" ({fig.unit})" if fig.unit else "")
         ratio = "–"
         if le and ctl and median(ctl) > 0:
             ratio = f"{median(le) / median(ctl):.2f}"
@@ -172,7 +172,7 @@ def baseline_section(args, results):
                 continue
             lo1, hi1 = ratio_interval(le, base)
             lo2, hi2 = ratio_interval(base, ctl)
-            w(f"- {fig.title.format(n=args.waiters)}: leader-exec / baseline {median(le) / median(base):.3f}"
+            w(f"- {fig.title.format(n=args.waiters, m=getattr(args, 'memory_waiters', '?'))}: leader-exec / baseline {median(le) / median(base):.3f}"
               f" (95 % interval {lo1:.2f} – {hi1:.2f}); baseline / etcdctl {median(base) / median(ctl):.3f}"
               f" ({lo2:.2f} – {hi2:.2f})")
         w("")
@@ -267,6 +267,10 @@ def notes_values(args, results, extras, started_at, stores):
     def diag(scenario, tool, key):
         return [r.get(key) for r in extras.get(scenario, {}).get(tool, []) if r.get(key) is not None]
 
+    def ratio_of(key):
+        le, ctl = results.get(key, {}).get("leader-exec"), results.get(key, {}).get("etcdctl")
+        return f"{median(le) / median(ctl):.2f}" if le and ctl else "–"
+
     expiry = results.get("etcd_expiry", {}).get("etcd", [])
     expiry_text = (f"a {TTL_S} s lease that nobody renewed was gone after {min(expiry):.2f} – {max(expiry):.2f} s"
                    f" (median {statistics.median(expiry):.2f} s, {len(expiry)} leases)") if expiry else "(not measured)"
@@ -287,7 +291,13 @@ def notes_values(args, results, extras, started_at, stores):
         "breakdown": breakdown,
         "rss_le": med("rss"), "rss_ratio": f"{median(rss_le) / median(rss_ctl):.2f}" if rss_le and rss_ctl else "–",
         "distinct_le": med("distinct"), "distinct_ctl": med("distinct", "etcdctl"),
+        "distinct_ratio": ratio_of("distinct"),
         "anon_le": med("anon"), "anon_ctl": med("anon", "etcdctl"),
+        "memory_waiters": getattr(args, "memory_waiters", "?"),
+        "memory_waiters_plus_one": getattr(args, "memory_waiters", 0) + 1 if hasattr(args, "memory_waiters") else "?",
+        "pss_inst_le": med("pss_per_instance"), "pss_inst_ctl": med("pss_per_instance", "etcdctl"),
+        "waiter_anon_le": med("waiter_anon"), "waiter_anon_ctl": med("waiter_anon", "etcdctl"),
+        "waiter_private_le": med("waiter_private"), "waiter_private_ctl": med("waiter_private", "etcdctl"),
         "hold_seconds": f"{args.hold_seconds:g}", "waiters": args.waiters,
         "waiters_renewals_le": med("waiters_renewals", digits=0),
         "waiters_renewals_ctl": med("waiters_renewals", "etcdctl", 0),
@@ -371,7 +381,7 @@ def report_store(store, args, argv, info, results, extras, loads, failures, note
         et = results.get(key, {}).get("leader-exec", [])
         if not other and not et:
             continue
-        title = fig.title.format(n=args.waiters) + (f" ({fig.unit})" if fig.unit else "")
+        title = fig.title.format(n=args.waiters, m=getattr(args, 'memory_waiters', '?')) + (f" ({fig.unit})" if fig.unit else "")
         ratio = f"{median(other) / median(et):.2f}" if other and et and median(et) > 0 else "–"
         table.append(f"| {title} | {summary(other, fig.digits)} | {summary(et, fig.digits)} | {ratio} |")
     table.append("")

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 from .common import RENEW_DEADLINE_S, RETRY_PERIOD_S, TTL_S, BenchError, clean_env, mono, ms, wait_until
-from .procs import DeathWatch, History, Procs, cpu_ns, memory_kb, resident_pages, stop, tool_processes, wait_exit
+from .procs import DeathWatch, History, Procs, cpu_ns, memory_kb, private_kb, resident_pages, stop, tool_processes, wait_exit
 from .servers import EtcdApi, etcd_requests, handover_traffic
 
 
@@ -278,11 +278,13 @@ def scenario_hold(ctx, tool, i, _shared):
         distinct = len(set().union(*frames)) * os.sysconf("SC_PAGE_SIZE") / 2**20 if all(frames) else None
     except OSError:
         distinct = None
+    shared = memory_with_waiters(ctx, tool, lease, d, procs)
     os.kill(a_start["pid"], signal.SIGUSR1)
     rc, _ = wait_exit(a, 10)
     if rc != 0:
         raise BenchError(f"{tool.label} exited {rc} (see {d})")
     return {
+        **shared,
         "rss": sum(r for r, _, _ in mem) / 1024,
         "pss": sum(p for _, p, _ in mem) / 1024,
         "anon": sum(a for _, _, a in mem) / 1024,
@@ -290,6 +292,38 @@ def scenario_hold(ctx, tool, i, _shared):
         "cpu": (c1 - c0) / 1e6 / ((t1 - t0) / 1e9),
         **({"store_requests": (r1 - r0) / ((t1 - t0) / 1e9)} if counter else {}),
         "_per_process_rss_pss_anon_mb": [[round(v / 1024, 2) for v in m] for m in mem],
+    }
+
+
+def memory_with_waiters(ctx, tool, lease, d, holder_procs):
+    """Memory per instance on a host that runs several instances of the same tool: the holder and
+    `--memory-waiters` waiters of the same lease, all on this machine, so that they share the
+    binary's pages (PSS divides each shared page among them). The figures per instance differ in
+    kind from the figures of the tool alone (one holding instance, nobody to share its pages
+    with): the report names them apart."""
+    n = ctx.args.memory_waiters
+    if not n:
+        return {}
+    waiters = [ctx.start(tool, ctx.endpoint(tool, lease), lease, f"m{j}", "hold", d) for j in range(1, n + 1)]
+    try:
+        ctx.wait_in_line(tool, lease, n + 1, timeout=60)
+        time.sleep(1.0)  # past each waiter's start-up: its watch (or look at the line) is in place
+        per_waiter = [[memory_kb(p) + (private_kb(p),) for p in tool_processes(w.pid, exclude=set())]
+                      for w in waiters]
+        holder = [memory_kb(p) for p in holder_procs]
+    finally:
+        for w in waiters:  # they withdraw (TERM) together, then each is waited for
+            try:
+                os.kill(w.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for w in waiters:
+            stop(w, grace=10)
+    pss = sum(p for _, p, _ in holder) + sum(p for procs in per_waiter for _, p, _, _ in procs)
+    return {
+        "pss_per_instance": pss / (n + 1) / 1024,
+        "waiter_anon": sum(a for procs in per_waiter for _, _, a, _ in procs) / n / 1024,
+        "waiter_private": sum(u for procs in per_waiter for *_, u in procs) / n / 1024,
     }
 
 
