@@ -1637,7 +1637,9 @@ fn write_zookeeper_log4j(dir: &Path) {
 }
 
 /// The zoo.cfg lines every test server has: short ticks, loopback only, sessions from 1 s to
-/// 30 s, no fsync, the four-letter words the harness uses. A standalone server's whole
+/// 30 s, no fsync, the four-letter words the harness uses, and no limit on connections from one
+/// address (ZooKeeper's default is 60: every instance holds a session, and the benchmark's 200
+/// waiters all come from 127.0.0.1). A standalone server's whole
 /// configuration; an ensemble member's before its `server.N` lines.
 fn zookeeper_config(data_dir: &Path, client_port: u16) -> String {
     format!(
@@ -1649,6 +1651,7 @@ fn zookeeper_config(data_dir: &Path, client_port: u16) -> String {
          4lw.commands.whitelist=ruok,srvr,mntr,cons,stat\n\
          minSessionTimeout=1000\n\
          maxSessionTimeout=30000\n\
+         maxClientCnxns=0\n\
          forceSync=no\n",
         data = data_dir.display(),
     )

@@ -243,17 +243,12 @@ def each_store_table(results, started_at, stores, waiters):
             unit = f" ({fig.unit})" if fig.unit else ""
             out.append(f"| {title}{unit} | " + " | ".join(summary(v, fig.digits) for v in values) + " |")
     out.append("")
-    days = {when.date() for _, _, _, when, _, _ in columns}
-    if len(days) == 1 and all(abs((when - started_at).total_seconds()) < 6 * 3600 for *_, when, _, _ in columns):
-        out += textwrap.wrap("All columns come from one invocation of the runner, measured one store after another"
-                             f" on {started_at:%Y-%m-%d}; each per-store report ({', '.join(reports)}) compares its"
-                             " store with etcd in alternation within its own run, which is the fairer comparison"
-                             " of two stores.", 100, break_on_hyphens=False)
-    else:
-        runs = ", ".join(f"{title} on {when:%Y-%m-%d} ({source})" for title, _, _, when, source, _ in columns)
-        out += textwrap.wrap(f"Each column comes from its own run — {runs} — so the machine's load differs between"
-                             f" the columns; the per-store reports ({', '.join(reports)}) compare each store with"
-                             f" etcd within one run, which is the fairer comparison.", 100, break_on_hyphens=False)
+    runs = ", ".join(f"{title} {when:%Y-%m-%d %H:%M} UTC ({source})" for title, _, _, when, source, _ in columns)
+    out += textwrap.wrap(f"Each column comes from its own series of runs — {runs} — one store after another (a full"
+                         f" run measures every store, the other stores first), so the machine's load may differ"
+                         f" between the columns; the per-store reports ({', '.join(reports)}) compare each store"
+                         f" with etcd in alternation within one run, which is the fairer comparison.", 100,
+                         break_on_hyphens=False)
     return "\n".join(out) + "\n\n"
 
 
