@@ -254,7 +254,12 @@ async fn lead_or_wait(
     };
     let store = settings
         .connection
-        .open(&settings.scope(), settings.identity.clone(), timing)
+        .open(
+            &settings.scope(),
+            settings.identity.clone(),
+            timing,
+            settings.max_holders,
+        )
         .await?;
     lead_with(settings, &store, supervisor, &mut signals).await
 }

@@ -403,6 +403,16 @@ pub struct RunArgs {
     #[arg(short = 'n', long)]
     pub no_wait: bool,
 
+    /// Let up to N instances run COMMAND at once (1-1000): a fleet-wide concurrency limit.
+    ///
+    /// Every holder keeps every rule of a single leader (its command is stopped before its
+    /// claim can expire) and gets its own fencing token, greater than every earlier one, in
+    /// LEADER_TOKEN, and N in LEADER_MAX_HOLDERS. The others wait in line. Every instance of a
+    /// lease must give the same N: one that differs exits 125. N = 1 (the default) is a single
+    /// leader, with the same keys, rows and nodes as always. Not with --occurrence.
+    #[arg(long, value_name = "N", env = "LEADER_EXEC_MAX_HOLDERS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_holders: u32,
+
     /// After leadership is lost, stop the command and campaign again instead of exiting 75.
     ///
     /// For long-running services: when elected again, a fresh command starts with a new, larger

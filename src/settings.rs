@@ -71,6 +71,14 @@ impl Settings {
         }
         let occurrence = match run.occurrence {
             None => None,
+            // An occurrence runs once, and N holders would each run it: refused rather than
+            // given a meaning nobody would guess.
+            Some(_) if run.max_holders > 1 => {
+                return Err(Failure::usage(format!(
+                    "--occurrence needs --max-holders 1 (got {}): an occurrence runs once, on one leader",
+                    run.max_holders
+                )));
+            }
             Some(id) => {
                 if id.is_empty() {
                     return Err(Failure::usage("--occurrence must not be empty"));
@@ -135,6 +143,7 @@ impl Settings {
             recampaign: run.recampaign,
             hold_at_least: run.hold_at_least.filter(|d| !d.is_zero()),
             occurrence,
+            max_holders: run.max_holders,
             connection,
             command: run.command,
         })

@@ -19,7 +19,7 @@ pub async fn check<B: Store>(backend: &B, token: &str, limit: Duration) -> anyho
         }
     };
     let observation = read_once(backend, limit).await?;
-    match observation.leader {
+    match observation.leader().cloned() {
         Some(leader) if leader.token == token => Ok(CHECK_CURRENT),
         Some(leader) => {
             tracing::warn!(

@@ -90,7 +90,7 @@ pub async fn resign<B: Store>(
         return Err(Failure::usage("--timeout 0s: give the leader some time, like 30s").into());
     }
     let observation = commands::read_once(backend, limit).await?;
-    let Some(leader) = observation.leader.clone() else {
+    let Some(leader) = observation.leader().cloned() else {
         tracing::warn!(
             event = "no-leader",
             "lease {} has no leader: nothing to resign",
@@ -185,7 +185,7 @@ pub async fn resign<B: Store>(
         let look = tokio::time::timeout(remaining.max(LOOK), backend.read_election()).await;
         match look {
             Ok(Ok(now)) => {
-                if now.leader.as_ref().map(|l| l.token) != Some(leader.token) {
+                if now.leader().map(|l| l.token) != Some(leader.token) {
                     print_line(&format!(
                         "resigned leader {} (token {}, key {}): handed over in {} ms\n",
                         escape(&leader.identity),

@@ -31,7 +31,7 @@ pub async fn status<B: Store>(
     limit: Duration,
 ) -> anyhow::Result<u8> {
     let observation = read_once(backend, limit).await?;
-    let lease_time = match &observation.leader {
+    let lease_time = match observation.leader() {
         Some(leader) => {
             bounded(
                 backend,
@@ -43,7 +43,7 @@ pub async fn status<B: Store>(
         }
         None => None,
     };
-    let state = match &observation.leader {
+    let state = match observation.leader() {
         Some(leader) => crate::leader::published::read(backend, scope, leader.token, limit).await?,
         None => None,
     };
@@ -68,7 +68,7 @@ pub async fn status<B: Store>(
     occurrences.sort_by(|a, b| b.1.started_at.cmp(&a.1.started_at));
     let mut out = String::new();
     if json {
-        let leader = observation.leader.as_ref().map(|leader| {
+        let leader = observation.leader().map(|leader| {
             let mut object = leader_json(leader);
             object["ttl_remaining_seconds"] = json!(lease_time.map(|t| t.remaining.as_secs()));
             object["ttl_granted_seconds"] = json!(lease_time.map(|t| t.granted.as_secs()));
@@ -96,7 +96,7 @@ pub async fn status<B: Store>(
     } else {
         // Everything read from etcd is escaped: it may hold terminal control sequences.
         writeln!(out, "lease:       {}", escape_str(&scope.lease))?;
-        match &observation.leader {
+        match observation.leader() {
             Some(leader) => {
                 writeln!(out, "leader:      {}", escape(&leader.identity))?;
                 writeln!(out, "token:       {}", leader.token)?;
@@ -167,7 +167,7 @@ pub async fn status<B: Store>(
         }
     }
     print(&out);
-    Ok(if observation.leader.is_some() {
+    Ok(if observation.leader().is_some() {
         STATUS_LEADER
     } else {
         STATUS_NO_LEADER

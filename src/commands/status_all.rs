@@ -50,7 +50,7 @@ pub async fn status_all<B: Store>(
     .await?;
     let mut rows: Vec<Row> = Vec::new();
     for election in elections {
-        let time = match &election.leader {
+        let time = match election.leader() {
             Some(leader) => {
                 bounded(
                     backend,
@@ -63,7 +63,7 @@ pub async fn status_all<B: Store>(
             None => None,
         };
         // A name that is not UTF-8 was not written by leader-exec, which records no state for it.
-        let state = match (&election.leader, std::str::from_utf8(&election.name)) {
+        let state = match (election.leader(), std::str::from_utf8(&election.name)) {
             (Some(leader), Ok(name)) => {
                 let scope = crate::election::Scope {
                     lease: name.to_owned(),
@@ -94,7 +94,8 @@ pub async fn status_all<B: Store>(
                 rows.push(Row {
                     election: Election {
                         name: name.to_vec(),
-                        leader: None,
+                        holders: Vec::new(),
+                        max_holders: 1,
                         candidates: 0,
                     },
                     time: None,
@@ -112,8 +113,7 @@ pub async fn status_all<B: Store>(
             Some(record) => {
                 let running = row
                     .election
-                    .leader
-                    .as_ref()
+                    .leader()
                     .is_some_and(|l| l.token == record.token);
                 if record.state == State::Started && !running {
                     row.unfinished.push((id, record));
@@ -139,7 +139,7 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
     let leases: Vec<Value> = rows
         .iter()
         .map(|row| {
-            let leader = row.election.leader.as_ref().map(|leader| {
+            let leader = row.election.leader().map(|leader| {
                 json!({
                     "identity": String::from_utf8_lossy(&leader.identity),
                     "token": leader.token,
@@ -190,7 +190,7 @@ fn render_text(rows: &[Row]) -> String {
     let table: Vec<[String; 6]> = rows
         .iter()
         .map(|row| {
-            let (leader, token, ttl) = match &row.election.leader {
+            let (leader, token, ttl) = match row.election.leader() {
                 Some(leader) => (
                     escape(&leader.identity),
                     leader.token.to_string(),

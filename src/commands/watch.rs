@@ -25,15 +25,15 @@ pub async fn watch<B: Store>(
     let mut shown: Option<Option<Leader>> = None;
     let mut backoff = Backoff::new();
     loop {
-        if shown.as_ref() != Some(&observation.leader) {
-            if let Err(e) = print_change(scope, observation.leader.as_ref(), json) {
+        if shown.as_ref() != Some(&observation.leader().cloned()) {
+            if let Err(e) = print_change(scope, observation.leader(), json) {
                 // Nobody reads any more (`watch | head -1`): done.
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
                     return Ok(0);
                 }
                 return Err(e.into());
             }
-            shown = Some(observation.leader.clone());
+            shown = Some(observation.leader().cloned());
         }
         let next = async {
             loop {

@@ -98,6 +98,7 @@ impl Connection {
         scope: &Scope,
         identity: String,
         timing: LeaseTiming,
+        max_holders: u32,
     ) -> Result<AnyStore, Failure> {
         let connect_timeout = self.connect_timeout;
         let usage = |e: StoreError| Failure::usage(e.to_string());
@@ -108,6 +109,7 @@ impl Connection {
                 scope.election_prefix(),
                 identity,
                 timing.ttl,
+                max_holders,
             ))),
             Target::Postgres(target) => AnyStore::Postgres(
                 Postgres::new(
@@ -120,6 +122,7 @@ impl Connection {
                         retry_period: timing.retry_period,
                         connect_timeout,
                     },
+                    max_holders,
                 )
                 .map_err(usage)?,
             ),
@@ -134,6 +137,7 @@ impl Connection {
                         needed: timing.needed,
                         connect_timeout,
                     },
+                    max_holders,
                 )
                 .map_err(usage)?,
             )),

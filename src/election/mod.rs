@@ -116,17 +116,37 @@ pub struct Ahead {
     /// claim over. A holder that crashed sends nothing, so the waiter tries again once this has
     /// run out.
     pub expires_in: Option<Duration>,
+    /// With `--max-holders` N > 1, for the first waiter behind N holders: every holder's key
+    /// (bytes as the store holds them), any of which leaving lets this waiter hold; empty
+    /// otherwise (the waiter waits for `key` alone). What the store watches is its own affair:
+    /// only the store that answered reads it, in [`Campaign::predecessor_gone`].
+    pub holders: Vec<Vec<u8>>,
 }
 
 /// Where a candidacy stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Turn {
-    /// No candidate is ahead: this one leads, with this fencing token.
+    /// No candidate is ahead (with `--max-holders` N: fewer than N): this one leads (holds),
+    /// with this fencing token.
     Leading { token: i64 },
-    /// Another candidate is ahead.
+    /// Another candidate is ahead (N others hold).
     Behind(Ahead),
     /// The candidate key no longer exists (its lease expired, or someone deleted it).
     Gone,
+    /// Instances already in the election hold or wait with another `--max-holders` (`theirs`).
+    /// The candidacy takes no place; the caller releases it (which leaves nothing behind) and
+    /// exits 125 with [`mismatch_message`].
+    Mismatch { theirs: u32 },
+}
+
+/// The one wording for a `--max-holders` that the instances already in the election do not
+/// share.
+pub fn mismatch_message(lease: &str, ours: u32, theirs: u32) -> String {
+    format!(
+        "--max-holders {ours} does not match the --max-holders {theirs} of the instances already \
+         in lease '{}': every instance of one lease must give the same value",
+        lease.escape_debug()
+    )
 }
 
 /// The answer to one renewal.
@@ -141,15 +161,32 @@ pub enum Renewal {
 /// The election as an observer sees it, read in one consistent view.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
-    pub leader: Option<Leader>,
-    /// Candidate keys in line, the leader's included.
+    /// The holders, oldest first (with `--max-holders` 1, the leader alone; empty when nobody
+    /// holds).
+    pub holders: Vec<Leader>,
+    /// The `--max-holders` the instances in the election use (1 where none says otherwise).
+    pub max_holders: u32,
+    /// Candidate keys in line, the holders' included.
     pub candidates: i64,
     /// Where the store was when this was read (etcd: its revision; 0 where the store has
     /// none): only the store that answered reads it, in [`Read::changed_since`].
     pub revision: i64,
 }
 
-/// The current leader: the candidate with the lowest create-revision.
+impl Observation {
+    /// The leader: the oldest holder (the only one with `--max-holders` 1).
+    pub fn leader(&self) -> Option<&Leader> {
+        self.holders.first()
+    }
+
+    /// The holder with this token, if one holds it.
+    pub fn holder(&self, token: i64) -> Option<&Leader> {
+        self.holders.iter().find(|h| h.token == token)
+    }
+}
+
+/// A holder (with `--max-holders` 1: the leader): the candidate with the lowest create-revision,
+/// or one of the N lowest.
 #[derive(Clone, Debug, PartialEq, Eq)]
 /// Key and identity are bytes as the store holds them (not necessarily UTF-8, not necessarily
 /// printable: text output escapes them).
@@ -166,8 +203,18 @@ pub struct Leader {
 pub struct Election {
     /// The lease name: bytes as the store holds them.
     pub name: Vec<u8>,
-    pub leader: Option<Leader>,
+    /// The holders, oldest first.
+    pub holders: Vec<Leader>,
+    /// As in [`Observation::max_holders`].
+    pub max_holders: u32,
     pub candidates: i64,
+}
+
+impl Election {
+    /// The leader: the oldest holder.
+    pub fn leader(&self) -> Option<&Leader> {
+        self.holders.first()
+    }
 }
 
 /// A record as the store holds it: (key without the records prefix, value), both bytes.
@@ -235,6 +282,14 @@ pub trait Keeper {
 ///   instant plus the TTL; "expired" means the lease is gone for good. A waiter of a store
 ///   without candidate leases has nothing to renew: its keeper answers "alive" without a
 ///   request.
+/// - with `--max-holders` N (given to the store's candidate constructor), up to N candidacies of
+///   one name hold at once: `check_turn` answers `Leading` only while fewer than N others hold,
+///   decided atomically like a single leader's, so that at no instant do more than N claims of
+///   one name stand on the server. Each holder's token is strictly greater than every token
+///   issued earlier for the name. A candidacy that meets instances with another N answers
+///   `Turn::Mismatch` (its release then leaves nothing behind). A waiter is woken only when it
+///   may hold (herd-free) where the store allows. N = 1 writes exactly the keys, rows and nodes
+///   earlier versions wrote.
 pub trait Campaign {
     type Keeper: Keeper;
 

@@ -139,6 +139,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         }
     }
 
+    /// Instances already in the election use another `--max-holders`: release (which leaves
+    /// nothing in the store) and exit 125 naming both values.
+    fn mismatch(&self, theirs: u32) -> Waited {
+        let message =
+            election::mismatch_message(&self.settings.lease, self.settings.max_holders, theirs);
+        Waited::End(End::release(Then::Fail(Failure::usage(message).into())))
+    }
+
     /// Waits until the candidacy leads, renewing its lease meanwhile.
     pub(super) async fn wait_turn(
         &mut self,
@@ -168,7 +176,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         let limit = self.settings.timing.retry_period;
                         let leader =
                             match tokio::time::timeout(limit, backend.read_election()).await {
-                                Ok(Ok(observation)) => observation.leader,
+                                Ok(Ok(observation)) => observation.leader().cloned(),
                                 _ => None,
                             };
                         let leader_identity = leader.as_ref().map_or_else(
@@ -180,6 +188,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         return Waited::End(End::release(Then::NotAcquired));
                     }
                     Ok(Turn::Gone) => return Waited::End(End::leave_to_expire(Then::Recampaign)),
+                    Ok(Turn::Mismatch { theirs }) => return self.mismatch(theirs),
                     Err(e) if e.is_transient() && clock.now() < limit => retry.sleep().await,
                     Err(e) => {
                         let e = Failure::usage(format!("reading the election: {e}"));
@@ -198,8 +207,10 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     return Waited::End(End::release(Then::Recampaign));
                 }
                 (turn, sent) = &mut turn => {
-                    if let Turn::Leading { token } = turn {
-                        return Waited::Leading(token, sent);
+                    match turn {
+                        Turn::Leading { token } => return Waited::Leading(token, sent),
+                        Turn::Mismatch { theirs } => return self.mismatch(theirs),
+                        Turn::Behind(_) | Turn::Gone => {}
                     }
                     tracing::warn!(event = "candidacy-lost", "our candidate key disappeared; campaigning again");
                     return Waited::End(End::release(Then::Recampaign));

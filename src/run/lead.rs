@@ -50,6 +50,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             ("LEADER_LEASE", settings.lease.clone()),
             ("LEADER_KEY", candidacy.key.clone()),
             ("LEADER_IDENTITY", settings.identity.clone()),
+            ("LEADER_MAX_HOLDERS", settings.max_holders.to_string()),
         ];
         // Absent where the store has no lease ids (PostgreSQL).
         if let Some(lease_id) = candidacy.lease_id_hex() {

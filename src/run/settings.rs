@@ -31,6 +31,8 @@ pub struct Settings {
     pub kill_signal: Signal,
     pub wait: Wait,
     pub recampaign: bool,
+    /// `--max-holders`: up to this many instances hold at once (1: a single leader).
+    pub max_holders: u32,
     pub hold_at_least: Option<Duration>,
     pub occurrence: Option<Occurrence>,
     pub connection: Connection,

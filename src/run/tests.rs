@@ -48,6 +48,7 @@ fn settings() -> Settings {
             kill_after: 4 * S,
         },
         kill_signal: Signal::SIGTERM,
+        max_holders: 1,
         wait: Wait::Forever,
         recampaign: false,
         hold_at_least: None,
@@ -245,6 +246,7 @@ fn behind() -> VecDeque<Step<Result<Turn, StoreError>>> {
         key: b"/leader-exec/test/1".to_vec(),
         revision: 3,
         expires_in: None,
+        holders: Vec::new(),
     };
     std::iter::repeat_n(Step::now(Ok(Turn::Behind(ahead))), 10_000).collect()
 }

@@ -128,6 +128,8 @@ pub struct Etcd {
     election_prefix: String,
     identity: String,
     ttl_seconds: i64,
+    /// `--max-holders` (1 for a reader, which holds nothing).
+    max_holders: u32,
     /// `--endpoints`, as messages show them.
     endpoints: Vec<String>,
 }
@@ -139,8 +141,10 @@ impl Etcd {
         election_prefix: String,
         identity: String,
         ttl: Duration,
+        max_holders: u32,
     ) -> Self {
         Etcd {
+            max_holders,
             client,
             endpoints: endpoints.to_vec(),
             election_prefix,
@@ -159,6 +163,7 @@ impl Etcd {
             election_prefix,
             String::new(),
             Duration::ZERO,
+            1,
         )
     }
 
@@ -326,6 +331,7 @@ impl Campaign for Etcd {
                 key: kv.key().to_vec(),
                 revision,
                 expires_in: None,
+                holders: Vec::new(),
             }),
         })
     }
@@ -404,7 +410,8 @@ impl Read for Etcd {
             lease_id: Some(kv.lease()),
         });
         Ok(Observation {
-            leader,
+            holders: leader.into_iter().collect(),
+            max_holders: 1,
             candidates: count.count(),
             revision,
         })
@@ -442,21 +449,21 @@ impl Read for Etcd {
             }
             let election = elections.entry(name.to_vec()).or_insert_with(|| Election {
                 name: name.to_vec(),
-                leader: None,
+                holders: Vec::new(),
+                max_holders: 1,
                 candidates: 0,
             });
             election.candidates += 1;
             if election
-                .leader
-                .as_ref()
+                .leader()
                 .is_none_or(|l| kv.create_revision() < l.token)
             {
-                election.leader = Some(Leader {
+                election.holders = vec![Leader {
                     key: kv.key().to_vec(),
                     identity: kv.value().to_vec(),
                     token: kv.create_revision(),
                     lease_id: Some(kv.lease()),
-                });
+                }];
             }
         }
         Ok(elections.into_values().collect())

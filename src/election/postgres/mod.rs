@@ -295,6 +295,8 @@ struct Shared {
     ttl: Duration,
     /// The held row as this waiter last saw it, and since when (see [`Sighting`]).
     sighting: Mutex<Option<(Sighting, Duration)>>,
+    /// `--max-holders` (1 for a reader, which holds nothing).
+    max_holders: u32,
 }
 
 /// An unreleased lease row as a waiter saw it. The row is taken over only when the taker has
@@ -382,6 +384,7 @@ impl Postgres {
         name: &str,
         identity: String,
         timing: PgTiming,
+        max_holders: u32,
     ) -> Result<Postgres, StoreError> {
         let (leases, records) = tables(prefix)?;
         let base = leases.strip_suffix("_leases").unwrap_or(&leases).to_owned();
@@ -443,6 +446,7 @@ impl Postgres {
                 guard,
                 ttl: timing.ttl,
                 sighting: Mutex::new(None),
+                max_holders,
             }),
         })
     }
@@ -462,7 +466,7 @@ impl Postgres {
             retry_period: connect_timeout.min(Duration::from_secs(2)),
             connect_timeout,
         };
-        Postgres::new(target, prefix, name, String::new(), timing)
+        Postgres::new(target, prefix, name, String::new(), timing, 1)
     }
 
     /// The row as `LEADER_KEY` and `status` show it: `TABLE/NAME`.
@@ -577,7 +581,7 @@ mod tests {
             retry_period: Duration::from_millis(300),
             connect_timeout: Duration::from_secs(1),
         };
-        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing).unwrap()
+        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing, 1).unwrap()
     }
 
     fn row(holder: Option<&str>, token: i64, renewals: i64, ttl_ms: i64) -> Row {

@@ -60,6 +60,7 @@ impl Campaign for Postgres {
             key: holder.unwrap_or_default().into_bytes(),
             revision: seen,
             expires_in: Some(wait),
+            holders: Vec::new(),
         }))
     }
 
@@ -206,7 +207,8 @@ impl Read for Postgres {
         let leader = row.and_then(|(holder, token, _, live)| self.leader_of(holder, token, live));
         Ok(Observation {
             candidates: i64::from(leader.is_some()) + waiting,
-            leader,
+            holders: leader.into_iter().collect(),
+            max_holders: 1,
             revision: heard.free + heard.taken,
         })
     }
@@ -265,7 +267,8 @@ impl Read for Postgres {
                 Election {
                     name: name.into_bytes(),
                     candidates: i64::from(leader.is_some()) + r.get::<_, i64>(4),
-                    leader,
+                    holders: leader.into_iter().collect(),
+                    max_holders: 1,
                 }
             })
             .collect())

@@ -110,6 +110,8 @@ pub struct ZooKeeper {
     election: String,
     identity: String,
     timing: ZkTiming,
+    /// `--max-holders` (1 for a reader, which holds nothing).
+    max_holders: u32,
     /// The current session: a campaign's, or the subcommands' one.
     session: Mutex<Option<zk::Client>>,
 }
@@ -274,6 +276,7 @@ impl ZooKeeper {
         lease: &str,
         identity: String,
         timing: ZkTiming,
+        max_holders: u32,
     ) -> Result<ZooKeeper, StoreError> {
         for (flag, text) in [("--prefix", prefix), ("--lease", lease)] {
             if let Some(c) = text.chars().find(|&c| !allowed(c)) {
@@ -291,6 +294,7 @@ impl ZooKeeper {
             target,
             identity,
             timing,
+            max_holders,
             session: Mutex::new(None),
         })
     }
@@ -309,7 +313,7 @@ impl ZooKeeper {
             needed: Duration::ZERO,
             connect_timeout,
         };
-        ZooKeeper::new(target, prefix, lease, String::new(), timing)
+        ZooKeeper::new(target, prefix, lease, String::new(), timing, 1)
     }
 
     async fn connect(&self) -> Result<zk::Client, StoreError> {

@@ -147,6 +147,7 @@ impl Campaign for ZooKeeper {
                 key: format!("{}/{}", self.election, line[i - 1]).into_bytes(),
                 revision: 0,
                 expires_in: None,
+                holders: Vec::new(),
             }),
         })
     }
@@ -218,7 +219,8 @@ impl Read for ZooKeeper {
         let synced = self.synced(&self.election).await?;
         let (leader, candidates, revision) = Self::leader_of(&synced, &self.election).await?;
         Ok(Observation {
-            leader,
+            holders: leader.into_iter().collect(),
+            max_holders: 1,
             candidates,
             revision,
         })
@@ -268,7 +270,8 @@ impl Read for ZooKeeper {
             if candidates > 0 {
                 elections.push(Election {
                     name: name.into_bytes(),
-                    leader,
+                    holders: leader.into_iter().collect(),
+                    max_holders: 1,
                     candidates,
                 });
             }
