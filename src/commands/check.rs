@@ -1,4 +1,5 @@
-//! `leader-exec check`: is a token the current leader's?
+//! `leader-exec check`: is a token the current leader's (with `--max-holders` N: any current
+//! holder's)?
 
 use std::time::Duration;
 
@@ -19,6 +20,9 @@ pub async fn check<B: Store>(backend: &B, token: &str, limit: Duration) -> anyho
         }
     };
     let observation = read_once(backend, limit).await?;
+    if observation.holder(token).is_some() {
+        return Ok(CHECK_CURRENT);
+    }
     match observation.leader().cloned() {
         Some(leader) if leader.token == token => Ok(CHECK_CURRENT),
         Some(leader) => {

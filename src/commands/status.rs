@@ -20,7 +20,8 @@ const OCCURRENCES_SHOWN: usize = 10;
 ///
 /// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
 /// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`, `since`, `command` (`running`,
-/// `holding` or null), `hold_until`), `candidates`, `occurrences`
+/// `holding` or null), `hold_until`; the oldest holder), `max_holders`, `holders` (every holder,
+/// oldest first: objects with `identity`, `token`, `key`, `lease_id`), `candidates`, `occurrences`
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
 /// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
 /// `{"id": …, "state": "unreadable"}`).
@@ -86,9 +87,12 @@ pub async fn status<B: Store>(
                 object
             }))
             .collect();
+        let holders: Vec<Value> = observation.holders.iter().map(leader_json).collect();
         let object = json!({
             "lease": scope.lease,
             "leader": leader,
+            "max_holders": observation.max_holders,
+            "holders": holders,
             "candidates": observation.candidates,
             "occurrences": occurrences,
         });
@@ -129,6 +133,24 @@ pub async fn status<B: Store>(
                 writeln!(out, "command:     {command}")?;
             }
             None => writeln!(out, "leader:      none")?,
+        }
+        // With --max-holders above 1: every holder, a line each, oldest (the leader above) first.
+        if observation.max_holders > 1 {
+            writeln!(
+                out,
+                "holders:     {} of {}",
+                observation.holders.len(),
+                observation.max_holders
+            )?;
+            for holder in &observation.holders {
+                writeln!(
+                    out,
+                    "  token {}  {}  {}",
+                    holder.token,
+                    escape(&holder.identity),
+                    escape(&holder.key)
+                )?;
+            }
         }
         writeln!(out, "candidates:  {}", observation.candidates)?;
         if !occurrences.is_empty() || !unreadable.is_empty() {
