@@ -228,9 +228,18 @@ pub fn parse(text: &str) -> (Vec<Record>, Vec<String>) {
 ///    showed a sign of life after that;
 /// 4. after a short fault (shorter than the renew deadline) and until the teardown, no job was
 ///    signalled and none started: leadership was kept and the command left alone.
+///
+/// With `--max-holders` N (`holders`), 1 and 2 read: no more than N jobs ran at any instant (a
+/// job started while N earlier ones still lived is an overlap with each of them); a job that
+/// started after another showed its last sign of life has a greater token (N holders start in
+/// no fixed order among themselves, but none can get a token below one that ended before it).
 pub fn check_text(text: &str) -> Verdict {
+    check_text_holders(text, 1)
+}
+
+pub fn check_text_holders(text: &str, holders: usize) -> Verdict {
     let (records, unreadable) = parse(text);
-    let mut verdict = check(&records);
+    let mut verdict = check_holders(&records, holders);
     for line in unreadable {
         verdict
             .violations
@@ -239,7 +248,8 @@ pub fn check_text(text: &str) -> Verdict {
     verdict
 }
 
-pub fn check(records: &[Record]) -> Verdict {
+pub fn check_holders(records: &[Record], holders: usize) -> Verdict {
+    let holders = holders.max(1);
     let mut verdict = Verdict::default();
     let mut jobs: Vec<Job> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -308,10 +318,15 @@ pub fn check(records: &[Record]) -> Verdict {
     }
     jobs.sort_by_key(|j| j.start);
 
-    // 1. Overlaps, seen by heartbeats (an earlier job alive after a later one started)...
-    for (i, earlier) in jobs.iter().enumerate() {
-        for later in &jobs[i + 1..] {
-            if earlier.last_alive > later.start {
+    // 1. Overlaps, seen by heartbeats (an earlier job alive after a later one started: with N
+    //    holders, N earlier jobs alive)...
+    for (i, later) in jobs.iter().enumerate() {
+        let alive: Vec<&Job> = jobs[..i]
+            .iter()
+            .filter(|earlier| earlier.last_alive > later.start)
+            .collect();
+        if alive.len() >= holders {
+            for earlier in alive {
                 add_overlap(
                     &mut verdict.overlaps,
                     earlier,
@@ -322,26 +337,52 @@ pub fn check(records: &[Record]) -> Verdict {
         }
     }
     // ...and by the later job's own check of the earlier jobs' pids at its start.
+    let mut seen: Vec<(String, Vec<usize>)> = Vec::new();
     for (name, pid, time) in self_reported {
-        let later = jobs.iter().find(|j| j.name == name).unwrap();
         match jobs
             .iter()
-            .find(|j| j.name != name && j.start <= time && j.pids.contains(&pid))
+            .position(|j| j.name != name && j.start <= time && j.pids.contains(&pid))
         {
-            Some(earlier) => add_overlap(&mut verdict.overlaps, earlier, later, Duration::ZERO),
+            Some(earlier) => match seen.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, earlier_jobs)) if earlier_jobs.contains(&earlier) => {}
+                Some((_, earlier_jobs)) => earlier_jobs.push(earlier),
+                None => seen.push((name, vec![earlier])),
+            },
             None => verdict.violations.push(format!(
                 "{name} saw pid {pid} alive at its start, which is no earlier job's"
             )),
         }
     }
+    for (name, earlier_jobs) in seen {
+        if earlier_jobs.len() >= holders {
+            let later = jobs.iter().find(|j| j.name == name).unwrap();
+            for earlier in earlier_jobs {
+                add_overlap(&mut verdict.overlaps, &jobs[earlier], later, Duration::ZERO);
+            }
+        }
+    }
 
-    // 2. Tokens strictly increase in start order.
-    for pair in jobs.windows(2) {
-        if pair[1].token <= pair[0].token {
-            verdict.violations.push(format!(
-                "token {} of {} is not greater than token {} of {}, which started before it",
-                pair[1].token, pair[1].name, pair[0].token, pair[0].name
-            ));
+    // 2. Tokens strictly increase in start order (with N holders: above every job that had
+    //    ended before this one started).
+    if holders == 1 {
+        for pair in jobs.windows(2) {
+            if pair[1].token <= pair[0].token {
+                verdict.violations.push(format!(
+                    "token {} of {} is not greater than token {} of {}, which started before it",
+                    pair[1].token, pair[1].name, pair[0].token, pair[0].name
+                ));
+            }
+        }
+    } else {
+        for (i, later) in jobs.iter().enumerate() {
+            for earlier in jobs[..i].iter().filter(|e| e.last_alive < later.start) {
+                if later.token <= earlier.token {
+                    verdict.violations.push(format!(
+                        "token {} of {} is not greater than token {} of {}, which ended before it started",
+                        later.token, later.name, earlier.token, earlier.name
+                    ));
+                }
+            }
         }
     }
 
@@ -577,6 +618,58 @@ mod tests {
         ]);
         let verdict = check_text(&text);
         assert!(verdict.is_safe(), "{}", verdict.problems());
+    }
+
+    /// With two holders, two jobs may run at once, a third starting beside them is an overlap
+    /// (by heartbeats and by its own pid check), and a token below one that had ended is wrong.
+    #[test]
+    fn two_holders_may_overlap_three_may_not() {
+        let two = [
+            "start a 5 100 @0",
+            "start b 6 200 @100",
+            "beat a @900",
+            "beat b @950",
+            "overlap b 100 @101",
+            "stop a @1000",
+            "start c 9 300 @1500",
+            "overlap c 200 @1501",
+            "beat b @1600",
+            "teardown @2000",
+            "gone a @2100",
+            "gone b @2100",
+            "gone c @2100",
+        ];
+        let verdict = check_text_holders(&history(&two), 2);
+        assert!(verdict.is_safe(), "{}", verdict.problems());
+        // The same history with one holder: b and c each overlap an earlier job.
+        assert!(!check_text_holders(&history(&two), 1).is_safe());
+
+        let mut three = two.to_vec();
+        // a lived on past c's start: three at once.
+        three.insert(6, "beat a @1550");
+        let verdict = check_text_holders(&history(&three), 2);
+        assert!(
+            verdict.overlaps.iter().any(|o| o.later == "c"),
+            "{}",
+            verdict.problems()
+        );
+        let mut seen = two.to_vec();
+        // c's own check found a's pid (not only b's) alive at its start.
+        seen.insert(8, "overlap c 100 @1502");
+        assert!(!check_text_holders(&history(&seen), 2).is_safe());
+
+        let mut low = two.to_vec();
+        // c's token below a's, which had ended before c started.
+        low[6] = "start c 4 300 @1500";
+        let verdict = check_text_holders(&history(&low), 2);
+        assert!(
+            verdict
+                .violations
+                .iter()
+                .any(|v| v.contains("token 4 of c")),
+            "{}",
+            verdict.problems()
+        );
     }
 
     #[test]

@@ -240,6 +240,10 @@ every_store! {
     "9" scenario_9_supervisor_sigstopped_then_proxy_frozen [1] => |s, ctx| scenarios::term_ignoring_group(s, ctx, true);
     "10" scenario_10_every_process_named_leader_exec_sigkilled [1] => scenarios::pkill_by_name;
     "13" scenario_13_resign_during_a_term_ignoring_command_with_a_grandchild [1] => scenarios::rows::resign_term_ignoring;
+    // --max-holders 2: two of three instances hold; a fault hits one holder, or the store.
+    "h1" scenario_h1_one_of_two_holders_proxy_cut [1] => scenarios::holders::one_holder_cut;
+    "h4" scenario_h4_store_restarted_under_two_holders [1] => scenarios::holders::store_restart;
+    "h6" scenario_h6_one_of_two_holders_leader_exec_sigkilled [1] => scenarios::holders::one_holder_sigkilled;
 }
 
 // An etcd cluster's members (5a, 5b), and etcd's own view of the token through etcdctl (7).

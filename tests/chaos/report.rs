@@ -179,6 +179,30 @@ pub const SCENARIOS: &[Info] = &[
         on: &[],
     },
     Info {
+        id: "h1",
+        fault: "`--max-holders 2`, three instances: one holder's proxy cut until the waiter holds",
+        timing: FAST,
+        asserts: "the cut holder exits 75, the other keeps its command; never three commands at once, no token below one that had ended",
+        every_store: true,
+        on: &[],
+    },
+    Info {
+        id: "h4",
+        fault: "`--max-holders 2`, three instances: the store restarted on the same data",
+        timing: STEADY,
+        asserts: LEADERSHIP_KEPT,
+        every_store: true,
+        on: &[],
+    },
+    Info {
+        id: "h6",
+        fault: "`--max-holders 2`, three instances: one holder's leader-exec SIGKILLed; its command has a grandchild",
+        timing: FAST,
+        asserts: "command and grandchild dead within 2 s, group gone, before the waiter's command starts; the other holder's command runs on",
+        every_store: true,
+        on: &[],
+    },
+    Info {
         id: "p11",
         fault: "the server's wall clock stepped 5–60 s ahead and back (libfaketime), once or twice at random moments, while a leader holds and two waiters campaign; a fresh `--no-wait` instance tries while it stands ahead",
         timing: FAST,
@@ -334,7 +358,7 @@ fn notes(row: &Row) -> String {
         _ => {}
     }
     match id {
-        "1b" | "2b" | "3b" | "4" | "5a" | "5b" => {
+        "1b" | "2b" | "3b" | "4" | "5a" | "5b" | "h4" => {
             let limit = info(row.id).map_or(STEADY, |i| i.timing).short_fault();
             let limit = duration(limit);
             let mut note = format!(
@@ -355,7 +379,7 @@ fn notes(row: &Row) -> String {
             }
             note
         }
-        "1" | "2" => format!(
+        "1" | "2" | "h1" => format!(
             "old command signalled {} after the fault began",
             spread(&s.reactions)
         ),
@@ -364,7 +388,7 @@ fn notes(row: &Row) -> String {
             spread(&s.outages),
             spread(&s.reactions)
         ),
-        "6" | "6b" | "10" => format!(
+        "6" | "6b" | "10" | "h6" => format!(
             "command and grandchild dead {} after SIGKILL",
             spread(&s.reactions)
         ),

@@ -7,6 +7,7 @@
 //! against etcd, PostgreSQL and a standalone ZooKeeper server (`every_store!`). The rest inspect
 //! etcd (scenario 7 reads its token with etcdctl) or need an etcd cluster (5a, 5b).
 
+pub mod holders;
 pub mod rows;
 
 use std::net::SocketAddr;

@@ -183,6 +183,8 @@ pub struct Trial {
     /// The store's own endpoints (for etcdctl, when it is etcd).
     endpoints: String,
     pub contenders: Vec<Contender>,
+    /// `--max-holders` of every instance (1: a single leader).
+    pub holders: usize,
 }
 
 pub const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -224,6 +226,30 @@ impl Trial {
         trial
     }
 
+    /// Starts `names` instances with `--max-holders holders` at once, each through a proxy of
+    /// its own to `store`.
+    pub fn start_holders<S: Store>(
+        store: &S,
+        lease: &str,
+        timing: Timing,
+        kind: JobKind,
+        holders: usize,
+        names: &[&str],
+    ) -> Trial {
+        let mut trial = Trial::empty(&store.endpoint(), lease, timing);
+        trial.holders = holders;
+        for name in names {
+            trial.add(
+                name,
+                &[store.addr()],
+                |proxies| store.endpoint_via(&proxies[0]),
+                timing,
+                kind,
+            );
+        }
+        trial
+    }
+
     /// A trial with no instance yet (`add` starts them): `timing` is the one its waits use.
     pub fn empty(endpoints: &str, lease: &str, timing: Timing) -> Trial {
         let dir = tempfile::Builder::new()
@@ -236,6 +262,7 @@ impl Trial {
             timing,
             endpoints: endpoints.to_owned(),
             contenders: Vec::new(),
+            holders: 1,
         }
     }
 
@@ -256,6 +283,7 @@ impl Trial {
         command
             .args(["-v", "--endpoints", &through, "--lease", &self.lease])
             .args(["--identity", name])
+            .args(["--max-holders", &self.holders.to_string()])
             .args(timing.args())
             .args(["--", "bash", "-c", &script]);
         die_with_the_runner(&mut command);
@@ -333,6 +361,24 @@ impl Trial {
     /// `store` counts its candidates (the leader and its waiters, on every store).
     pub fn elected<S: Store>(&self, store: &S) -> Start {
         self.elected_when(|| Some(store.claims(&self.lease)))
+    }
+
+    /// Waits for the first `holders` jobs to start and for every instance to stand in line;
+    /// returns the holders' starts, oldest first.
+    pub fn holding<S: Store>(&self, store: &S) -> Vec<Start> {
+        let mut starts: Vec<Start> = Vec::new();
+        while starts.len() < self.holders {
+            let except: Vec<&str> = starts.iter().map(|s| s.name.as_str()).collect();
+            let next = self
+                .wait_start(&except, Duration::from_secs(15))
+                .unwrap_or_else(|| self.fail(format!("only {} holders started", starts.len())));
+            starts.push(next);
+        }
+        let all = self.contenders.len();
+        if !wait_for(Duration::from_secs(15), || store.claims(&self.lease) == all) {
+            self.fail(format!("not all {all} instances joined the line"));
+        }
+        starts
     }
 
     /// The same on an etcd cluster: etcdctl counts the candidate keys through the trial's
@@ -478,7 +524,7 @@ impl Trial {
                 });
             }
         }
-        let mut verdict = history::check_text(&self.history_text());
+        let mut verdict = history::check_text_holders(&self.history_text(), self.holders);
         verdict.violations.extend(problems);
         verdict
     }
