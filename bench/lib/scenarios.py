@@ -143,6 +143,36 @@ def scenario_handover(ctx, tool, i, _shared):
     }
 
 
+def scenario_semaphore(ctx, tool, i, _shared):
+    """`--max-holders 2`: two holders and one waiter; the oldest holder's child finishes and the
+    waiter's child starts beside the other holder; a new waiter joins, and so on."""
+    d = ctx.run_dir("semaphore", tool, i)
+    h = History(d / "history")
+    lease = ctx.lease("semaphore", i)
+    endpoint = ctx.endpoint(tool, lease)
+    extra = ("--max-holders", "2")
+    wrappers = [ctx.start(tool, endpoint, lease, f"s{k}", "hold", d, extra) for k in range(2)]
+    holders = [ctx.started(h, f"s{k}") for k in range(2)]
+    latency = []
+    for k in range(2, 2 + ctx.args.chain):
+        wrappers.append(ctx.start(tool, endpoint, lease, f"s{k}", "hold", d, extra))
+        ctx.wait_in_line(tool, lease, 3)
+        time.sleep(0.1)  # the waiter's watch is in place
+        oldest = holders.pop(0)
+        os.kill(oldest["pid"], signal.SIGUSR1)
+        ended = h.wait("end", oldest["name"], 5)
+        following = ctx.started(h, f"s{k}")
+        latency.append(ms(following["t"] - ended["t"]))
+        holders.append(following)
+    for holder in holders:
+        os.kill(holder["pid"], signal.SIGUSR1)
+    for p in wrappers:
+        rc, _ = wait_exit(p, 10)
+        if rc != 0:
+            raise BenchError(f"{tool.label} exited {rc} (see {d})")
+    return {"semaphore": latency}
+
+
 def scenario_crash(ctx, tool, i, shared):
     d = ctx.run_dir("crash", tool, i)
     h = History(d / "history")
@@ -428,6 +458,7 @@ def scenario_check(ctx, tool, i, shared):
 SCENARIOS = [
     ("uncontended", scenario_uncontended, True, True),
     ("handover", scenario_handover, True, False),
+    ("semaphore", scenario_semaphore, False, False),
     ("check", scenario_check, True, True),
     ("hold", scenario_hold, True, False),
     ("stepdown", scenario_stepdown, False, False),
@@ -440,4 +471,4 @@ SCENARIOS = [
 # etcd-specific paths (the step-down's black hole scans etcd's gRPC frames; etcdctl and the
 # partition compare with etcdctl lock). The waiters scenario counts a store's requests where it
 # can (PostgreSQL: pg_stat_statements; ZooKeeper: packets), etcd's from its /metrics.
-STORE_SCENARIOS = ("uncontended", "handover", "crash", "hold", "waiters")
+STORE_SCENARIOS = ("uncontended", "handover", "semaphore", "crash", "hold", "waiters")

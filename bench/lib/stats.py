@@ -87,6 +87,7 @@ FIGURES = [
     Figure("uncontended", "uncontended: launch → child's first output", "ms", "≤ 0.7 × etcdctl", ratio_at_most(0.7), digits=2),
     Figure("uncontended_exit", "uncontended, whole run: launch → wrapper exited (child exits at once)", "ms", "report", digits=2),
     Figure("handover", "graceful handover: holder's child exits → waiter's child starts", "ms", "≤ 1.0 × etcdctl", ratio_at_most(1.0), digits=2),
+    Figure("semaphore", "`--max-holders 2`, 2 holders + 1 waiter: a holder's child exits → the waiter's child starts", "ms", "report", digits=2),
     Figure("failover", f"crash failover, ttl {TTL_S} s: wrapper SIGKILLed → next child starts", "s", f"≤ ttl + 0.3 s = {TTL_S + 0.3} s", judge_failover, digits=2),
     Figure("failover_cut", "partition: proxy cut → next child starts", "s", "report", digits=2),
     Figure("stepdown", "step-down latency: local renew deadline → kill signal received by the child", "ms", "≤ 50 ms", judge_stepdown, le_only=True, digits=2),
@@ -132,10 +133,10 @@ def summary(values, digits):
 
 
 # The figures every store's run measures: BENCHMARKS.md's table of leader-exec on each store.
-EACH_STORE_FIGURES = ["uncontended", "handover", "failover", "pss", "cpu"]
+EACH_STORE_FIGURES = ["uncontended", "handover", "semaphore", "failover", "pss", "cpu"]
 
 
-STORE_FIGURES = ["uncontended", "uncontended_exit", "handover", "failover", "pss", "rss", "distinct",
+STORE_FIGURES = ["uncontended", "uncontended_exit", "handover", "semaphore", "failover", "pss", "rss", "distinct",
                  "anon", "pss_per_instance", "waiter_anon", "waiter_private", "cpu", "store_requests", "waiters_reference", "waiters_latency",
                  "store_handover_requests", "store_waiters_reference_requests", "store_waiters_requests",
                  "waiters_renewals"]
