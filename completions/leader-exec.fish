@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leader_exec_global_optspecs
-    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait recampaign hold-at-least= occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
+    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait max-holders= recampaign hold-at-least= occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_leader_exec_needs_command
@@ -39,6 +39,7 @@ USR2\t''
 KILL\t''"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s k -l kill-after -d 'Grace period after the first signal before SIGKILL goes to the whole process group' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l wait-timeout -d 'Give up campaigning after this long (exit 124) [default: wait forever]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l max-holders -d 'Let up to N instances run COMMAND at once (1-1000): a fleet-wide concurrency limit' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -d 'Keep the lease until this long after acquiring it, even if the command ends sooner' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
@@ -54,7 +55,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l cert -d 'Client
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l user -d 'The store\'s user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l password-file -d 'Read the store\'s password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG\'s target=level,... form that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s n -l no-wait -d 'Try once: exit 124 at once if another instance leads or is ahead in line'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l recampaign -d 'After leadership is lost, stop the command and campaign again instead of exiting 75'
@@ -75,7 +76,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l cert 
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l user -d 'The store\'s user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l password-file -d 'Read the store\'s password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG\'s target=level,... form that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l json -d 'Print one JSON object with stable field names instead of text'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l all -d 'List every lease under --prefix (leader, token, TTL left, candidates, unfinished occurrences), sorted by name; --lease is not needed (and ignored). Exit 0 once read'
@@ -91,7 +92,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l cert -
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l user -d 'The store\'s user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l password-file -d 'Read the store\'s password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG\'s target=level,... form that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -l json -d 'Print one JSON object per line instead of text'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand watch" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
@@ -107,7 +108,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l cert -
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l user -d 'The store\'s user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l password-file -d 'Read the store\'s password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG\'s target=level,... form that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
@@ -123,7 +124,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l cert 
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l user -d 'The store\'s user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l password-file -d 'Read the store\'s password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG\'s target=level,... form that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l force -d 'Do not ask: delete the leader\'s claim at once (fenced on its token). This can overlap: the next instance may start its command before the old leader has stopped its own (on etcd and ZooKeeper the old leader SIGKILLs its group as soon as it sees the claim gone; on PostgreSQL it learns at its next renewal, up to --retry-period later; a frozen leader not until it runs again). For a leader that does not answer a plain `resign`'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'

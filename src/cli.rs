@@ -76,7 +76,7 @@ LEADER_EXEC_CERT             --cert (then ETCDCTL_CERT)
 LEADER_EXEC_KEY              --key (then ETCDCTL_KEY)
 ETCDCTL_USER                 --user
 LEADER_EXEC_PASSWORD         the store password, when --user has none and no --password-file
-LEADER_EXEC_LOG              log filter in RUST_LOG syntax; overrides -v and -q
+LEADER_EXEC_LOG              log filter, RUST_LOG's target=level,... form; overrides -v and -q
 SSL_CERT_FILE, SSL_CERT_DIR  the trust store for https:// endpoints without --cacert
 NOTIFY_SOCKET                set by systemd: receives READY=1 and STATUS= lines (Type=notify)";
 
@@ -544,7 +544,7 @@ pub struct LogArgs {
     #[arg(short = 'q', long, action = clap::ArgAction::Count, global = true)]
     pub quiet: u8,
 
-    /// Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG syntax that overrides -v/-q.
+    /// Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG's target=level,... form that overrides -v/-q.
     #[arg(
         long,
         value_name = "FORMAT",

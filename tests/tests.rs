@@ -82,6 +82,7 @@ mod hints;
 mod hostile;
 mod input;
 mod local_faults;
+mod log_filter;
 mod metrics;
 mod operator;
 mod pgbouncer_only;
