@@ -172,6 +172,19 @@ def memory_kb(pid):
     return values["Rss"], values["Pss"], values["Anonymous"]
 
 
+def pss_anon_kb(pid):
+    """Pss_Anon from smaps_rollup, in kB: the process's anonymous pages, each divided among the
+    processes that map it. An instance's anonymous pages are shared only between its own
+    processes (copy-on-write after the supervisor's fork), so the sum over them counts each page
+    once."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "Pss_Anon:":
+                return int(parts[1])
+    raise BenchError(f"no Pss_Anon in /proc/{pid}/smaps_rollup (Linux 5.9 or later has it)")
+
+
 def private_kb(pid):
     """Pages of the process that no other process maps (Private_Clean + Private_Dirty), in kB:
     what ending it would give back."""

@@ -292,6 +292,7 @@ def notes_values(args, results, extras, started_at, stores):
         "memory_waiters_plus_one": getattr(args, "memory_waiters", 0) + 1 if hasattr(args, "memory_waiters") else "?",
         "pss_inst_le": med("pss_per_instance"), "pss_inst_ctl": med("pss_per_instance", "etcdctl"),
         "waiter_anon_le": med("waiter_anon"), "waiter_anon_ctl": med("waiter_anon", "etcdctl"),
+        "waiter_anon_once_le": med("waiter_anon_once"), "waiter_anon_once_ctl": med("waiter_anon_once", "etcdctl"),
         "waiter_private_le": med("waiter_private"), "waiter_private_ctl": med("waiter_private", "etcdctl"),
         "hold_seconds": f"{args.hold_seconds:g}", "waiters": args.waiters,
         "waiters_renewals_le": med("waiters_renewals", digits=0),

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 from .common import RENEW_DEADLINE_S, RETRY_PERIOD_S, TTL_S, BenchError, clean_env, mono, ms, wait_until
-from .procs import DeathWatch, History, Procs, cpu_ns, memory_kb, private_kb, resident_pages, stop, tool_processes, wait_exit
+from .procs import DeathWatch, History, Procs, cpu_ns, memory_kb, private_kb, pss_anon_kb, resident_pages, stop, tool_processes, wait_exit
 from .servers import EtcdApi, etcd_requests, handover_traffic
 
 
@@ -340,6 +340,7 @@ def memory_with_waiters(ctx, tool, lease, d, holder_procs):
         time.sleep(1.0)  # past each waiter's start-up: its watch (or look at the line) is in place
         per_waiter = [[memory_kb(p) + (private_kb(p),) for p in tool_processes(w.pid, exclude=set())]
                       for w in waiters]
+        anon_once = [sum(pss_anon_kb(p) for p in tool_processes(w.pid, exclude=set())) for w in waiters]
         holder = [memory_kb(p) for p in holder_procs]
     finally:
         for w in waiters:  # they withdraw (TERM) together, then each is waited for
@@ -353,6 +354,7 @@ def memory_with_waiters(ctx, tool, lease, d, holder_procs):
     return {
         "pss_per_instance": pss / (n + 1) / 1024,
         "waiter_anon": sum(a for procs in per_waiter for _, _, a, _ in procs) / n / 1024,
+        "waiter_anon_once": sum(anon_once) / n / 1024,
         "waiter_private": sum(u for procs in per_waiter for *_, u in procs) / n / 1024,
     }
 
