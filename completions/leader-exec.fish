@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leader_exec_global_optspecs
-    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait recampaign hold-at-least= occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
+    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait max-holders= recampaign hold-at-least= occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_leader_exec_needs_command
@@ -39,6 +39,7 @@ USR2\t''
 KILL\t''"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s k -l kill-after -d 'Grace period after the first signal before SIGKILL goes to the whole process group' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l wait-timeout -d 'Give up campaigning after this long (exit 124) [default: wait forever]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l max-holders -d 'Let up to N instances run COMMAND at once (1-1000): a fleet-wide concurrency limit' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -d 'Keep the lease until this long after acquiring it, even if the command ends sooner' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
@@ -112,7 +113,7 @@ json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l token -d 'Resign only if T is still the current leader\'s token (as `status` shows it)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l token -d 'Resign only if T is still the current leader\'s token (as `status` shows it); with --max-holders above 1, resign the holder with token T' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l timeout -d 'How long to wait for the leader to hand over before giving up (exit 124). Default: the leader\'s --kill-after + 2 x its --retry-period + 5 s, as it records them in the store (4s + 2 x 2s + 5s = 13s for a leader that records none). The request expires then' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
