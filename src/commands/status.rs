@@ -233,3 +233,45 @@ pub async fn status<B: Store>(
         STATUS_NO_LEADER
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    #[test]
+    fn each_holder_shows_what_it_recorded() {
+        let holder = Leader {
+            key: b"/leader-exec/reboot/1f".to_vec(),
+            identity: b"h:1".to_vec(),
+            token: 31,
+            lease_id: Some(0x1f),
+        };
+        let candidacy = crate::election::Candidacy {
+            lease_id: Some(0x1f),
+            key: "/leader-exec/reboot/1f".into(),
+            place: 31,
+            token: 31,
+        };
+        let mut state = State::new(&candidacy, "h:1", SystemTime::UNIX_EPOCH, Command::Running);
+        assert_eq!(holder_detail(None), "");
+        assert_eq!(
+            holder_detail(Some(&state)),
+            "  since 1970-01-01T00:00:00.000Z  running"
+        );
+        let object = holder_json(&holder, Some(&state));
+        assert_eq!(object["token"], 31);
+        assert_eq!(object["since"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(object["command"], "running");
+        assert!(object["hold_until"].is_null());
+        state.command = Command::Holding;
+        state.hold_until = Some("1970-01-01T00:10:00.000Z\u{1b}".into());
+        assert_eq!(
+            holder_detail(Some(&state)),
+            "  since 1970-01-01T00:00:00.000Z  holding until 1970-01-01T00:10:00.000Z\\x1b"
+        );
+        let object = holder_json(&holder, None);
+        assert!(object["since"].is_null() && object["command"].is_null());
+        assert_eq!(object["identity"], "h:1");
+    }
+}
