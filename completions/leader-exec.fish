@@ -113,7 +113,7 @@ json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l token -d 'Resign only if T is still the current leader\'s token (as `status` shows it)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l token -d 'Resign only if T is still the current leader\'s token (as `status` shows it); with --max-holders above 1, resign the holder with token T' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l timeout -d 'How long to wait for the leader to hand over before giving up (exit 124). Default: the leader\'s --kill-after + 2 x its --retry-period + 5 s, as it records them in the store (4s + 2 x 2s + 5s = 13s for a leader that records none). The request expires then' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f

@@ -219,6 +219,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                 identity: settings.identity.clone(),
                 renew_deadline: settings.timing.renew_deadline,
                 health_grace: settings.timing.retry_period,
+                max_holders: settings.max_holders,
             }
         })?;
     // One thread: the runtime runs on the main thread, which lives as long as the process.

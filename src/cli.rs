@@ -62,6 +62,7 @@ LEADER_KEY       what this leader holds: etcd, its election key; PostgreSQL, the
 LEADER_IDENTITY  the identity
 LEADER_LEASE_ID  the etcd lease id (hex); ZooKeeper, the session id (hex); not set with
                  PostgreSQL, which has no lease ids
+LEADER_MAX_HOLDERS     --max-holders (1 unless given)
 LEADER_OCCURRENCE      the --occurrence ID, when given
 LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
                        started it";
@@ -89,14 +90,17 @@ N        the command ran and exited with status N
          finished: a human must decide whether to run it again
 124      not acquired: --no-wait found a leader, or --wait-timeout passed
 125      leader-exec itself failed: usage or configuration error, the store unreachable at
-         start (refused, or no answer within --connect-timeout), TLS or authentication error
+         start (refused, or no answer within --connect-timeout), TLS or authentication error,
+         a --max-holders other than that of the instances already in the lease
 126      the command exists but cannot be executed
 127      the command was not found
 status:  0 there is a leader, 3 there is none, 125 error
-check:   0 the token is the current leader's, 1 it is not (stale), 125 error
+check:   0 the token is the current leader's (any current holder's), 1 it is not (stale),
+         125 error
 resign:  0 the leader handed over (--force: its claim was deleted), 1 --token given and not
-         the current leader's (nothing asked or deleted), 3 no leader, 124 the leader did not
-         hand over within --timeout (frozen host? see --force), 125 error
+         the current leader's (any current holder's; nothing asked or deleted), 3 no leader,
+         124 the leader did not hand over within --timeout (frozen host? see --force), 125
+         error
 watch:   0 when interrupted (INT/TERM), 125 error";
 
 pub const SIGNALS: &str = "\
@@ -244,14 +248,18 @@ pub struct Cli {
 pub enum Subcommand {
     /// Show the current leader: identity, token, key, lease time left, number of candidates.
     ///
+    /// With --max-holders above 1, every holder too (oldest first; the leader is the oldest).
     /// Exit status: 0 when there is a leader, 3 when there is none, 125 on error.
     Status(StatusArgs),
     /// Print one line (or JSON object) per leadership change, until interrupted.
     ///
-    /// The first line shows the leader at start (or that there is none). Survives store restarts
-    /// and reconnects. Exit status: 0 when interrupted by INT or TERM, 125 on error at start.
+    /// The first line shows the leader at start (or that there is none). With --max-holders
+    /// above 1, a line per change of the holder set, naming every holder (JSON: `holders`).
+    /// Survives store restarts and reconnects. Exit status: 0 when interrupted by INT or TERM, 125 on error at start.
     Watch(WatchArgs),
     /// Exit 0 if TOKEN is the current leader's token, 1 if it is not (stale), 125 on error.
+    ///
+    /// With --max-holders above 1, any current holder's token is current.
     ///
     /// For jobs that check their fencing token before each unit of work:
     ///   leader-exec check --lease x --token "$LEADER_TOKEN" || exit 75
@@ -265,9 +273,11 @@ pub enum Subcommand {
     /// campaigns again at the back of the line); the next command never starts beside the old
     /// one. `resign` waits until the claim is gone. A leader that does not answer within
     /// --timeout (a frozen host) is named, and `resign` exits 124; --force then deletes its
-    /// claim at once. Exit status: 0 handed over (--force: deleted), 1 --token given and not the
-    /// current leader's (nothing asked or deleted), 3 no leader, 124 no handover within
-    /// --timeout, 125 error.
+    /// claim at once. With --max-holders above 1 it asks the oldest holder (the leader `status`
+    /// shows), or with --token T the holder with token T, and waits for that holder's claim
+    /// alone. Exit status: 0 handed over (--force: deleted), 1 --token given and not the
+    /// current leader's (with several holders: no current holder's; nothing asked or deleted),
+    /// 3 no leader, 124 no handover within --timeout, 125 error.
     Resign(ResignArgs),
     /// Write the man page and shell completions into DIR (for packaging).
     #[command(hide = true, name = "generate-assets")]
@@ -305,7 +315,8 @@ pub struct CheckArgs {
 
 #[derive(Args, Debug)]
 pub struct ResignArgs {
-    /// Resign only if T is still the current leader's token (as `status` shows it).
+    /// Resign only if T is still the current leader's token (as `status` shows it); with
+    /// --max-holders above 1, resign the holder with token T.
     #[arg(long, value_name = "T")]
     pub token: Option<String>,
 
@@ -408,8 +419,10 @@ pub struct RunArgs {
     /// Every holder keeps every rule of a single leader (its command is stopped before its
     /// claim can expire) and gets its own fencing token, greater than every earlier one, in
     /// LEADER_TOKEN, and N in LEADER_MAX_HOLDERS. The others wait in line. Every instance of a
-    /// lease must give the same N: one that differs exits 125. N = 1 (the default) is a single
-    /// leader, with the same keys, rows and nodes as always. Not with --occurrence.
+    /// lease must give the same N: one that differs exits 125, leaving nothing in the store.
+    /// N = 1 (the default) is a single leader, with the same keys, rows and nodes as always.
+    /// `status` lists every holder; `check` accepts any holder's token; `resign --token T`
+    /// picks a holder. Not with --occurrence (which runs an occurrence once, by one leader).
     #[arg(long, value_name = "N", env = "LEADER_EXEC_MAX_HOLDERS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_holders: u32,
 

@@ -79,6 +79,7 @@ mod faults;
 mod floors;
 mod handover;
 mod hints;
+mod holder_records;
 mod hostile;
 mod input;
 mod local_faults;

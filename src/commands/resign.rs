@@ -17,9 +17,14 @@
 //! and `resign` exits 124; `--force` deletes the claim at once — today's forced takeover,
 //! which can overlap, and says so.
 //!
+//! With `--max-holders` N > 1, `resign` asks the oldest holder (the one `status` shows as
+//! leader), or with `--token T` the holder with that token; its request key is that holder's
+//! own (`PREFIX .resign/NAME/TOKEN`), and it waits until exactly that holder's claim is gone,
+//! whatever the other holders do meanwhile. `--force` deletes that holder's claim alone.
+//!
 //! Exit codes: 0 handed over (or, with `--force`, deleted), 1 `--token` given and not the
-//! current leader's (or the leader changed meanwhile: nothing asked or deleted), 3 no leader,
-//! 124 no handover within `--timeout`, 125 error.
+//! current leader's (with N > 1: no current holder's), or the leader changed meanwhile:
+//! nothing asked or deleted, 3 no leader, 124 no handover within `--timeout`, 125 error.
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -90,7 +95,33 @@ pub async fn resign<B: Store>(
         return Err(Failure::usage("--timeout 0s: give the leader some time, like 30s").into());
     }
     let observation = commands::read_once(backend, limit).await?;
-    let Some(leader) = observation.leader().cloned() else {
+    // With --max-holders N > 1 (as the store says the instances use): `--token T` picks the
+    // holder with that token, and without it the oldest holder (the leader) is asked. Which
+    // one is fixed here; everything after follows that holder alone, by its token.
+    let several = observation.max_holders > 1;
+    if several
+        && let Some(wanted) = wanted
+        && observation.leader().is_some()
+        && observation.holder(wanted).is_none()
+    {
+        let holding: Vec<String> = observation
+            .holders
+            .iter()
+            .map(|h| format!("{} ({})", h.token, escape(&h.identity)))
+            .collect();
+        tracing::warn!(
+            event = "stale",
+            token = wanted,
+            "token {wanted} is not a current holder's (the holders have tokens {}); nothing asked or deleted",
+            holding.join(", ")
+        );
+        return Ok(NOT_CURRENT);
+    }
+    let target = match wanted {
+        Some(wanted) if several => observation.holder(wanted),
+        _ => observation.leader(),
+    };
+    let Some(leader) = target.cloned() else {
         tracing::warn!(
             event = "no-leader",
             "lease {} has no leader: nothing to resign",
@@ -119,12 +150,13 @@ pub async fn resign<B: Store>(
         None => {
             // The leader records its timing beside its claim; a read that fails only costs
             // the default.
-            let state = published::read(backend, scope, leader.token, limit)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::debug!(error = %e, "reading the leader's state failed");
-                    None
-                });
+            let state =
+                published::read(backend, scope, observation.max_holders, leader.token, limit)
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::debug!(error = %e, "reading the leader's state failed");
+                        None
+                    });
             let ms = |v: Option<u64>, default| v.map_or(default, Duration::from_millis);
             let kill_after = ms(
                 state.as_ref().and_then(|s| s.kill_after_ms),
@@ -139,7 +171,7 @@ pub async fn resign<B: Store>(
     };
     let started = tokio::time::Instant::now();
     let give_up_at = started + bound;
-    let key = published::handover_key(scope);
+    let key = published::holder_handover_key(scope, observation.max_holders, leader.token);
     let asked = crate::election::bounded::bounded(
         backend,
         limit,
@@ -185,7 +217,9 @@ pub async fn resign<B: Store>(
         let look = tokio::time::timeout(remaining.max(LOOK), backend.read_election()).await;
         match look {
             Ok(Ok(now)) => {
-                if now.leader().map(|l| l.token) != Some(leader.token) {
+                // That holder's claim is gone (with one holder: the leader changed). Another
+                // holder coming or going is not it.
+                if now.holder(leader.token).is_none() {
                     print_line(&format!(
                         "resigned leader {} (token {}, key {}): handed over in {} ms\n",
                         escape(&leader.identity),

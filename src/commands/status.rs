@@ -8,20 +8,46 @@ use serde_json::{Value, json};
 
 use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, print, read_once};
 use crate::election::Scope;
-use crate::election::Store;
 use crate::election::bounded::bounded;
+use crate::election::{Leader, Store};
 use crate::escape::{escape, escape_str};
 use crate::leader::occurrence::{self, Record};
+use crate::leader::published::{Command, State};
 
 /// How many occurrences `status` shows as text (JSON has them all).
 const OCCURRENCES_SHOWN: usize = 10;
+
+/// A holder in JSON: what `leader_json` shows, with what it recorded about itself, as `leader`
+/// has it (`since`, `command`, `hold_until`: null where it recorded nothing).
+fn holder_json(holder: &Leader, state: Option<&State>) -> Value {
+    let mut object = leader_json(holder);
+    object["since"] = json!(state.map(|s| &s.since));
+    object["command"] = json!(state.map(|s| s.command));
+    object["hold_until"] = json!(state.and_then(|s| s.hold_until.as_ref()));
+    object
+}
+
+/// What a holder's text line adds from its record: `  since T  running` (or `holding until
+/// T`); nothing where it recorded none.
+fn holder_detail(state: Option<&State>) -> String {
+    let Some(state) = state else {
+        return String::new();
+    };
+    let command = match (state.command, &state.hold_until) {
+        (Command::Running, _) => "running".to_owned(),
+        (Command::Holding, Some(until)) => format!("holding until {}", escape_str(until)),
+        (Command::Holding, None) => "holding".to_owned(),
+    };
+    format!("  since {}  {command}", escape_str(&state.since))
+}
 
 /// `leader-exec status`.
 ///
 /// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
 /// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`, `since`, `command` (`running`,
 /// `holding` or null), `hold_until`; the oldest holder), `max_holders`, `holders` (every holder,
-/// oldest first: objects with `identity`, `token`, `key`, `lease_id`), `candidates`, `occurrences`
+/// oldest first: objects with `identity`, `token`, `key`, `lease_id`, `since`, `command`,
+/// `hold_until`), `candidates`, `occurrences`
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
 /// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
 /// `{"id": …, "state": "unreadable"}`).
@@ -44,10 +70,16 @@ pub async fn status<B: Store>(
         }
         None => None,
     };
-    let state = match observation.leader() {
-        Some(leader) => crate::leader::published::read(backend, scope, leader.token, limit).await?,
-        None => None,
-    };
+    // Each holder's own record (with --max-holders 1 the leader's alone, read as before).
+    let states = crate::leader::published::read_each(
+        backend,
+        scope,
+        observation.max_holders,
+        &observation.holders,
+        limit,
+    )
+    .await?;
+    let state = states.first().cloned().flatten();
     let records = bounded(
         backend,
         limit,
@@ -87,7 +119,12 @@ pub async fn status<B: Store>(
                 object
             }))
             .collect();
-        let holders: Vec<Value> = observation.holders.iter().map(leader_json).collect();
+        let holders: Vec<Value> = observation
+            .holders
+            .iter()
+            .zip(&states)
+            .map(|(holder, state)| holder_json(holder, state.as_ref()))
+            .collect();
         let object = json!({
             "lease": scope.lease,
             "leader": leader,
@@ -142,13 +179,14 @@ pub async fn status<B: Store>(
                 observation.holders.len(),
                 observation.max_holders
             )?;
-            for holder in &observation.holders {
+            for (holder, state) in observation.holders.iter().zip(&states) {
                 writeln!(
                     out,
-                    "  token {}  {}  {}",
+                    "  token {}  {}  {}{}",
                     holder.token,
                     escape(&holder.identity),
-                    escape(&holder.key)
+                    escape(&holder.key),
+                    holder_detail(state.as_ref())
                 )?;
             }
         }
@@ -194,4 +232,46 @@ pub async fn status<B: Store>(
     } else {
         STATUS_NO_LEADER
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    #[test]
+    fn each_holder_shows_what_it_recorded() {
+        let holder = Leader {
+            key: b"/leader-exec/reboot/1f".to_vec(),
+            identity: b"h:1".to_vec(),
+            token: 31,
+            lease_id: Some(0x1f),
+        };
+        let candidacy = crate::election::Candidacy {
+            lease_id: Some(0x1f),
+            key: "/leader-exec/reboot/1f".into(),
+            place: 31,
+            token: 31,
+        };
+        let mut state = State::new(&candidacy, "h:1", SystemTime::UNIX_EPOCH, Command::Running);
+        assert_eq!(holder_detail(None), "");
+        assert_eq!(
+            holder_detail(Some(&state)),
+            "  since 1970-01-01T00:00:00.000Z  running"
+        );
+        let object = holder_json(&holder, Some(&state));
+        assert_eq!(object["token"], 31);
+        assert_eq!(object["since"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(object["command"], "running");
+        assert!(object["hold_until"].is_null());
+        state.command = Command::Holding;
+        state.hold_until = Some("1970-01-01T00:10:00.000Z\u{1b}".into());
+        assert_eq!(
+            holder_detail(Some(&state)),
+            "  since 1970-01-01T00:00:00.000Z  holding until 1970-01-01T00:10:00.000Z\\x1b"
+        );
+        let object = holder_json(&holder, None);
+        assert!(object["since"].is_null() && object["command"].is_null());
+        assert_eq!(object["identity"], "h:1");
+    }
 }

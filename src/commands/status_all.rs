@@ -19,8 +19,9 @@ use crate::leader::occurrence::{Record, State};
 struct Row {
     election: Election,
     time: Option<LeaseTime>,
-    /// What the leader recorded about itself (`since`, `command`, `hold_until`), as in `status`.
-    state: Option<crate::leader::published::State>,
+    /// What each holder recorded about itself (`since`, `command`, `hold_until`), as in
+    /// `status`, in the order of `election.holders` (the first is the leader's).
+    states: Vec<Option<crate::leader::published::State>>,
     /// Occurrence records under this lease name.
     occurrences: usize,
     /// Records `started` by a token that is not the current leader's: started, never finished.
@@ -63,20 +64,27 @@ pub async fn status_all<B: Store>(
             None => None,
         };
         // A name that is not UTF-8 was not written by leader-exec, which records no state for it.
-        let state = match (election.leader(), std::str::from_utf8(&election.name)) {
-            (Some(leader), Ok(name)) => {
+        let states = match std::str::from_utf8(&election.name) {
+            Ok(name) => {
                 let scope = crate::election::Scope {
                     lease: name.to_owned(),
                     prefix: prefix.to_owned(),
                 };
-                crate::leader::published::read(backend, &scope, leader.token, limit).await?
+                crate::leader::published::read_each(
+                    backend,
+                    &scope,
+                    election.max_holders,
+                    &election.holders,
+                    limit,
+                )
+                .await?
             }
-            _ => None,
+            Err(_) => vec![None; election.holders.len()],
         };
         rows.push(Row {
             election,
             time,
-            state,
+            states,
             occurrences: 0,
             unfinished: Vec::new(),
             unreadable: Vec::new(),
@@ -99,7 +107,7 @@ pub async fn status_all<B: Store>(
                         candidates: 0,
                     },
                     time: None,
-                    state: None,
+                    states: Vec::new(),
                     occurrences: 0,
                     unfinished: Vec::new(),
                     unreadable: Vec::new(),
@@ -111,10 +119,8 @@ pub async fn status_all<B: Store>(
         row.occurrences += 1;
         match Record::from_json(&value) {
             Some(record) => {
-                let running = row
-                    .election
-                    .leader()
-                    .is_some_and(|l| l.token == record.token);
+                // Occurrences run with --max-holders 1 only; any holder's token is running.
+                let running = row.election.holders.iter().any(|h| h.token == record.token);
                 if record.state == State::Started && !running {
                     row.unfinished.push((id, record));
                 }
@@ -139,6 +145,7 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
     let leases: Vec<Value> = rows
         .iter()
         .map(|row| {
+            let state = row.states.first().and_then(Option::as_ref);
             let leader = row.election.leader().map(|leader| {
                 json!({
                     "identity": String::from_utf8_lossy(&leader.identity),
@@ -147,9 +154,9 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
                     "lease_id": leader.lease_id.map(|id| format!("{id:x}")),
                     "ttl_remaining_seconds": row.time.map(|t| t.remaining.as_secs()),
                     "ttl_granted_seconds": row.time.map(|t| t.granted.as_secs()),
-                    "since": row.state.as_ref().map(|s| &s.since),
-                    "command": row.state.as_ref().map(|s| s.command),
-                    "hold_until": row.state.as_ref().and_then(|s| s.hold_until.as_ref()),
+                    "since": state.map(|s| &s.since),
+                    "command": state.map(|s| s.command),
+                    "hold_until": state.and_then(|s| s.hold_until.as_ref()),
                 })
             });
             let unfinished: Vec<Value> = row
@@ -166,13 +173,36 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
                     })
                 }))
                 .collect();
-            json!({
+            let mut object = json!({
                 "lease": String::from_utf8_lossy(&row.election.name),
                 "leader": leader,
                 "candidates": row.election.candidates,
                 "occurrences": row.occurrences,
                 "unfinished_occurrences": unfinished,
-            })
+            });
+            // With --max-holders above 1: N and every holder, oldest first (with 1, unchanged).
+            if row.election.max_holders > 1 {
+                let holders: Vec<Value> = row
+                    .election
+                    .holders
+                    .iter()
+                    .zip(row.states.iter().chain(std::iter::repeat(&None)))
+                    .map(|(holder, state)| {
+                        json!({
+                            "identity": String::from_utf8_lossy(&holder.identity),
+                            "token": holder.token,
+                            "key": String::from_utf8_lossy(&holder.key),
+                            "lease_id": holder.lease_id.map(|id| format!("{id:x}")),
+                            "since": state.as_ref().map(|s| &s.since),
+                            "command": state.as_ref().map(|s| s.command),
+                            "hold_until": state.as_ref().and_then(|s| s.hold_until.as_ref()),
+                        })
+                    })
+                    .collect();
+                object["max_holders"] = json!(row.election.max_holders);
+                object["holders"] = json!(holders);
+            }
+            object
         })
         .collect();
     format!("{}\n", json!({"prefix": prefix, "leases": leases}))
@@ -236,6 +266,11 @@ fn render_text(rows: &[Row]) -> String {
     write_line(&header);
     for (line, row) in table.iter().zip(rows) {
         write_line(&line.each_ref().map(String::as_str));
+        // With --max-holders above 1: how many hold of N, and who (the leader column shows
+        // the oldest).
+        if row.election.max_holders > 1 {
+            write_line(&[&holders_line(&row.election)]);
+        }
         // Unfinished occurrences stand out, one line each, under their lease.
         for id in &row.unreadable {
             write_line(&[&format!(
@@ -254,4 +289,84 @@ fn render_text(rows: &[Row]) -> String {
         }
     }
     out
+}
+
+/// `  K/N holders: token T IDENTITY, …` (oldest first).
+fn holders_line(election: &Election) -> String {
+    let mut line = format!(
+        "  {}/{} holders",
+        election.holders.len(),
+        election.max_holders
+    );
+    for (i, holder) in election.holders.iter().enumerate() {
+        line.push_str(if i == 0 { ": " } else { ", " });
+        let _ = write!(line, "token {} {}", holder.token, escape(&holder.identity));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::Leader;
+
+    fn holder(token: i64, identity: &[u8]) -> Leader {
+        Leader {
+            key: format!("/leader-exec/reboot/{token:x}").into_bytes(),
+            identity: identity.to_vec(),
+            token,
+            lease_id: Some(token),
+        }
+    }
+
+    fn row(holders: Vec<Leader>, max_holders: u32) -> Row {
+        Row {
+            election: Election {
+                name: b"reboot".to_vec(),
+                holders,
+                max_holders,
+                candidates: 3,
+            },
+            time: None,
+            states: Vec::new(),
+            occurrences: 0,
+            unfinished: Vec::new(),
+            unreadable: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn several_holders_add_a_line_and_json_fields_one_holder_adds_nothing() {
+        let one = render_text(&[row(vec![holder(5, b"a:1")], 1)]);
+        assert_eq!(
+            one,
+            "LEASE   LEADER  TOKEN  TTL  CANDIDATES  UNFINISHED\n\
+             reboot  a:1     5      -    3           -\n"
+        );
+        let json: Value =
+            serde_json::from_str(&render_json("/p/", &[row(vec![holder(5, b"a:1")], 1)])).unwrap();
+        assert!(json["leases"][0].get("holders").is_none());
+        assert!(json["leases"][0].get("max_holders").is_none());
+
+        let two = row(vec![holder(5, b"a:1"), holder(9, b"b\x1b:2")], 3);
+        let text = render_text(std::slice::from_ref(&two));
+        assert_eq!(
+            text.lines().nth(2),
+            Some("  2/3 holders: token 5 a:1, token 9 b\\x1b:2"),
+            "{text}"
+        );
+        let json: Value = serde_json::from_str(&render_json("/p/", &[two])).unwrap();
+        let lease = &json["leases"][0];
+        assert_eq!(lease["max_holders"], 3);
+        assert_eq!(lease["leader"]["token"], 5);
+        let tokens: Vec<i64> = lease["holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["token"].as_i64().unwrap())
+            .collect();
+        assert_eq!(tokens, [5, 9]);
+        assert_eq!(lease["holders"][1]["identity"], "b\u{1b}:2");
+        assert!(lease["holders"][1]["since"].is_null());
+    }
 }

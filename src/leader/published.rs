@@ -9,6 +9,15 @@
 //! written beside the command's start, never before it (handover latency is unchanged), and
 //! again when a hold begins; a write that fails is only logged at debug level: `status` then
 //! says the detail is unknown. `status` shows it only when its token is the current leader's.
+//!
+//! With `--max-holders` N > 1 every holder writes its own record, `PREFIX .leaders/NAME/TOKEN`
+//! ([`holder_key`]): the token in the key keeps holders from overwriting each other (no two
+//! holders of one name ever share a token), and each is fenced by its own claim as above. A
+//! reader learns N from the store (`Observation::max_holders`; instances that disagree on N are
+//! refused before they hold), so it reads exactly the keys of the current holders' tokens and a
+//! record left by an earlier holder is never shown for a current one. With N = 1 the key stays
+//! `PREFIX .leaders/NAME`, as earlier versions wrote it. Requests from `resign` follow the same
+//! rule ([`holder_handover_key`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -19,6 +28,27 @@ use crate::election::{Backoff, Candidacy, Store};
 
 pub fn key(scope: &Scope) -> String {
     format!("{}.leaders/{}", scope.prefix, scope.lease)
+}
+
+/// Where the holder with `token` records its state: [`key`] with `--max-holders` 1, else
+/// `PREFIX .leaders/NAME/TOKEN`.
+pub fn holder_key(scope: &Scope, max_holders: u32, token: i64) -> String {
+    if max_holders > 1 {
+        format!("{}/{token}", key(scope))
+    } else {
+        key(scope)
+    }
+}
+
+/// Where `resign` asks the holder with `token` to hand over: [`handover_key`] with
+/// `--max-holders` 1, else `PREFIX .resign/NAME/TOKEN`, so that requests to two holders never
+/// overwrite each other (the value still names the token, as with one leader).
+pub fn holder_handover_key(scope: &Scope, max_holders: u32, token: i64) -> String {
+    if max_holders > 1 {
+        format!("{}/{token}", handover_key(scope))
+    } else {
+        handover_key(scope)
+    }
 }
 
 /// Where `resign` asks the leader to hand over: `PREFIX .resign/NAME`, outside every election's
@@ -118,10 +148,12 @@ pub async fn write<B: Store>(
     }
 }
 
-/// The current leader's state, if it recorded one for `token`.
+/// A current holder's state (with `--max-holders` 1: the leader's), if it recorded one for
+/// `token`. `max_holders` is what the store says the election uses.
 pub async fn read<B: Store>(
     backend: &B,
     scope: &Scope,
+    max_holders: u32,
     token: i64,
     limit: Duration,
 ) -> anyhow::Result<Option<State>> {
@@ -129,12 +161,28 @@ pub async fn read<B: Store>(
         backend,
         limit,
         "reading the leader's state",
-        backend.read_record(&key(scope)),
+        backend.read_record(&holder_key(scope, max_holders, token)),
     )
     .await?;
     Ok(value
         .and_then(|bytes| State::from_json(&bytes))
         .filter(|state| state.token == token))
+}
+
+/// Every current holder's state, in the order of `holders` (`None` where a holder recorded
+/// none). One read per holder: `status` and `status --all` show each holder's since/command.
+pub async fn read_each<B: Store>(
+    backend: &B,
+    scope: &Scope,
+    max_holders: u32,
+    holders: &[crate::election::Leader],
+    limit: Duration,
+) -> anyhow::Result<Vec<Option<State>>> {
+    let mut states = Vec::with_capacity(holders.len());
+    for holder in holders {
+        states.push(read(backend, scope, max_holders, holder.token, limit).await?);
+    }
+    Ok(states)
 }
 
 /// The text `status` shows on its `since:` and `command:` lines.
@@ -191,5 +239,25 @@ mod tests {
         assert_eq!(back, state);
         assert!(age("1970-01-01T00:00:00Z").is_some());
         assert_eq!(age("not a time"), None);
+    }
+
+    #[test]
+    fn one_holder_keeps_the_keys_and_several_get_one_each() {
+        let scope = Scope {
+            lease: "backup".into(),
+            prefix: "/leader-exec/".into(),
+        };
+        assert_eq!(holder_key(&scope, 1, 7), "/leader-exec/.leaders/backup");
+        assert_eq!(holder_key(&scope, 1, 7), key(&scope));
+        assert_eq!(holder_key(&scope, 2, 7), "/leader-exec/.leaders/backup/7");
+        assert_eq!(
+            holder_handover_key(&scope, 1, 7),
+            "/leader-exec/.resign/backup"
+        );
+        assert_eq!(holder_handover_key(&scope, 1, 7), handover_key(&scope));
+        assert_eq!(
+            holder_handover_key(&scope, 1000, 12),
+            "/leader-exec/.resign/backup/12"
+        );
     }
 }

@@ -174,11 +174,29 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         let predecessor = crate::escape::escape(&ahead.key);
                         // Name who leads, not only the key ahead (one more read, bounded).
                         let limit = self.settings.timing.retry_period;
-                        let leader =
+                        let observation =
                             match tokio::time::timeout(limit, backend.read_election()).await {
-                                Ok(Ok(observation)) => observation.leader().cloned(),
+                                Ok(Ok(observation)) => Some(observation),
                                 _ => None,
                             };
+                        let leader = observation.as_ref().and_then(|o| o.leader().cloned());
+                        // With --max-holders above 1: N others hold; name them all.
+                        if let Some(o) = observation.as_ref().filter(|o| o.max_holders > 1) {
+                            let holders: Vec<String> = o
+                                .holders
+                                .iter()
+                                .map(|h| {
+                                    format!(
+                                        "{} (token {})",
+                                        crate::escape::escape(&h.identity),
+                                        h.token
+                                    )
+                                })
+                                .collect();
+                            let holders = holders.join(", ");
+                            tracing::info!(event = "not-acquired", %holders, max_holders = o.max_holders, %predecessor, "{} of {} instances hold (--no-wait): {holders}", o.holders.len(), o.max_holders);
+                            return Waited::End(End::release(Then::NotAcquired));
+                        }
                         let leader_identity = leader.as_ref().map_or_else(
                             || "unknown".to_owned(),
                             |l| String::from_utf8_lossy(&l.identity).into_owned(),

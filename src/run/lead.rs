@@ -120,7 +120,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             published::Command::Running,
         )
         .with_timing(settings.timing.kill_after, settings.timing.retry_period);
-        let state_key = published::key(&settings.scope());
+        let state_key =
+            published::holder_key(&settings.scope(), settings.max_holders, candidacy.token);
         let announce = published::write(
             backend,
             candidacy,
@@ -298,7 +299,11 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         );
         let left = until.saturating_sub(clock.now());
         state.hold_until = Some(published::rfc3339(std::time::SystemTime::now() + left));
-        let state_key = published::key(&self.settings.scope());
+        let state_key = published::holder_key(
+            &self.settings.scope(),
+            self.settings.max_holders,
+            candidacy.token,
+        );
         let announce = published::write(
             self.backend,
             candidacy,

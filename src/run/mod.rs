@@ -210,10 +210,17 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             let leader = std::cell::OnceCell::new();
             // `resign` asks through the store; the request names this leader's token. Not polled
             // before the candidacy leads.
-            let handover_key = crate::leader::published::handover_key(&self.settings.scope());
+            // With --max-holders above 1 each holder has a request key of its own.
+            let scope = self.settings.scope();
+            let max_holders = self.settings.max_holders;
             let retry_period = self.settings.timing.retry_period;
             let handover = async {
                 let leader: &Candidacy = leader.get().expect("polled only once leading");
+                let handover_key = crate::leader::published::holder_handover_key(
+                    &scope,
+                    max_holders,
+                    leader.token,
+                );
                 backend
                     .handover_requested(leader, &handover_key, retry_period)
                     .await

@@ -194,6 +194,10 @@ struct Ran {
     signals: Vec<(Duration, Signal)>,
     releases: Vec<Duration>,
     fake: Fake,
+    /// The error's message, when the run ended with one.
+    message: Option<String>,
+    /// When the command was started, if it was.
+    spawned: Option<Duration>,
 }
 
 /// Runs the Runner to its end (bounded: a run that never ends fails the test), sending
@@ -227,9 +231,9 @@ async fn run(
         () = sender => unreachable!(),
     };
     let ended = origin.elapsed();
-    let code = match result {
-        Ok(code) => code,
-        Err(e) => exit::code_of(&e),
+    let (code, message) = match result {
+        Ok(code) => (code, None),
+        Err(e) => (exit::code_of(&e), Some(e.to_string())),
     };
     let signals = sent.borrow().clone();
     Ran {
@@ -238,6 +242,8 @@ async fn run(
         signals,
         releases: fake.times(Call::Release),
         fake,
+        message,
+        spawned: group.spawned,
     }
 }
 
@@ -530,4 +536,74 @@ async fn with_recampaign_each_candidacy_is_released_once() {
     );
     assert_eq!(ran.releases, [2 * S + DYING, 7 * S + DYING]);
     assert_eq!(ran.code, exit::NOT_ACQUIRED);
+}
+
+/// Instances already in the election use `--max-holders 3`; this one says 2.
+fn mismatched() -> (Settings, Script) {
+    let mut settings = settings();
+    settings.max_holders = 2;
+    let script = Script {
+        check_turn: VecDeque::from([Step::now(Ok(Turn::Mismatch { theirs: 3 }))]),
+        ..Script::default()
+    };
+    (settings, script)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_max_holders_mismatch_releases_the_candidacy_and_exits_125_without_starting() {
+    for wait in [Wait::Forever, Wait::Until(5 * S), Wait::No] {
+        let (mut settings, script) = mismatched();
+        settings.wait = wait;
+        let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
+        assert_eq!(ran.code, exit::FAILURE, "{wait:?}");
+        assert_eq!(
+            ran.message.as_deref(),
+            Some(
+                "--max-holders 2 does not match the --max-holders 3 of the instances already in \
+                 lease 'test': every instance of one lease must give the same value"
+            ),
+            "{wait:?}"
+        );
+        assert!(!ran.message.unwrap().contains('\n'), "one line");
+        // Released at once (the candidacy takes no place: its release leaves nothing behind),
+        // exactly once, after one look and one campaign; nothing started, nothing signalled.
+        assert_eq!(ran.releases, [Duration::ZERO], "{wait:?}");
+        assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO], "{wait:?}");
+        assert_eq!(
+            ran.fake.times(Call::CheckTurn),
+            [Duration::ZERO],
+            "{wait:?}"
+        );
+        assert_eq!(ran.spawned, None, "{wait:?}");
+        assert!(ran.signals.is_empty(), "{wait:?}: {:?}", ran.signals);
+        assert_eq!(ran.ended, Duration::ZERO, "{wait:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mismatch_met_after_waiting_in_line_also_releases_and_exits_125() {
+    // Behind a holder for a while (300 ms: three looks); the next look meets instances with
+    // another N (they joined meanwhile; the store found them when we were next to hold).
+    let (settings, mut script) = mismatched();
+    let ahead = Ahead {
+        key: b"/leader-exec/test/1".to_vec(),
+        revision: 3,
+        expires_in: None,
+        holders: Vec::new(),
+    };
+    script.check_turn = std::iter::repeat_n(Step::now(Ok(Turn::Behind(ahead))), 3)
+        .chain([Step::now(Ok(Turn::Mismatch { theirs: 3 }))])
+        .collect();
+    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
+    assert_eq!(ran.code, exit::FAILURE);
+    assert!(
+        ran.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("--max-holders 2 does not match the --max-holders 3 ")),
+        "{:?}",
+        ran.message
+    );
+    assert_eq!(ran.releases, [300 * MS]);
+    assert_eq!(ran.spawned, None);
+    assert!(ran.signals.is_empty());
 }

@@ -35,7 +35,9 @@ With --http ADDR, GET /metrics (Prometheus text format; OpenMetrics when the Acc
 for application/openmetrics-text), GET /leader and GET /healthz. Every metric carries a
 lease label.
 
-leader_exec_leader                         gauge    1 while this instance leads, else 0
+leader_exec_leader                         gauge    1 while this instance leads (holds), else 0;
+                                                    summed over the fleet: how many hold
+leader_exec_max_holders                    gauge    --max-holders
 leader_exec_token                          gauge    fencing token of the current (or last) leadership
 leader_exec_command_running                gauge    1 while the command runs
 leader_exec_leading_seconds_total          counter  time led, over the run
@@ -177,6 +179,8 @@ pub struct Config {
     pub renew_deadline: Duration,
     /// How far past the renew deadline a leader's last renewal may be before /healthz fails.
     pub health_grace: Duration,
+    /// `--max-holders`: how many instances of the lease may hold at once.
+    pub max_holders: u32,
 }
 
 pub struct Metrics {
@@ -298,6 +302,13 @@ impl Metrics {
             "fenced_writes_rejected",
             "Occurrence records the store refused to write because this instance no longer led",
             fenced_rejected.clone(),
+        );
+        let max_holders = Gauge::<i64>::default();
+        max_holders.set(i64::from(config.max_holders));
+        registry.register(
+            "max_holders",
+            "--max-holders: how many instances of the lease may hold it at once (1: a single leader)",
+            max_holders,
         );
         let build = Family::<Vec<(&'static str, &'static str)>, Gauge>::default();
         registry.register(
@@ -466,7 +477,7 @@ impl Collector for StateCollector {
         gauge(
             &mut encoder,
             "leader",
-            "1 while this instance leads the lease, else 0",
+            "1 while this instance leads the lease (with --max-holders above 1: holds it), else 0",
             f64::from(u8::from(leads)),
         )?;
         gauge(
@@ -705,6 +716,7 @@ mod tests {
             identity: "h:1".into(),
             renew_deadline: Duration::from_secs(10),
             health_grace: Duration::from_secs(2),
+            max_holders: 3,
         });
         m.elections_won.inc();
         m.step_downs[Ended::KeyDeleted.index()].inc();
@@ -720,6 +732,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("leader_exec_build_info{"), "{text}");
+        assert!(
+            text.contains("leader_exec_max_holders{lease=\"x\\\"y\"} 3"),
+            "{text}"
+        );
         assert!(!text.contains("# EOF"), "{text}");
         let open = m.encode(true);
         assert!(open.ends_with("# EOF\n"), "{open}");
