@@ -485,3 +485,55 @@ fn fifty_waiters_with_three_holders_all_hold_in_turn() {
     assert_eq!(tokens.len(), 50, "{history:#?}");
     assert!(line(&zk, lease).is_empty());
 }
+
+/// Both holders ride out a server restart shorter than their deadline, a waiter stays waiting;
+/// then one holder's leader-exec is SIGKILLed: its command's group dies with it, and the waiter
+/// holds only once the server has expired the dead holder's session.
+#[test]
+fn holders_ride_out_a_restart_and_a_killed_holder_is_replaced_after_its_group_died() {
+    let mut zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let lease = "restart";
+    let long = Duration::from_secs(15);
+    let start = |name: &str| {
+        let mut args = patient_lease_args(&endpoint, lease);
+        args.extend(["--identity", name, "--max-holders", "2"]);
+        Instance::start(&args, &job(&scratch, name, &until_stopped(&scratch, name)))
+    };
+    let mut a = start("a");
+    let a_start = scratch.wait_record("start", "a", long).expect("a holds");
+    let mut b = start("b");
+    let b_start = scratch.wait_record("start", "b", long).expect("b holds");
+    let mut c = start("c");
+    assert!(wait_for(long, || line(&zk, lease).len() == 3));
+
+    let down = std::time::Instant::now();
+    zk.restart();
+    let outage = down.elapsed();
+    assert!(outage < Duration::from_secs(4), "{outage:?}");
+    // Past the moment the 5 s deadline would have stopped them without renewals after it.
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(outage) + Duration::from_secs(1));
+    assert!(a.running() && b.running(), "{}\n{}", a.stderr(), b.stderr());
+    assert!(alive(a_start.pid()) && alive(b_start.pid()));
+    assert_eq!(starts(&scratch.history()).len(), 2, "c held beside a and b");
+    assert_eq!(line(&zk, lease).len(), 3);
+
+    // a's leader-exec dies; its command's group with it, at once; its node with its session.
+    a.signal(nix::sys::signal::Signal::SIGKILL);
+    let killed = std::time::Instant::now();
+    assert!(wait_for(long, || !group_has_live_member(a_start.pid())));
+    let c_start = scratch
+        .wait_record("start", "c", Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("c never held: {}", c.stderr()));
+    let live = live_at_start(&c_start);
+    assert!(!live.contains(&a_start.pid()), "{:#?}", scratch.history());
+    assert!(live.contains(&b_start.pid()), "{:#?}", scratch.history());
+    assert!(c_start.token() > b_start.token());
+    eprintln!("c held {:?} after a was killed", killed.elapsed());
+    stop(&scratch, "b");
+    stop(&scratch, "c");
+    assert_eq!(b.wait(long), Some(0), "{}", b.stderr());
+    assert_eq!(c.wait(long), Some(0), "{}", c.stderr());
+    assert_at_most(&scratch.history(), 2);
+}
