@@ -261,6 +261,14 @@ fn a_different_max_holders_is_refused_with_one_line_and_leaves_no_node() {
         assert_eq!(line(&zk, "mixed"), before, "a node was left behind");
     }
 
+    // The same N with --no-wait while two hold: 124, no node left either.
+    let mut args = vec!["--endpoints", &endpoint, "--lease", "mixed", "--no-wait"];
+    args.extend(FAST);
+    args.extend(["--max-holders", "2"]);
+    let mut late = Instance::start(&args, &job(&scratch, "late", "true"));
+    assert_eq!(late.wait(long), Some(124), "{}", late.stderr());
+    assert_eq!(line(&zk, "mixed"), before, "a node was left behind");
+
     // And the other way round: instances with N = 2 meet a leader with N = 1.
     let args = lease_args(&endpoint, "single");
     let mut single = Instance::start(&args, &job(&scratch, "s", "sleep 60"));

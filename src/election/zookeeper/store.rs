@@ -175,8 +175,9 @@ impl Campaign for ZooKeeper {
     /// waiter W behind predecessor P becomes the first waiter, or may hold, only once P may hold
     /// (P is one place ahead): P, woken the same way, then touches its node (or leaves), and
     /// either fires W's watch. A touch before W's watch was set shows in the stat the watch
-    /// answers with (the node's data version above 0: only holders touch, and a holder stays
-    /// ahead of N others' places): W looks again at once.
+    /// answers with (the node's data version above 0): W looks again at once. Only a holder
+    /// touches its node, and a holder's successor is at most N from the front, so in a line of
+    /// leader-exec instances this never finds a touched predecessor twice in a row.
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
         let Some(client) = self.session_of() else {
             return Ok(());
