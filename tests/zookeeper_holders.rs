@@ -545,3 +545,39 @@ fn holders_ride_out_a_restart_and_a_killed_holder_is_replaced_after_its_group_di
     assert_eq!(c.wait(long), Some(0), "{}", c.stderr());
     assert_at_most(&scratch.history(), 2);
 }
+
+/// A Curator `LeaderLatch` node has no N in its name: it counts as N = 1, so an instance with
+/// N = 2 behind it leaves with the mismatch, and one with N = 1 waits behind it as before.
+#[test]
+fn a_curator_latch_counts_as_one_holder() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let mut curator = CuratorLatch::start(&zk.connect_string(), "/leader-exec/latch", "curator");
+    assert!(
+        curator.wait_for("leader", Duration::from_secs(30)),
+        "{:?}",
+        curator.lines()
+    );
+    let mut args = vec!["--endpoints", &endpoint, "--lease", "latch"];
+    args.extend(FAST);
+    args.extend(["--max-holders", "2"]);
+    let mut two = Instance::start(&args, &job(&scratch, "two", "true"));
+    assert_eq!(
+        two.wait(Duration::from_secs(15)),
+        Some(125),
+        "{}",
+        two.stderr()
+    );
+    let stderr = two.stderr();
+    assert!(
+        stderr.contains("--max-holders 2 ") && stderr.contains("--max-holders 1 "),
+        "{stderr}"
+    );
+    assert_eq!(line(&zk, "latch").len(), 1, "a node was left behind");
+    let status = status_json(&endpoint, "latch");
+    assert_eq!(status["max_holders"], 1, "{status}");
+    assert_eq!(status["leader"]["identity"], "curator", "{status}");
+    assert!(scratch.history().is_empty());
+    curator.close();
+}
