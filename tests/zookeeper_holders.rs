@@ -581,3 +581,83 @@ fn a_curator_latch_counts_as_one_holder() {
     assert!(scratch.history().is_empty());
     curator.close();
 }
+
+/// CPU time (user + system, in clock ticks) `pid` has used so far.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of the whole line: utime, stime.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// `watch` with N holders waits on the line and on each holder's node (a holder's touch changes
+/// its token without changing the line): idle, it uses no CPU; when the oldest holder leaves, it
+/// reports the next one.
+#[test]
+fn watch_with_two_holders_sleeps_until_the_holders_change() {
+    use std::io::BufRead;
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let lease = "watched";
+    let long = Duration::from_secs(15);
+    let mut instances = Vec::new();
+    for name in ["a", "b"] {
+        let args = holder_args(&endpoint, lease, name, "2");
+        let body = until_stopped(&scratch, name);
+        instances.push(Instance::start(&args, &job(&scratch, name, &body)));
+        scratch.wait_record("start", name, long).expect("holds");
+    }
+    let mut watch = KillOnDrop(
+        leader_exec()
+            .args([
+                "watch",
+                "--lease",
+                lease,
+                "--json",
+                "--endpoints",
+                &endpoint,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (sender, lines) = std::sync::mpsc::channel();
+    let stdout = watch.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let leader_of = |line: String| -> String {
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        value["leader"]["identity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(leader_of(lines.recv_timeout(long).unwrap()), "a");
+    let pid = watch.0.id() as i32;
+    let before = cpu_ticks(pid);
+    // An idle second: a watch that looked again and again would use most of it.
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(pid) - before;
+    assert!(used <= 5, "watch used {used} ticks while nothing changed");
+
+    stop(&scratch, "a");
+    let reported = wait_for(long, || {
+        lines
+            .recv_timeout(Duration::from_millis(100))
+            .is_ok_and(|line| leader_of(line) == "b")
+    });
+    assert!(reported, "watch did not report b");
+    stop(&scratch, "b");
+    for instance in instances.iter_mut() {
+        assert_eq!(instance.wait(long), Some(0), "{}", instance.stderr());
+    }
+}
