@@ -97,5 +97,6 @@ mod rough_edges;
 mod security;
 mod signals;
 mod status_all;
+mod zookeeper_holders;
 mod zookeeper_only;
 mod zookeeper_safety;

@@ -26,6 +26,17 @@
 //! the parent, sequence order and czxid order agree (both follow the order of the creates), so
 //! the next leader — a node that stood behind this one, or a newer one — has a higher czxid.
 //!
+//! Semaphores (`--max-holders` N > 1): the first N candidates in line hold. Each node's name
+//! records N, `_c_<UUID>-holders-<N>-latch-<sequence>`, so that every reader of the line sees N
+//! with the candidate, atomically, from one `getChildren`; N = 1 writes exactly the name above,
+//! and a node without the marker (Curator's) counts as N = 1. A candidacy compares its N with
+//! every candidate ahead of it and leaves on any other (`Turn::Mismatch`: the run form deletes
+//! its node and closes its session; [`place_in`] says why no two N hold at once). A candidacy
+//! that may hold touches its node (a `setData` of the same data); the zxid of that write, the
+//! node's `mzxid`, is its token, and it wakes the waiter behind. The first waiter watches the N
+//! holders, every later one only its predecessor (see `predecessor_gone` in store.rs). Readers
+//! take N from the oldest candidate and report as holders the first N that record it.
+//!
 //! The session is the lease. `--ttl` is the requested session timeout; the server may clamp it
 //! to its `minSessionTimeout`/`maxSessionTimeout`, so the campaign checks the timeout it
 //! *negotiated* against `--renew-deadline + --kill-after + margin` and refuses (125, naming both)
@@ -86,6 +97,8 @@ pub struct ZkTiming {
 const READER_SESSION: Duration = Duration::from_secs(10);
 
 const LATCH: &str = "latch-";
+/// What precedes `N-` in the name of a candidate node with `--max-holders` N > 1.
+const HOLDERS: &str = "holders-";
 const EXPIRES: &str = "leader-exec-expires-ms=";
 
 /// The ACL of every node leader-exec creates when it has credentials (Curator's ACL provider
@@ -178,6 +191,120 @@ fn in_line(mut children: Vec<String>) -> Vec<String> {
     children
 }
 
+/// The name of a candidate node before the sequence suffix the server appends: Curator's
+/// protected `LeaderLatch` name with `--max-holders` 1, the same with `holders-N-` before
+/// `latch-` otherwise (see the module comment, Semaphores).
+fn candidate_name(protection: &str, max_holders: u32) -> String {
+    if max_holders == 1 {
+        format!("_c_{protection}-{LATCH}")
+    } else {
+        format!("_c_{protection}-{HOLDERS}{max_holders}-{LATCH}")
+    }
+}
+
+/// The `--max-holders` a candidate node's name records: N from `…-holders-N-latch-…`, 1 for a
+/// name without that marker (Curator's, an older leader-exec's, one with `--max-holders` 1) or
+/// with a marker that is not a number from 1 to 1000 (names are untrusted bytes).
+fn max_holders_of(name: &str) -> u32 {
+    let Some(i) = name.rfind(LATCH) else {
+        return 1;
+    };
+    let marked = name[..i]
+        .strip_suffix('-')
+        .and_then(|head| head.rsplit_once(&format!("-{HOLDERS}")))
+        .map(|(_, n)| n)
+        .filter(|n| !n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|n| (1..=1000).contains(n));
+    marked.unwrap_or(1)
+}
+
+/// The fencing token of the candidate node `name` with this stat: its `czxid` with
+/// `--max-holders` 1 (the layout and token of earlier versions); with N > 1 its `mzxid`, the zxid
+/// of the touch that made it a holder (see [`Place::Holds`] for why not the czxid).
+fn token_of(name: &str, stat: &zk::Stat) -> i64 {
+    if max_holders_of(name) == 1 {
+        stat.czxid
+    } else {
+        stat.mzxid
+    }
+}
+
+/// Where a candidacy stands in a line read in one `getChildren`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Place {
+    /// Its node is not in line.
+    Gone,
+    /// A candidate ahead of it records another `--max-holders` (the oldest such).
+    Mismatch(u32),
+    /// Fewer than N candidates are ahead of it: it may hold.
+    ///
+    /// Why never more than N hold: a candidacy holds only after a `getChildren` on its own
+    /// session showed fewer than N nodes ahead of it. Suppose N + 1 held at once, and take the
+    /// last of them in line, Z. The N others are ahead of Z: each was created before Z's node
+    /// (within one incarnation of the election node, sequence order is creation order; the
+    /// container is deleted only when empty, so no older incarnation's node is still there) and
+    /// still exists, so each existed when Z's `getChildren` was answered, after Z's own create.
+    /// A server answers a session's read only after applying everything that session wrote, and
+    /// applies transactions in zxid order, so it had applied their creates too: Z saw N ahead and
+    /// could not have held. Nodes are never added ahead of an existing one, so the count ahead
+    /// only falls while a candidacy waits.
+    ///
+    /// Why the token is the zxid of a touch, not the czxid: two candidacies among the first N
+    /// decide independently, so the one created later may answer first, and its czxid would be
+    /// the greater of two tokens handed out in the other order. The touch (a `setData` of the
+    /// node's own data) is sent after the deciding read; its zxid is greater than that of every
+    /// transaction committed before it was sent, so greater than every token any holder (or, with
+    /// N = 1, any leader: its czxid) was given before — tokens of one lease strictly increase and
+    /// never reset, across N = 1 and N > 1 alike.
+    Holds,
+    /// At this position (from 0; at least N): it waits.
+    Waits(usize),
+}
+
+/// Where the candidate node `own` stands in `line` (as [`in_line`] sorts it) with `--max-holders`
+/// `ours`.
+///
+/// Every candidate ahead must record the same N: why no two candidacies with different N hold at
+/// once: of two that do, the one behind saw the one ahead (created before it and still there, as
+/// above) at every look it took, and answered `Mismatch` instead of holding. A candidate behind
+/// is not compared: it compares itself with this one. A newcomer may also meet a node that is
+/// itself about to leave with a mismatch; then both leave (the operator's values disagree).
+fn place_in(line: &[String], own: &str, ours: u32) -> Place {
+    let Some(position) = line.iter().position(|c| c == own) else {
+        return Place::Gone;
+    };
+    if let Some(theirs) = line[..position]
+        .iter()
+        .map(|c| max_holders_of(c))
+        .find(|&theirs| theirs != ours)
+    {
+        return Place::Mismatch(theirs);
+    }
+    if position < ours as usize {
+        Place::Holds
+    } else {
+        Place::Waits(position)
+    }
+}
+
+/// The `--max-holders` of the candidates in `line` and how many of its first nodes hold: the
+/// oldest candidate's N (1 for an empty line), and the first N of the candidates before the
+/// first one that records another N (each of those, and everyone behind it, leaves with a
+/// mismatch).
+fn holders_in(line: &[String]) -> (u32, usize) {
+    let Some(first) = line.first() else {
+        return (1, 0);
+    };
+    let n = max_holders_of(first);
+    let holding = line
+        .iter()
+        .take_while(|c| max_holders_of(c) == n)
+        .take(n as usize)
+        .count();
+    (n, holding)
+}
+
 /// A random id in the form of a UUID (version 4), as Curator's protection uses.
 fn protection_id() -> String {
     let mut bytes = [0u8; 16];
@@ -264,7 +391,15 @@ fn unexpired(data: Vec<u8>) -> Option<Vec<u8>> {
     (now < until).then(|| rest[newline + 1..].to_vec())
 }
 
-/// A session on which a `sync` was answered: the only way to [`ZooKeeper::leader_of`], so that
+/// What [`ZooKeeper::holders_of`] read.
+struct Line {
+    holders: Vec<Leader>,
+    max_holders: u32,
+    candidates: i64,
+    revision: i64,
+}
+
+/// A session on which a `sync` was answered: the only way to [`ZooKeeper::holders_of`], so that
 /// no observer reads the line without one (see [`ZooKeeper::synced`]).
 struct Synced(zk::Client);
 
@@ -483,33 +618,40 @@ impl ZooKeeper {
         }
     }
 
-    /// The leader of the election at `election`, and how many stand in line.
-    async fn leader_of(
-        synced: &Synced,
-        election: &str,
-    ) -> Result<(Option<Leader>, i64, i64), StoreError> {
+    /// The holders of the election at `election` (oldest first; with `--max-holders` 1 the
+    /// leader alone), the N they record, how many stand in line, and the election node's pzxid.
+    async fn holders_of(synced: &Synced, election: &str) -> Result<Line, StoreError> {
         let client = &synced.0;
-        // The line and the leader's data are two reads: a leader that left in between is read
-        // again from a fresh line.
-        for _ in 0..5 {
+        // The line and the holders' data are reads after it: a holder that left in between is
+        // read again from a fresh line.
+        'again: for _ in 0..5 {
             let (line, revision) = Self::line(client, election).await?;
-            let Some(first) = line.first() else {
-                return Ok((None, 0, revision));
-            };
-            let path = format!("{election}/{first}");
-            match client.get_data(&path).await {
-                Ok((identity, stat)) => {
-                    let leader = Leader {
-                        key: path.into_bytes(),
+            let (max_holders, holding) = holders_in(&line);
+            let paths: Vec<String> = line[..holding]
+                .iter()
+                .map(|name| format!("{election}/{name}"))
+                .collect();
+            // Sent together (the library sends in call order), answered in order.
+            let reads: Vec<_> = paths.iter().map(|path| client.get_data(path)).collect();
+            let mut holders = Vec::with_capacity(holding);
+            for ((read, path), name) in reads.into_iter().zip(&paths).zip(&line) {
+                match read.await {
+                    Ok((identity, stat)) => holders.push(Leader {
+                        key: path.clone().into_bytes(),
                         identity,
-                        token: stat.czxid,
+                        token: token_of(name, &stat),
                         lease_id: (stat.ephemeral_owner != 0).then_some(stat.ephemeral_owner),
-                    };
-                    return Ok((Some(leader), line.len() as i64, revision));
+                    }),
+                    Err(zk::Error::NoNode) => continue 'again,
+                    Err(e) => return Err(classify(e)),
                 }
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(classify(e)),
             }
+            return Ok(Line {
+                holders,
+                max_holders,
+                candidates: line.len() as i64,
+                revision,
+            });
         }
         Err(StoreError::Transient(
             "ZooKeeper: the line kept changing while it was read".into(),
@@ -578,6 +720,28 @@ impl ZooKeeper {
         )))
     }
 
+    /// Makes a candidacy that may hold a holder, with `--max-holders` N > 1: a `setData` of its
+    /// own node with the data it already holds. The zxid of that write (the node's new `mzxid`)
+    /// is the token (see [`Place::Holds`] for why it exceeds every earlier token), and the write
+    /// fires the exists-watch of the waiter behind, which is now the first waiter and must watch
+    /// the holders instead (see `predecessor_gone`).
+    ///
+    /// Not version-checked: a touch whose answer was lost is sent again by the next look, and
+    /// the node's own czxid in the answer says it is still ours; a later touch only raises the
+    /// token, before it was handed out.
+    async fn touch(&self, client: &zk::Client, candidacy: &Candidacy) -> Result<Turn, StoreError> {
+        match client
+            .set_data(&candidacy.key, self.identity.as_bytes(), None)
+            .await
+        {
+            Ok(stat) if stat.czxid == candidacy.place => Ok(Turn::Leading { token: stat.mzxid }),
+            // Another node at our path: ours is gone.
+            Ok(_) => Ok(Turn::Gone),
+            Err(zk::Error::NoNode | zk::Error::SessionExpired) => Ok(Turn::Gone),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
     fn session_of(&self) -> Option<zk::Client> {
         self.session.lock().expect("not poisoned").clone()
     }
@@ -628,6 +792,93 @@ mod tests {
                 "_c_bbbb-latch-0000000010"
             ]
         );
+    }
+
+    #[test]
+    fn one_holder_names_its_node_as_curator_does_and_more_record_n() {
+        let id = "0b4c3b2a-1111-4222-8333-444455556666";
+        assert_eq!(candidate_name(id, 1), format!("_c_{id}-latch-"));
+        assert_eq!(candidate_name(id, 2), format!("_c_{id}-holders-2-latch-"));
+        for n in [1, 2, 3, 1000] {
+            let name = format!("{}0000000012", candidate_name(id, n));
+            assert_eq!(max_holders_of(&name), n, "{name}");
+            assert_eq!(sort_key(&name), "0000000012");
+        }
+        // Without a marker, or with one that is not a number from 1 to 1000: 1.
+        for name in [
+            "latch-0000000001",
+            "_c_x-latch-0000000001",
+            "_c_x-holders-0-latch-0000000001",
+            "_c_x-holders-1001-latch-0000000001",
+            "_c_x-holders--2-latch-0000000001",
+            "_c_x-holders-2x-latch-0000000001",
+            "_c_x-holders-2latch-0000000001",
+            "holders-2-latch-0000000001",
+            "anything",
+        ] {
+            assert_eq!(max_holders_of(name), 1, "{name}");
+        }
+    }
+
+    fn line(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn the_first_n_hold_and_a_different_n_ahead_is_a_mismatch() {
+        let two = line(&[
+            "_c_a-holders-2-latch-0000000001",
+            "_c_b-holders-2-latch-0000000002",
+            "_c_c-holders-2-latch-0000000003",
+            "_c_d-holders-3-latch-0000000004",
+            "_c_e-holders-2-latch-0000000005",
+        ]);
+        assert_eq!(place_in(&two, &two[0], 2), Place::Holds);
+        assert_eq!(place_in(&two, &two[1], 2), Place::Holds);
+        assert_eq!(place_in(&two, &two[2], 2), Place::Waits(2));
+        assert_eq!(place_in(&two, &two[3], 3), Place::Mismatch(2));
+        // Behind a mismatched newcomer that has not left yet.
+        assert_eq!(place_in(&two, &two[4], 2), Place::Mismatch(3));
+        assert_eq!(
+            place_in(&two, "_c_z-holders-2-latch-0000000009", 2),
+            Place::Gone
+        );
+        // Candidates behind are not compared.
+        assert_eq!(place_in(&two, &two[0], 1), Place::Holds);
+        let one = line(&["_c_a-latch-0000000001", "latch-0000000002"]);
+        assert_eq!(place_in(&one, &one[0], 1), Place::Holds);
+        assert_eq!(place_in(&one, &one[1], 1), Place::Waits(1));
+        assert_eq!(place_in(&one, &one[1], 2), Place::Mismatch(1));
+        assert_eq!(holders_in(&one), (1, 1));
+        assert_eq!(holders_in(&two), (2, 2));
+        assert_eq!(holders_in(&two[..1]), (2, 1));
+        assert_eq!(holders_in(&[]), (1, 0));
+        // A mismatched node among the first N does not hold, nor anyone behind it.
+        let mixed = line(&[
+            "_c_a-holders-3-latch-0000000001",
+            "_c_b-holders-2-latch-0000000002",
+            "_c_c-holders-3-latch-0000000003",
+        ]);
+        assert_eq!(holders_in(&mixed), (3, 1));
+    }
+
+    #[test]
+    fn the_token_is_the_czxid_with_one_holder_and_the_touch_with_more() {
+        let stat = zk::Stat {
+            czxid: 10,
+            mzxid: 15,
+            pzxid: 10,
+            ctime: 0,
+            mtime: 0,
+            version: 1,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 0,
+            data_length: 0,
+            num_children: 0,
+        };
+        assert_eq!(token_of("_c_a-latch-0000000001", &stat), 10);
+        assert_eq!(token_of("_c_a-holders-2-latch-0000000001", &stat), 15);
     }
 
     #[test]

@@ -33,7 +33,7 @@ impl Campaign for ZooKeeper {
         }
         *self.session.lock().expect("not poisoned") = Some(client.clone());
         let protection = protection_id();
-        let mine = format!("_c_{protection}-{LATCH}");
+        let mine = candidate_name(&protection, self.max_holders);
         let options = CreateMode::EphemeralSequential.with_acls(self.acls());
         let mut backoff = Backoff::new();
         for _ in 0..6 {
@@ -137,28 +137,87 @@ impl Campaign for ZooKeeper {
             Err(e) => return Err(classify(e)),
         };
         let own = candidacy.key.rsplit('/').next().unwrap_or_default();
-        Ok(match line.iter().position(|c| c == own) {
-            None => Turn::Gone,
+        let n = self.max_holders;
+        Ok(match place_in(&line, own, n) {
+            Place::Gone => Turn::Gone,
+            Place::Mismatch(theirs) => Turn::Mismatch { theirs },
             // The first in line leads, and its node's czxid is its token.
-            Some(0) => Turn::Leading {
+            Place::Holds if n == 1 => Turn::Leading {
                 token: candidacy.place,
             },
-            Some(i) => Turn::Behind(Ahead {
+            Place::Holds => self.touch(&client, candidacy).await?,
+            Place::Waits(i) => Turn::Behind(Ahead {
                 key: format!("{}/{}", self.election, line[i - 1]).into_bytes(),
                 revision: 0,
                 expires_in: None,
-                holders: Vec::new(),
+                // The first waiter (exactly N ahead: the holders) watches every holder; a later
+                // one its predecessor alone (see `predecessor_gone`).
+                holders: if n > 1 && i == n as usize {
+                    line[..i]
+                        .iter()
+                        .map(|c| format!("{}/{c}", self.election).into_bytes())
+                        .collect()
+                } else {
+                    Vec::new()
+                },
             }),
         })
     }
 
+    /// Herd-free waiting with `--max-holders` N > 1: the first waiter (N ahead of it, all
+    /// holders) sets an exists-watch on each holder and wakes when any goes; every later waiter
+    /// watches only its predecessor, which wakes it twice at most: when the predecessor goes, and
+    /// when it touches its node on becoming a holder (`touch`), which makes this waiter the first.
+    ///
+    /// Why a waiter that is not woken cannot miss its turn: it may hold only once fewer than N
+    /// are ahead of it. The first waiter is woken by the deletion of any node ahead of it (a node
+    /// already gone when the watch is set answers "no node": it looks again at once). A later
+    /// waiter W behind predecessor P becomes the first waiter, or may hold, only once P may hold
+    /// (P is one place ahead): P, woken the same way, then touches its node (or leaves), and
+    /// either fires W's watch. A touch before W's watch was set shows in the stat the watch
+    /// answers with (the node's data version above 0): W looks again at once. Only a holder
+    /// touches its node, and a holder's successor is at most N from the front, so in a line of
+    /// leader-exec instances this never finds a touched predecessor twice in a row.
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
         let Some(client) = self.session_of() else {
             return Ok(());
         };
+        if !ahead.holders.is_empty() {
+            let paths: Vec<String> = ahead
+                .holders
+                .iter()
+                .map(|key| String::from_utf8_lossy(key).into_owned())
+                .collect();
+            // Sent together, answered in order.
+            let watches: Vec<_> = paths
+                .iter()
+                .map(|path| client.check_and_watch_stat(path))
+                .collect();
+            let mut watchers = Vec::with_capacity(watches.len());
+            for watch in watches {
+                match watch.await {
+                    Ok((None, _)) => return Ok(()),
+                    Ok((Some(_), watcher)) => watchers.push(Box::pin(watcher.changed())),
+                    Err(e) => return Err(classify(e)),
+                }
+            }
+            // Deleted, touched, or a session event: either way the caller looks again.
+            futures_util::future::poll_fn(|cx| {
+                for watcher in watchers.iter_mut() {
+                    if watcher.as_mut().poll(cx).is_ready() {
+                        return std::task::Poll::Ready(());
+                    }
+                }
+                std::task::Poll::Pending
+            })
+            .await;
+            return Ok(());
+        }
         let path = String::from_utf8_lossy(&ahead.key).into_owned();
         match client.check_and_watch_stat(&path).await {
             Ok((None, _)) => Ok(()),
+            // Touched before the watch was set: it holds, and this waiter moved up.
+            Ok((Some(stat), _)) if self.max_holders > 1 && stat.version > 0 => Ok(()),
             // Deleted, or a session event: either way the caller looks again.
             Ok((Some(_), watcher)) => {
                 watcher.changed().await;
@@ -217,22 +276,60 @@ impl Campaign for ZooKeeper {
 impl Read for ZooKeeper {
     async fn read_election(&self) -> Result<Observation, StoreError> {
         let synced = self.synced(&self.election).await?;
-        let (leader, candidates, revision) = Self::leader_of(&synced, &self.election).await?;
+        let line = Self::holders_of(&synced, &self.election).await?;
         Ok(Observation {
-            holders: leader.into_iter().collect(),
-            max_holders: 1,
-            candidates,
-            revision,
+            holders: line.holders,
+            max_holders: line.max_holders,
+            candidates: line.candidates,
+            revision: line.revision,
         })
     }
 
     async fn changed_since(&self, seen: &Observation) -> Result<(), StoreError> {
         let revision = seen.revision;
         let client = self.client().await?;
+        // With N > 1 a holder's token changes without a change of the line (its touch, when it
+        // becomes a holder): an exists-watch on each holder seen wakes on that as well.
+        let mut touched = Vec::new();
+        if seen.max_holders > 1 {
+            let paths: Vec<String> = seen
+                .holders
+                .iter()
+                .map(|h| String::from_utf8_lossy(&h.key).into_owned())
+                .collect();
+            let watches: Vec<_> = paths
+                .iter()
+                .map(|path| client.check_and_watch_stat(path))
+                .collect();
+            for ((watch, path), holder) in watches.into_iter().zip(&paths).zip(&seen.holders) {
+                match watch.await {
+                    Ok((Some(stat), watcher))
+                        if token_of(path.rsplit('/').next().unwrap_or_default(), &stat)
+                            == holder.token =>
+                    {
+                        touched.push(Box::pin(watcher.changed()));
+                    }
+                    Ok(_) => return Ok(()),
+                    Err(e) => return Err(classify(e)),
+                }
+            }
+        }
+        let any_touched = futures_util::future::poll_fn(|cx| {
+            for watcher in touched.iter_mut() {
+                if watcher.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(());
+                }
+            }
+            std::task::Poll::Pending
+        });
+        tokio::pin!(any_touched);
         match client.get_and_watch_children(&self.election).await {
             Ok((_, stat, _)) if stat.pzxid != revision => Ok(()),
             Ok((_, _, watcher)) => {
-                watcher.changed().await;
+                tokio::select! {
+                    _ = watcher.changed() => {}
+                    () = &mut any_touched => {}
+                }
                 Ok(())
             }
             Err(zk::Error::NoNode) => {
@@ -265,14 +362,13 @@ impl Read for ZooKeeper {
         names.sort();
         let mut elections = Vec::new();
         for name in names.into_iter().filter(|n| !n.starts_with('.')) {
-            let (leader, candidates, _) =
-                Self::leader_of(&synced, &format!("{base}/{name}")).await?;
-            if candidates > 0 {
+            let line = Self::holders_of(&synced, &format!("{base}/{name}")).await?;
+            if line.candidates > 0 {
                 elections.push(Election {
                     name: name.into_bytes(),
-                    holders: leader.into_iter().collect(),
-                    max_holders: 1,
-                    candidates,
+                    holders: line.holders,
+                    max_holders: line.max_holders,
+                    candidates: line.candidates,
                 });
             }
         }
@@ -454,8 +550,11 @@ impl Handover for ZooKeeper {
         // ZooKeeper cannot compare a czxid in a transaction; the version check closes the gap
         // between this read and the delete for everything but a delete-and-recreate of the same
         // path, and candidate paths hold their creator's own random id.
+        // The token as readers compute it: the czxid, or with N > 1 the mzxid of the holder's
+        // touch (the version check then also covers a later write to the node).
+        let name = path.rsplit('/').next().unwrap_or_default();
         match client.check_stat(&path).await.map_err(classify)? {
-            Some(stat) if stat.czxid == token => {
+            Some(stat) if token_of(name, &stat) == token => {
                 match client.delete(&path, Some(stat.version)).await {
                     Ok(()) => Ok(true),
                     Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
