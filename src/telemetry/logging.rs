@@ -265,6 +265,8 @@ pub fn init(verbose: u8, quiet: u8, format: LogFormat) {
     let json = format == LogFormat::Json;
     JSON.store(json, Ordering::Relaxed);
     tracing_subscriber::fmt()
+        // The builder's own ceiling is INFO; the filter below decides.
+        .with_max_level(tracing::level_filters::LevelFilter::TRACE)
         .with_writer(|| QueuedLine(Vec::new()))
         // Its own error reports go to stderr with eprintln!, which panics on EPIPE.
         .log_internal_errors(false)
