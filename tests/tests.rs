@@ -67,6 +67,11 @@ store_independent! {
     reach::unreachable_stores_are_named_the_same_way_by_every_subcommand,
     // The harness counts the leader and every waiter in line.
     claims::claims_count_the_leader_and_every_waiter,
+    // --max-holders: N at once and never more, rising tokens, mismatches refused.
+    holders::two_hold_at_once_the_third_waits_and_tokens_rise,
+    holders::a_different_max_holders_exits_125_naming_both_values_and_leaves_nothing,
+    holders::status_and_check_know_every_holder,
+    holders::a_holder_cut_off_from_the_store_stops_before_a_waiter_takes_its_place,
 }
 
 mod ambiguous;
@@ -79,6 +84,7 @@ mod faults;
 mod floors;
 mod handover;
 mod hints;
+mod holders;
 mod hostile;
 mod input;
 mod local_faults;
