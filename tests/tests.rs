@@ -79,6 +79,7 @@ mod claims;
 mod cron;
 mod docs;
 mod election;
+mod etcd_holders;
 mod exit_codes;
 mod faults;
 mod floors;
