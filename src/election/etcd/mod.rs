@@ -1023,6 +1023,38 @@ mod tests {
 }
 
 #[cfg(test)]
+mod marker_tests {
+    use super::{marker_prefix, marker_value};
+
+    #[test]
+    fn markers_live_beside_the_election_outside_its_range() {
+        assert_eq!(
+            marker_prefix("/leader-exec/backup/"),
+            "/leader-exec/.holders/backup/"
+        );
+        assert!(!marker_prefix("/p/a/").starts_with("/p/a/"));
+    }
+
+    #[test]
+    fn a_marker_is_a_decimal_from_1_to_1000_and_anything_else_counts_as_1() {
+        assert_eq!(marker_value(b"2"), 2);
+        assert_eq!(marker_value(b"1000"), 1000);
+        for junk in [
+            &b""[..],
+            b"0",
+            b"1001",
+            b" 2",
+            b"2\n",
+            b"-3",
+            b"\xff",
+            b"99999999999",
+        ] {
+            assert_eq!(marker_value(junk), 1, "{junk:?}");
+        }
+    }
+}
+
+#[cfg(test)]
 mod address_tests {
     use super::addresses;
 
