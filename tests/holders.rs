@@ -416,3 +416,37 @@ pub fn a_holder_cut_off_from_the_store_stops_before_a_waiter_takes_its_place<S: 
     assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());
     assert_at_most(&scratch.history(), 2);
 }
+
+pub fn two_hundred_waiters_behind_two_holders_all_hold_in_turn<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    // Patient timing: 200 instances share two loaded cores.
+    let mut args = patient_lease_args(&endpoint, "crowd");
+    args.extend(["--max-holders", "2"]);
+    let mut instances: Vec<Instance> = (0..200)
+        .map(|i| Instance::start(&args, &holder_job(&scratch, &format!("j{i}"), "true")))
+        .collect();
+    for (i, instance) in instances.iter_mut().enumerate() {
+        assert_eq!(
+            instance.wait(Duration::from_secs(300)),
+            Some(0),
+            "j{i}: {}",
+            instance.stderr()
+        );
+    }
+    let history = scratch.history();
+    // Holders let in at one instant may record their starts in either order: the count of
+    // commands at once is the fact here, token order is the other tests'.
+    assert_at_most_running(&history, 2);
+    let mut tokens: Vec<i64> = starts(&history).iter().map(|r| r.token()).collect();
+    assert_eq!(tokens.len(), 200, "{} started", tokens.len());
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 200, "every holder its own token");
+    assert!(
+        wait_for(Duration::from_secs(10), || store.held().is_empty()),
+        "left behind: {:?}",
+        store.held()
+    );
+}

@@ -72,6 +72,7 @@ store_independent! {
     holders::a_different_max_holders_exits_125_naming_both_values_and_leaves_nothing,
     holders::status_and_check_know_every_holder,
     holders::a_holder_cut_off_from_the_store_stops_before_a_waiter_takes_its_place,
+    holders::two_hundred_waiters_behind_two_holders_all_hold_in_turn,
 }
 
 mod ambiguous;
