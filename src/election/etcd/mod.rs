@@ -681,7 +681,8 @@ impl Read for Etcd {
                 .kv_client()
                 .get(prefix, Some(line))
                 .await
-                .map_err(classify)?;
+                // Compacted past `revision` in the meantime: the caller reads again.
+                .map_err(|e| StoreError::Transient(classify(e).to_string()))?;
             holders_of(response.kvs(), max_holders)
         } else {
             holders_of(first.kvs(), 1)
