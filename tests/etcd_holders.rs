@@ -61,6 +61,35 @@ fn a_marker_with_n_stands_beside_each_candidate_key_only_with_more_than_one_hold
         etcd.keys("/leader-exec/")
     );
 
+    // status --all: the markers are no election; each lease its oldest holder.
+    let out = leader_exec()
+        .args(["status", "--all", "--json", "--endpoints", &endpoint])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let leases: Vec<(&str, i64)> = json["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["lease"].as_str().unwrap(),
+                l["leader"]["token"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let token = |name| {
+        scratch
+            .wait_record("start", name, Duration::ZERO)
+            .unwrap()
+            .token()
+    };
+    assert_eq!(
+        leases,
+        [("lay", token("a")), ("solo", token("s"))],
+        "{json}"
+    );
+
     open_gate(&scratch, "a");
     open_gate(&scratch, "s");
     assert_eq!(
