@@ -186,7 +186,8 @@ pub fn two_hold_at_once_the_third_waits_and_tokens_rise<S: Store>() {
     );
 }
 
-/// Runs `leader-exec` with `--max-holders n` to its end; returns its exit code and stderr.
+/// Runs `leader-exec` with `--max-holders n` to its end (at most 30 s: then -1, and it is
+/// killed); returns its exit code and stderr.
 pub fn run_with(
     endpoint: &str,
     lease: &str,
@@ -197,16 +198,9 @@ pub fn run_with(
     let mut args = vec!["--endpoints", endpoint, "--lease", lease];
     args.extend(FAST);
     args.extend(["--max-holders", n]);
-    let out = leader_exec()
-        .args(&args)
-        .arg("--")
-        .args(holder_job(scratch, name, "true"))
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut instance = Instance::start(&args, &holder_job(scratch, name, "true"));
+    let code = instance.wait(Duration::from_secs(30)).unwrap_or(-1);
+    (code, instance.stderr())
 }
 
 pub fn a_different_max_holders_exits_125_naming_both_values_and_leaves_nothing<S: Store>() {
