@@ -17,18 +17,18 @@ pub fn holder_args<'a>(endpoint: &'a str, lease: &'a str, n: &'a str) -> Vec<&'a
 }
 
 /// A `sh -c` job for holders: records `start NAME TOKEN PID MAX_HOLDERS NS`, and `overlap NAME
-/// COUNT NS` if at that instant `$LEADER_MAX_HOLDERS` or more processes of earlier jobs are
-/// still alive (zombies aside); runs `body`; records `end NAME NS`.
+/// COUNT NS` if at that instant `$LEADER_MAX_HOLDERS` or more earlier jobs still have a process
+/// alive (zombies aside; `$pids` lists `NAME PID` lines, a job may add its own children); runs
+/// `body`; records `end NAME NS`.
 pub fn holder_job(scratch: &Scratch, name: &str, body: &str) -> Vec<String> {
     let script = format!(
         r#"h='{h}'; pids='{p}'; export h pids
 echo "start {name} $LEADER_TOKEN $$ $LEADER_MAX_HOLDERS $(date +%s%N)" >> "$h"
-alive=0
-for p in $(cat "$pids" 2>/dev/null); do
-  if [ -d "/proc/$p" ] && ! grep -q '^[^)]*) Z' "/proc/$p/stat" 2>/dev/null; then alive=$((alive + 1)); fi
-done
+alive=$(touch "$pids"; while read -r n p; do
+  if [ -d "/proc/$p" ] && ! grep -q '^[^)]*) Z' "/proc/$p/stat" 2>/dev/null; then echo "$n"; fi
+done < "$pids" | sort -u | wc -l)
 if [ "$alive" -ge "$LEADER_MAX_HOLDERS" ]; then echo "overlap {name} $alive $(date +%s%N)" >> "$h"; fi
-echo $$ >> "$pids"
+echo "{name} $$" >> "$pids"
 {body}
 echo "end {name} $(date +%s%N)" >> "$h"
 "#,
@@ -438,6 +438,118 @@ pub fn two_hundred_waiters_behind_two_holders_all_hold_in_turn<S: Store>() {
     tokens.sort_unstable();
     tokens.dedup();
     assert_eq!(tokens.len(), 200, "every holder its own token");
+    assert!(
+        wait_for(Duration::from_secs(10), || store.held().is_empty()),
+        "left behind: {:?}",
+        store.held()
+    );
+}
+
+pub fn a_store_restart_leaves_both_holders_holding_and_the_waiter_waiting<S: Store>() {
+    let mut store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    // A deadline long enough to cover a restart on a loaded machine.
+    let mut args = patient_lease_args(&endpoint, "restart");
+    args.extend(["--max-holders", "2"]);
+    let start =
+        |name: &str| Instance::start(&args, &holder_job(&scratch, name, &gated(&scratch, name)));
+    let mut a = start("a");
+    let a_pid = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started")
+        .pid();
+    let mut b = start("b");
+    let b_pid = scratch
+        .wait_record("start", "b", Duration::from_secs(10))
+        .expect("b started")
+        .pid();
+    let mut c = start("c");
+    waits_in_line(&store, "restart", 3, &c);
+
+    let down = std::time::Instant::now();
+    store.restart();
+    let outage = down.elapsed();
+    assert!(
+        outage < Duration::from_secs(4),
+        "{} took {outage:?} to restart",
+        S::NAME
+    );
+    // Past the moment the 5 s deadline would have fired without renewals after the restart.
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(outage) + Duration::from_secs(2));
+    assert!(a.running() && b.running(), "{}\n{}", a.stderr(), b.stderr());
+    assert!(
+        alive(a_pid) && alive(b_pid),
+        "a holder's command was stopped"
+    );
+    assert!(c.running(), "{}", c.stderr());
+    assert!(
+        scratch.wait_record("start", "c", Duration::ZERO).is_none(),
+        "c ran beside both holders"
+    );
+
+    open_gate(&scratch, "a");
+    scratch
+        .wait_record("start", "c", Duration::from_secs(15))
+        .expect("c took a's place");
+    open_gate(&scratch, "b");
+    open_gate(&scratch, "c");
+    for (name, instance) in [("a", &mut a), ("b", &mut b), ("c", &mut c)] {
+        assert_eq!(
+            instance.wait(Duration::from_secs(15)),
+            Some(0),
+            "{name}: {}",
+            instance.stderr()
+        );
+    }
+    assert_at_most(&scratch.history(), 2);
+}
+
+pub fn a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let args = holder_args(&endpoint, "crash", "2");
+    // a's command leaves a grandchild, listed with the pids every later start checks.
+    let orphan =
+        r#"sleep 1000 & echo "a $!" >> "$pids"; echo "ready a $! $(date +%s%N)" >> "$h"; wait"#;
+    let mut a = Instance::start(&args, &holder_job(&scratch, "a", orphan));
+    let ready = scratch
+        .wait_record("ready", "a", Duration::from_secs(10))
+        .expect("a ready");
+    let child = scratch
+        .wait_record("start", "a", Duration::ZERO)
+        .unwrap()
+        .pid();
+    let grandchild: i32 = ready.fields[0].parse().unwrap();
+    let mut b = Instance::start(&args, &holder_job(&scratch, "b", &gated(&scratch, "b")));
+    scratch
+        .wait_record("start", "b", Duration::from_secs(10))
+        .expect("b started");
+    let mut c = Instance::start(&args, &holder_job(&scratch, "c", "true"));
+    waits_in_line(&store, "crash", 3, &c);
+
+    a.signal(nix::sys::signal::Signal::SIGKILL);
+    assert!(
+        wait_for(Duration::from_secs(2), || !alive(child)
+            && !alive(grandchild)),
+        "a's group outlived its leader-exec"
+    );
+    // a's command records no end of its own: the instant it was seen gone (at or after the
+    // real one) stands in.
+    use std::io::Write;
+    let mut history = std::fs::OpenOptions::new()
+        .append(true)
+        .open(scratch.history_path())
+        .unwrap();
+    writeln!(history, "end a {}", now_ns()).unwrap();
+    // c holds once a's claim is gone on the server (its start checked that none of a's
+    // processes was alive: no `overlap` record).
+    assert_eq!(c.wait(Duration::from_secs(20)), Some(0), "{}", c.stderr());
+    assert!(b.running(), "{}", b.stderr());
+    open_gate(&scratch, "b");
+    assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());
+    assert_at_most(&scratch.history(), 2);
     assert!(
         wait_for(Duration::from_secs(10), || store.held().is_empty()),
         "left behind: {:?}",

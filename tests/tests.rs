@@ -73,6 +73,8 @@ store_independent! {
     holders::status_and_check_know_every_holder,
     holders::a_holder_cut_off_from_the_store_stops_before_a_waiter_takes_its_place,
     holders::two_hundred_waiters_behind_two_holders_all_hold_in_turn,
+    holders::a_store_restart_leaves_both_holders_holding_and_the_waiter_waiting,
+    holders::a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds,
 }
 
 mod ambiguous;
