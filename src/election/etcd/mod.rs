@@ -6,6 +6,11 @@
 //! - the leader is the key with the lowest create-revision, which is also the fencing token;
 //! - a waiter watches only the key just ahead of it, so a handover wakes exactly one waiter.
 //!
+//! With `--max-holders` N > 1 the line is the same; each candidate also writes a marker
+//! `PREFIX ".holders/" NAME "/" <lease id in hex>` = N on its lease, and the holders are the front
+//! of the line, at most N, each having taken its place with a put of its own key (see
+//! `check_shared_turn`). N = 1 writes nothing beyond the recipe's keys.
+//!
 //! etcd-client quirks this module works around (measured against etcd 3.4):
 //! - with several endpoints there is no failover inside a request; a dead member stays in the
 //!   balancer and a share of calls fail at once with `Unavailable`. Callers retry, and the
