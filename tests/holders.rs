@@ -535,6 +535,7 @@ pub fn a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds<S: Store>(
             && !alive(grandchild)),
         "a's group outlived its leader-exec"
     );
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(-1));
     // a's command records no end of its own: the instant it was seen gone (at or after the
     // real one) stands in.
     use std::io::Write;
