@@ -67,6 +67,14 @@ store_independent! {
     reach::unreachable_stores_are_named_the_same_way_by_every_subcommand,
     // The harness counts the leader and every waiter in line.
     claims::claims_count_the_leader_and_every_waiter,
+    // --max-holders: N at once and never more, rising tokens, mismatches refused.
+    holders::two_hold_at_once_the_third_waits_and_tokens_rise,
+    holders::a_different_max_holders_exits_125_naming_both_values_and_leaves_nothing,
+    holders::status_and_check_know_every_holder,
+    holders::a_holder_cut_off_from_the_store_stops_before_a_waiter_takes_its_place,
+    holders::two_hundred_waiters_behind_two_holders_all_hold_in_turn,
+    holders::a_store_restart_leaves_both_holders_holding_and_the_waiter_waiting,
+    holders::a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds,
 }
 
 mod ambiguous;
@@ -74,12 +82,14 @@ mod claims;
 mod cron;
 mod docs;
 mod election;
+mod etcd_holders;
 mod exit_codes;
 mod faults;
 mod floors;
 mod handover;
 mod hints;
 mod holder_records;
+mod holders;
 mod hostile;
 mod input;
 mod local_faults;

@@ -6,6 +6,11 @@
 //! - the leader is the key with the lowest create-revision, which is also the fencing token;
 //! - a waiter watches only the key just ahead of it, so a handover wakes exactly one waiter.
 //!
+//! With `--max-holders` N > 1 the line is the same; each candidate also writes a marker
+//! `PREFIX ".holders/" NAME "/" <lease id in hex>` = N on its lease, and the holders are the front
+//! of the line, at most N, each having taken its place with a put of its own key (see
+//! `check_shared_turn`). N = 1 writes nothing beyond the recipe's keys.
+//!
 //! etcd-client quirks this module works around (measured against etcd 3.4):
 //! - with several endpoints there is no failover inside a request; a dead member stays in the
 //!   balancer and a share of calls fail at once with `Unavailable`. Callers retry, and the
@@ -126,6 +131,8 @@ pub struct Etcd {
     client: Client,
     /// `PREFIX NAME "/"`.
     election_prefix: String,
+    /// `PREFIX ".holders/" NAME "/"`: where a candidate with `--max-holders` N > 1 writes N.
+    marker_prefix: String,
     identity: String,
     ttl_seconds: i64,
     /// `--max-holders` (1 for a reader, which holds nothing).
@@ -147,6 +154,7 @@ impl Etcd {
             max_holders,
             client,
             endpoints: endpoints.to_vec(),
+            marker_prefix: marker_prefix(&election_prefix),
             election_prefix,
             identity,
             // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
@@ -169,15 +177,20 @@ impl Etcd {
 
     async fn create_key(&self, lease_id: i64) -> Result<Candidacy, StoreError> {
         let key = format!("{}{:x}", self.election_prefix, lease_id);
+        let on_lease = || Some(PutOptions::new().with_lease(lease_id));
+        let mut puts = vec![TxnOp::put(key.as_str(), self.identity.as_str(), on_lease())];
+        if self.max_holders > 1 {
+            // The marker shares the candidate key's transaction, hence its create-revision (how
+            // check_turn pairs them) and its lease (revoking it leaves neither behind). N = 1
+            // writes no marker: the keys are exactly those of `etcdctl elect`.
+            let marker = format!("{}{:x}", self.marker_prefix, lease_id);
+            puts.push(TxnOp::put(marker, self.max_holders.to_string(), on_lease()));
+        }
         // The compare makes the request safe to repeat: if an earlier attempt did create the key,
         // the else branch reads it back with its create-revision.
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                self.identity.as_str(),
-                Some(PutOptions::new().with_lease(lease_id)),
-            )])
+            .and_then(puts)
             .or_else([TxnOp::get(key.as_str(), None)]);
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
         let token = if response.succeeded() {
@@ -202,6 +215,119 @@ impl Etcd {
             place: token,
             token: 0,
         })
+    }
+
+    /// `check_turn` with `--max-holders` N > 1: a semaphore in the election's own line.
+    ///
+    /// The line is the election's candidate keys in create-revision order, as with one leader.
+    /// A candidate *takes* its place among the holders with a write: a put of its own key (same
+    /// value, same lease), fenced by the key's create-revision, so its mod-revision rises above
+    /// its create-revision. Only a taken candidate runs its command. A candidacy takes when
+    /// (a) fewer than N candidates are ahead of it and (b) the one just ahead (if any) has taken.
+    ///
+    /// Why no N+1st holds: by (b) and induction the taken keys are a prefix of the line (a key
+    /// takes only after every key ahead of it has taken or left, and a taken key stays taken
+    /// until deleted). So when this candidacy takes, every taken key is ahead of it, and by (a)
+    /// fewer than N are. Both facts were read at one revision and stay true until the take
+    /// commits: keys are only ever added behind this one, taken keys never become untaken, and
+    /// the take's compare fails if this key itself went.
+    ///
+    /// Why tokens rise: the token is the create-revision, as with one leader. Takes happen in
+    /// line order (a key behind takes only after this one took or left, and a key that left
+    /// never comes back with the same create-revision), so a later candidate can never hold
+    /// before an earlier one still in line: each take's token exceeds every token taken before.
+    ///
+    /// Why nobody misses a turn and only the one that may hold wakes: a waiter watches from
+    /// the revision it read at, so no change after its read is lost. The first waiter (N
+    /// taken keys ahead) waits for any of them to be deleted; a later waiter, or one whose
+    /// predecessor has not taken yet, waits for its predecessor's take or deletion, the only
+    /// change that can satisfy (b) and the one that precedes any change to (a) that matters.
+    ///
+    /// A mismatch: every candidate ahead is compared with this one's N (its marker, or 1 for a
+    /// key without one: `etcdctl elect`, or an instance with N = 1). Of two instances with
+    /// different N the later one, while both stand, finds the earlier ahead of it and answers
+    /// `Mismatch` before it ever takes; its release revokes the lease, taking key and marker.
+    async fn check_shared_turn(&self, candidacy: &Candidacy) -> Result<Turn, StoreError> {
+        let place = candidacy.place;
+        let ahead = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(place - 1)
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_keys_only();
+        let txn = Txn::new().and_then([
+            TxnOp::get(
+                candidacy.key.as_str(),
+                Some(GetOptions::new().with_keys_only()),
+            ),
+            TxnOp::get(self.election_prefix.as_str(), Some(ahead)),
+            TxnOp::get(self.marker_prefix.as_str(), Some(markers_ahead_of(place))),
+        ]);
+        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
+        let revision = header_revision(response.header())?;
+        let responses = response.op_responses();
+        let (
+            Some(TxnOpResponse::Get(own)),
+            Some(TxnOpResponse::Get(ahead)),
+            Some(TxnOpResponse::Get(markers)),
+        ) = (responses.first(), responses.get(1), responses.get(2))
+        else {
+            return Err(StoreError::Transient("unexpected txn response".into()));
+        };
+        let own_taken = match own.kvs().first() {
+            Some(kv) if kv.create_revision() == place => taken(kv),
+            _ => return Ok(Turn::Gone),
+        };
+        let markers = Markers::new(self.marker_prefix.as_bytes(), markers.kvs());
+        let ahead = ahead.kvs();
+        if let Some(theirs) = ahead
+            .iter()
+            .map(|kv| markers.of(self.election_prefix.as_bytes(), kv))
+            .find(|&n| n != self.max_holders)
+        {
+            return Ok(Turn::Mismatch { theirs });
+        }
+        if own_taken {
+            // Taken by an earlier look whose answer was lost: it holds.
+            return Ok(Turn::Leading { token: place });
+        }
+        let predecessor = ahead.last();
+        let fewer_than_n = ahead.len() < self.max_holders as usize;
+        if fewer_than_n && predecessor.is_none_or(taken) {
+            let take = Txn::new()
+                .when([Compare::create_revision(
+                    candidacy.key.as_str(),
+                    CompareOp::Equal,
+                    place,
+                )])
+                .and_then([TxnOp::put(
+                    candidacy.key.as_str(),
+                    self.identity.as_str(),
+                    Some(PutOptions::new().with_lease(candidacy.lease_id.unwrap_or_default())),
+                )]);
+            let response = self.client.kv_client().txn(take).await.map_err(classify)?;
+            return Ok(if response.succeeded() {
+                Turn::Leading { token: place }
+            } else {
+                Turn::Gone
+            });
+        }
+        let Some(predecessor) = predecessor else {
+            // Unreachable: no predecessor means nothing ahead, fewer than N, taken above.
+            return Err(StoreError::Transient("no candidate ahead".into()));
+        };
+        // A taken predecessor has fewer than N ahead of it, so this one has exactly N ahead,
+        // all taken: it is the first waiter and watches them all.
+        let holders = if taken(predecessor) {
+            ahead.iter().map(|kv| kv.key().to_vec()).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Turn::Behind(Ahead {
+            key: predecessor.key().to_vec(),
+            revision,
+            expires_in: None,
+            holders,
+        }))
     }
 
     /// Completes when `key` is deleted after `revision`; errors when the watch breaks.
@@ -245,6 +371,92 @@ impl Etcd {
             }
         }
     }
+}
+
+/// Where markers go: `PREFIX NAME "/"` → `PREFIX ".holders/" NAME "/"`. Prefixes are one
+/// segment between slashes and lease names hold no '/' (settings.rs), so the name is the last
+/// segment. Outside every election's key range (names starting with '.' are no election):
+/// `etcdctl elect` and earlier versions never take a marker for a candidate.
+fn marker_prefix(election_prefix: &str) -> String {
+    let trimmed = election_prefix.strip_suffix('/').unwrap_or(election_prefix);
+    match trimmed.rsplit_once('/') {
+        Some((prefix, name)) => format!("{prefix}/{MARKERS}{name}/"),
+        None => format!("{MARKERS}{trimmed}/"),
+    }
+}
+
+/// The segment under the prefix that holds every election's markers.
+const MARKERS: &str = ".holders/";
+
+/// The markers written with candidate keys created before `place`.
+fn markers_ahead_of(place: i64) -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(place - 1)
+}
+
+/// N as a marker holds it: a decimal from 1 to 1000. Store data is untrusted: anything else
+/// counts as no marker, N = 1, which an instance with N > 1 refuses: never more holders.
+fn marker_value(value: &[u8]) -> u32 {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|text| text.parse::<u32>().ok())
+        .filter(|n| (1..=1000).contains(n))
+        .unwrap_or(1)
+}
+
+/// Whether a candidate key has taken its place among the holders (N > 1): its take put it
+/// again after its creation.
+fn taken(kv: &etcd_client::KeyValue) -> bool {
+    kv.mod_revision() > kv.create_revision()
+}
+
+/// Markers of one election by create-revision, with their key's last segment (the lease id).
+struct Markers<'a> {
+    by_revision: std::collections::HashMap<i64, (&'a [u8], u32)>,
+}
+
+impl<'a> Markers<'a> {
+    fn new(marker_prefix: &[u8], kvs: &'a [etcd_client::KeyValue]) -> Self {
+        let by_revision = kvs
+            .iter()
+            .filter_map(|kv| {
+                let id = kv.key().strip_prefix(marker_prefix)?;
+                Some((kv.create_revision(), (id, marker_value(kv.value()))))
+            })
+            .collect();
+        Markers { by_revision }
+    }
+
+    /// The N of a candidate key: its marker's (written in the same transaction: same
+    /// create-revision, same lease id), else 1.
+    fn of(&self, election_prefix: &[u8], candidate: &etcd_client::KeyValue) -> u32 {
+        let id = candidate.key().strip_prefix(election_prefix);
+        match self.by_revision.get(&candidate.create_revision()) {
+            Some((marker_id, n)) if id == Some(*marker_id) => *n,
+            _ => 1,
+        }
+    }
+}
+
+/// The holders of a line of candidate keys (oldest first) whose N is `max_holders`: the
+/// oldest alone with one leader (as `etcdctl elect` reads it); with N > 1, the taken keys,
+/// which are the front of the line, at most N.
+fn holders_of(line: &[etcd_client::KeyValue], max_holders: u32) -> Vec<Leader> {
+    let as_leader = |kv: &etcd_client::KeyValue| Leader {
+        key: kv.key().to_vec(),
+        identity: kv.value().to_vec(),
+        token: kv.create_revision(),
+        lease_id: Some(kv.lease()),
+    };
+    if max_holders <= 1 {
+        return line.first().map(as_leader).into_iter().collect();
+    }
+    line.iter()
+        .take(max_holders as usize)
+        .take_while(|kv| taken(kv))
+        .map(as_leader)
+        .collect()
 }
 
 fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<i64, StoreError> {
@@ -295,8 +507,11 @@ impl Campaign for Etcd {
     }
 
     async fn check_turn(&self, candidacy: &Candidacy) -> Result<Turn, StoreError> {
-        // Own key and the nearest key ahead, read at one revision: if the key is there and
-        // nothing is ahead, this candidacy leads as of that revision.
+        if self.max_holders > 1 {
+            return self.check_shared_turn(candidacy).await;
+        }
+        // Own key, the nearest key ahead and the markers ahead, read at one revision: if the key
+        // is there and nothing is ahead, this candidacy leads as of that revision.
         let ahead = GetOptions::new()
             .with_prefix()
             .with_max_create_revision(candidacy.place - 1)
@@ -309,18 +524,36 @@ impl Campaign for Etcd {
                 Some(GetOptions::new().with_keys_only()),
             ),
             TxnOp::get(self.election_prefix.as_str(), Some(ahead)),
+            TxnOp::get(
+                self.marker_prefix.as_str(),
+                Some(markers_ahead_of(candidacy.place)),
+            ),
         ]);
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
         let revision = header_revision(response.header())?;
         let responses = response.op_responses();
-        let (Some(TxnOpResponse::Get(own)), Some(TxnOpResponse::Get(ahead))) =
-            (responses.first(), responses.get(1))
+        let (
+            Some(TxnOpResponse::Get(own)),
+            Some(TxnOpResponse::Get(ahead)),
+            Some(TxnOpResponse::Get(markers)),
+        ) = (responses.first(), responses.get(1), responses.get(2))
         else {
             return Err(StoreError::Transient("unexpected txn response".into()));
         };
         match own.kvs().first() {
             Some(kv) if kv.create_revision() == candidacy.place => {}
             _ => return Ok(Turn::Gone),
+        }
+        // A marker ahead says a candidate ahead holds or waits with N > 1 (N = 1 writes none):
+        // this instance must not join that line. A marker whose candidate key was deleted
+        // lives only until its lease is revoked, which its instance does as it notices.
+        if let Some(theirs) = markers
+            .kvs()
+            .iter()
+            .map(|kv| marker_value(kv.value()))
+            .find(|&n| n != 1)
+        {
+            return Ok(Turn::Mismatch { theirs });
         }
         Ok(match ahead.kvs().first() {
             // The key with the lowest create-revision leads, and that revision is its token.
@@ -337,6 +570,30 @@ impl Campaign for Etcd {
     }
 
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+        if !ahead.holders.is_empty() {
+            // The first waiter behind N holders: any holder leaving (its key deleted after the
+            // revision the holders were read at) lets it hold. One watch on the election range,
+            // deletes only; deletes of waiters behind do not wake it.
+            let options = WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(ahead.revision + 1)
+                .with_filters([WatchFilterType::NoPut]);
+            let holders = &ahead.holders;
+            return self
+                .first_event(self.election_prefix.as_bytes(), options, |e| {
+                    e.event_type() == EventType::Delete
+                        && e.kv()
+                            .is_some_and(|kv| holders.iter().any(|h| h == kv.key()))
+                })
+                .await;
+        }
+        if self.max_holders > 1 {
+            // A later waiter (or one whose predecessor has not taken its place yet): the
+            // predecessor's take (a put of its key) or its leaving (a delete) is the only
+            // change that can let this one move up; either wakes it.
+            let options = WatchOptions::new().with_start_revision(ahead.revision + 1);
+            return self.first_event(&ahead.key, options, |_| true).await;
+        }
         self.deleted_after(&ahead.key, ahead.revision).await
     }
 
@@ -390,28 +647,54 @@ impl Read for Etcd {
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(1);
         let count = GetOptions::new().with_prefix().with_count_only();
+        // The oldest candidate's marker says the election's N.
+        let oldest_marker = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
         let prefix = self.election_prefix.as_str();
         let txn = Txn::new().and_then([
             TxnOp::get(prefix, Some(first)),
             TxnOp::get(prefix, Some(count)),
+            TxnOp::get(self.marker_prefix.as_str(), Some(oldest_marker)),
         ]);
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
         let revision = header_revision(response.header())?;
         let responses = response.op_responses();
-        let (Some(TxnOpResponse::Get(first)), Some(TxnOpResponse::Get(count))) =
-            (responses.first(), responses.get(1))
+        let (
+            Some(TxnOpResponse::Get(first)),
+            Some(TxnOpResponse::Get(count)),
+            Some(TxnOpResponse::Get(marker)),
+        ) = (responses.first(), responses.get(1), responses.get(2))
         else {
             return Err(StoreError::Transient("unexpected txn response".into()));
         };
-        let leader = first.kvs().first().map(|kv| Leader {
-            key: kv.key().to_vec(),
-            identity: kv.value().to_vec(),
-            token: kv.create_revision(),
-            lease_id: Some(kv.lease()),
-        });
+        let markers = Markers::new(self.marker_prefix.as_bytes(), marker.kvs());
+        let max_holders = first
+            .kvs()
+            .first()
+            .map_or(1, |kv| markers.of(self.election_prefix.as_bytes(), kv));
+        let holders = if max_holders > 1 {
+            // The N oldest, read at the same revision: one consistent view.
+            let line = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(i64::from(max_holders))
+                .with_revision(revision);
+            let response = self
+                .client
+                .kv_client()
+                .get(prefix, Some(line))
+                .await
+                // Compacted past `revision` in the meantime: the caller reads again.
+                .map_err(|e| StoreError::Transient(classify(e).to_string()))?;
+            holders_of(response.kvs(), max_holders)
+        } else {
+            holders_of(first.kvs(), 1)
+        };
         Ok(Observation {
-            holders: leader.into_iter().collect(),
-            max_holders: 1,
+            holders,
+            max_holders,
             candidates: count.count(),
             revision,
         })
@@ -433,8 +716,23 @@ impl Read for Etcd {
             .get(prefix, Some(GetOptions::new().with_prefix()))
             .await
             .map_err(classify)?;
+        let kvs = response.take_kvs();
+        // Every election's markers (`PREFIX .holders/NAME/ID`), read in the same answer.
+        let marker_prefix = format!("{prefix}{MARKERS}");
+        let mut markers: std::collections::BTreeMap<&[u8], Vec<etcd_client::KeyValue>> =
+            Default::default();
+        for kv in &kvs {
+            let Some(rest) = kv.key().strip_prefix(marker_prefix.as_bytes()) else {
+                continue;
+            };
+            if let Some(slash) = rest.iter().position(|&b| b == b'/') {
+                markers.entry(&rest[..slash]).or_default().push(kv.clone());
+            }
+        }
+        let mut lines: std::collections::BTreeMap<Vec<u8>, Vec<etcd_client::KeyValue>> =
+            Default::default();
         let mut elections: std::collections::BTreeMap<Vec<u8>, Election> = Default::default();
-        for kv in response.take_kvs() {
+        for kv in &kvs {
             let Some(rest) = kv.key().strip_prefix(prefix.as_bytes()) else {
                 continue;
             };
@@ -454,17 +752,20 @@ impl Read for Etcd {
                 candidates: 0,
             });
             election.candidates += 1;
-            if election
-                .leader()
-                .is_none_or(|l| kv.create_revision() < l.token)
-            {
-                election.holders = vec![Leader {
-                    key: kv.key().to_vec(),
-                    identity: kv.value().to_vec(),
-                    token: kv.create_revision(),
-                    lease_id: Some(kv.lease()),
-                }];
-            }
+            lines.entry(name.to_vec()).or_default().push(kv.clone());
+        }
+        for (name, mut line) in lines {
+            line.sort_by_key(etcd_client::KeyValue::create_revision);
+            let Some(election) = elections.get_mut(&name) else {
+                continue;
+            };
+            let election_prefix = [prefix.as_bytes(), &name, b"/"].concat();
+            let theirs = markers.get(name.as_slice()).map_or(&[][..], Vec::as_slice);
+            let marker_prefix = [marker_prefix.as_bytes(), &name, b"/"].concat();
+            election.max_holders = line.first().map_or(1, |oldest| {
+                Markers::new(&marker_prefix, theirs).of(&election_prefix, oldest)
+            });
+            election.holders = holders_of(&line, election.max_holders);
         }
         Ok(elections.into_values().collect())
     }
@@ -724,6 +1025,38 @@ mod tests {
         let eof = std::io::Error::other("tls handshake eof");
         assert_eq!(tls_failure(&eof), None);
         assert!(classify(etcd_client::Error::IoError(eof)).is_transient());
+    }
+}
+
+#[cfg(test)]
+mod marker_tests {
+    use super::{marker_prefix, marker_value};
+
+    #[test]
+    fn markers_live_beside_the_election_outside_its_range() {
+        assert_eq!(
+            marker_prefix("/leader-exec/backup/"),
+            "/leader-exec/.holders/backup/"
+        );
+        assert!(!marker_prefix("/p/a/").starts_with("/p/a/"));
+    }
+
+    #[test]
+    fn a_marker_is_a_decimal_from_1_to_1000_and_anything_else_counts_as_1() {
+        assert_eq!(marker_value(b"2"), 2);
+        assert_eq!(marker_value(b"1000"), 1000);
+        for junk in [
+            &b""[..],
+            b"0",
+            b"1001",
+            b" 2",
+            b"2\n",
+            b"-3",
+            b"\xff",
+            b"99999999999",
+        ] {
+            assert_eq!(marker_value(junk), 1, "{junk:?}");
+        }
     }
 }
 
