@@ -336,14 +336,16 @@ fn mismatch_is_refused(endpoint: &str, pg: &Postgres) {
             .count(),
         2
     );
-    // Once every N = 2 instance is gone (their rows expired on the server's clock: until then
-    // they count as there), N = 1 is the lease's again, its rows kept.
+    // Once every N = 2 instance is gone (their holder and waiter rows expired on the server's
+    // clock: until then they count as there), N = 1 is the lease's again, its rows kept.
     drop((_a, _b, _c));
     assert!(wait_for(TTL + SLACK * 2, || count(
         pg,
         &format!(
-            "SELECT count(*) FROM leader_exec_leases WHERE starts_with(name, '{lease}')
-             AND holder IS NOT NULL AND expires_at > now()"
+            "SELECT (SELECT count(*) FROM leader_exec_leases WHERE starts_with(name, '{lease}')
+                     AND holder IS NOT NULL AND expires_at > now())
+                  + (SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}'
+                     AND expires_at > now())"
         )
     ) == 0));
     let (code, stderr) = run_to_end_patient(endpoint, lease, &scratch);
@@ -481,4 +483,109 @@ fn a_slot_row_changed_by_hand_stops_its_holder() {
         "{:?}",
         scratch.history()
     );
+}
+
+/// Statements leader-exec has run so far (pg_stat_statements), without the looks every waiter
+/// makes once per --retry-period whatever happens (`WITH mine AS`: renewing its own row; the
+/// first waiter's look at every slot row).
+fn requests(pg: &Postgres) -> i64 {
+    count(
+        pg,
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%'
+         AND query NOT LIKE 'LISTEN%' AND query NOT LIKE 'WITH mine AS%'
+         AND query NOT LIKE 'SELECT s.slot%'",
+    )
+}
+
+/// Attempts to take a slot so far (the decision statement of each, won or not).
+fn attempts(pg: &Postgres) -> i64 {
+    count(
+        pg,
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'WITH cur AS%'",
+    )
+}
+
+/// Two holders and `waiters` in line; each of `handovers` releases lets the first waiter in.
+/// Returns (requests, attempts) per handover; checks that never more than two ran at once and
+/// that tokens rose in start order.
+fn handovers_with_waiters(waiters: usize, handovers: usize) -> Vec<(i64, i64)> {
+    let pg = Postgres::start_with("-c shared_preload_libraries=pg_stat_statements");
+    pg.psql("CREATE EXTENSION pg_stat_statements");
+    let scratch = Scratch::new();
+    let endpoint = Store::endpoint(&pg);
+    let lease = "herd";
+    // A long TTL keeps the waiters' expiry look-ups out of the measured window.
+    let args = [
+        "--endpoints",
+        endpoint.as_str(),
+        "--lease",
+        lease,
+        "--max-holders",
+        "2",
+        "--ttl",
+        "60s",
+        "--renew-deadline",
+        "40s",
+        "--retry-period",
+        "2s",
+        "--kill-after",
+        "4s",
+    ];
+    let mut instances = Vec::new();
+    for name in ["w0", "w1"] {
+        instances.push(Instance::start(&args, &job(&scratch, name)));
+        scratch
+            .wait_record("start", name, Duration::from_secs(10))
+            .expect("a first holder started");
+    }
+    for i in 2..waiters + 2 {
+        instances.push(Instance::start(&args, &job(&scratch, &format!("w{i}"))));
+    }
+    assert!(
+        wait_for(Duration::from_secs(30 + waiters as u64 / 2), || {
+            waiter_rows(&pg, lease) >= waiters as i64
+        }),
+        "not every waiter stands in line"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let mut holding = vec!["w0".to_owned(), "w1".to_owned()];
+    let mut measured = Vec::new();
+    for round in 0..handovers {
+        let starts = |s: &Scratch| s.history().iter().filter(|r| r.kind == "start").count();
+        let before = (requests(&pg), attempts(&pg));
+        let leaving = holding.remove(0);
+        go(&scratch, &leaving);
+        assert!(
+            wait_for(Duration::from_secs(30), || starts(&scratch) > round + 2),
+            "no handover after {leaving}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let after = (requests(&pg), attempts(&pg));
+        measured.push((after.0 - before.0, after.1 - before.1));
+        let history = scratch.history();
+        holding.push(
+            history
+                .iter()
+                .rfind(|r| r.kind == "start")
+                .unwrap()
+                .name
+                .clone(),
+        );
+    }
+    let history = scratch.history();
+    assert_eq!(most_at_once(&history), 2, "{history:#?}");
+    assert_tokens_rise(&history);
+    measured
+}
+
+/// A release with two holders and eight waiters wakes one waiter: one attempt per handover, and
+/// a bounded number of statements in all (the old holder's release, the winner's transaction,
+/// its status record, and, when they fall in the window, the new holder's renewal session and
+/// the session of the waiter that moved up into the listening places).
+#[test]
+fn a_release_with_two_holders_wakes_one_of_eight_waiters() {
+    let measured = handovers_with_waiters(8, 4);
+    eprintln!("(requests, attempts) per handover with 8 waiters: {measured:?}");
+    assert!(measured.iter().all(|(_, a)| *a == 1), "{measured:?}");
+    assert!(measured.iter().all(|(r, _)| *r <= 40), "{measured:?}");
 }
