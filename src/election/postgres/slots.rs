@@ -429,3 +429,99 @@ impl Postgres {
 pub(super) fn clamp_n(n: i64) -> u32 {
     u32::try_from(n.clamp(1, 1000)).unwrap_or(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> Postgres {
+        let target = Target {
+            config: Config::new(),
+            tls: None,
+            shown: "postgres://test".into(),
+            listen: false,
+        };
+        let timing = PgTiming {
+            ttl: Duration::from_secs(60),
+            retry_period: Duration::from_millis(300),
+            connect_timeout: Duration::from_secs(1),
+        };
+        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing, 3).unwrap()
+    }
+
+    fn held(row: &str, holder: &str, token: i64, renewals: i64) -> SlotRow {
+        SlotRow {
+            row: row.into(),
+            seen: Some(Row {
+                holder: Some(holder.into()),
+                token,
+                renewals,
+                expires_us: 1_000_000,
+                ttl_ms: 1_000,
+            }),
+        }
+    }
+
+    /// Each slot row ripens on its own: seen unchanged for a full TTL; a renewal of one starts
+    /// its count afresh and leaves the others' alone; a free or missing slot is free at once.
+    #[test]
+    fn slot_rows_ripen_each_on_its_own() {
+        let pg = backend();
+        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
+        let (oldest, wait) = pg.sight_slots(
+            &[
+                held("l", "a", 7, 1),
+                held("l/2", "b", 9, 1),
+                held("l/3", "c", 8, 1),
+            ],
+            long_ago,
+        );
+        assert_eq!(oldest.as_deref(), Some("a"));
+        assert_eq!(wait, Duration::ZERO);
+        // Seen again: b renewed (its count afresh), a and c unchanged (ripe, the oldest first).
+        let (_, wait) = pg.sight_slots(
+            &[
+                held("l", "a", 7, 1),
+                held("l/2", "b", 9, 2),
+                held("l/3", "c", 8, 1),
+            ],
+            BootClock.now(),
+        );
+        assert_eq!(wait, Duration::ZERO);
+        let (row, ripe) = pg.ripe_slot().expect("ripe");
+        assert_eq!((row.as_str(), ripe.token), ("l", 7));
+        // Every row renewed: nothing ripe, a full TTL to go.
+        let (_, wait) = pg.sight_slots(
+            &[
+                held("l", "a", 7, 2),
+                held("l/2", "b", 9, 3),
+                held("l/3", "c", 8, 2),
+            ],
+            BootClock.now(),
+        );
+        assert!(wait > Duration::from_secs(59), "{wait:?}");
+        assert!(pg.ripe_slot().is_none());
+        // A slot not there yet is free.
+        let (_, wait) = pg.sight_slots(
+            &[
+                held("l", "a", 7, 2),
+                SlotRow {
+                    row: "l/2".into(),
+                    seen: None,
+                },
+            ],
+            BootClock.now(),
+        );
+        assert_eq!(wait, Duration::ZERO);
+    }
+
+    #[test]
+    fn literals_mean_the_same_whatever_the_server_says() {
+        assert_eq!(literal(r"it's \n"), r"E'it''s \\n'");
+        assert_eq!(literal_opt(None), "NULL");
+        assert_eq!(clamp_n(0), 1);
+        assert_eq!(clamp_n(5000), 1000);
+        assert_eq!(lease_of_row("a/2"), "a");
+        assert_eq!(lease_of_row("a"), "a");
+    }
+}
