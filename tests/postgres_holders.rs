@@ -211,6 +211,25 @@ fn two_hold_and_two_wait(endpoint: &str, pg: &Postgres) {
         "{:?}",
         lease_rows(pg, lease)
     );
+    // The text form: a line per holder; `status --all`: one election per name, not per slot.
+    let text = leader_exec()
+        .args(["status", "--endpoints", endpoint, "--lease", lease])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("holders:     2 of 2"), "{text}");
+    let all = leader_exec()
+        .args(["status", "--all", "--json", "--endpoints", endpoint])
+        .output()
+        .unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap();
+    let names: Vec<&str> = all["leases"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{all}"))
+        .iter()
+        .filter_map(|l| l["lease"].as_str())
+        .collect();
+    assert_eq!(names, vec![lease], "{all}");
     // c, then d, in line.
     for (i, name) in ["c", "d"].iter().enumerate() {
         instances.push(Instance::start(&a_args, &job(&scratch, name)));
