@@ -697,3 +697,80 @@ echo "end {name} $(date +%s%N)" >> "$h"
     assert_tokens_rise_across_ends(&history);
     assert_eq!(waiter_rows(&pg, "many"), 0);
 }
+
+/// Both slots freed at once with a single wake-up, to the first waiter only (as one release
+/// sends): the waiter that takes a slot while another is still free wakes the next one, so
+/// both waiters hold within well under one --retry-period (5 s here: no waiter's own look at
+/// the line lets it in that soon, as a rule).
+#[test]
+fn two_free_slots_and_one_wake_up_let_both_waiters_in_by_a_chain() {
+    let pg = Postgres::start();
+    let endpoint = Store::endpoint(&pg);
+    let scratch = Scratch::new();
+    let lease = "chain";
+    let args = [
+        "--endpoints",
+        endpoint.as_str(),
+        "--lease",
+        lease,
+        "--max-holders",
+        "2",
+        "--ttl",
+        "25s",
+        "--renew-deadline",
+        "15s",
+        "--retry-period",
+        "5s",
+        "--kill-after",
+        "2s",
+    ];
+    let mut holders = Vec::new();
+    for name in ["a", "b"] {
+        let instance = Instance::start(&args, &job(&scratch, name));
+        let start = scratch
+            .wait_record("start", name, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{name} did not start"));
+        holders.push((instance, start.pid()));
+    }
+    let mut waiters = Vec::new();
+    for (i, name) in ["c", "d"].iter().enumerate() {
+        waiters.push(Instance::start(&args, &job(&scratch, name)));
+        assert!(
+            wait_for(Duration::from_secs(10), || waiter_rows(&pg, lease)
+                == i as i64 + 1),
+            "{name} not in line"
+        );
+    }
+    // The holders gone (wrappers and groups), their commands with them.
+    for (instance, pid) in &holders {
+        let group = nix::unistd::getpgid(Some(Pid::from_raw(*pid))).unwrap();
+        instance.signal(Signal::SIGKILL);
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    assert!(wait_for(Duration::from_secs(5), || holders
+        .iter()
+        .all(|(_, pid)| !alive(*pid))));
+    // Past the waiters' last looks, then both rows freed in one statement and one NOTIFY to
+    // the first waiter's channel.
+    std::thread::sleep(Duration::from_secs(1));
+    pg.psql(&format!(
+        "WITH freed AS (UPDATE leader_exec_leases SET holder = NULL, expires_at = now()
+                        WHERE name IN ('{lease}', '{lease}/2') RETURNING 1)
+         SELECT pg_notify('w' || (SELECT min(id) FROM leader_exec_waiters WHERE name = '{lease}')
+                          || '_leader_exec', 'free' || chr(10) || '{lease}')
+         FROM (SELECT count(*) FROM freed) f"
+    ));
+    let freed = Instant::now();
+    for name in ["c", "d"] {
+        scratch
+            .wait_record("start", name, Duration::from_secs(12))
+            .unwrap_or_else(|| panic!("{name} did not start: {:?}", scratch.history()));
+    }
+    let took = freed.elapsed();
+    assert!(took < Duration::from_millis(1500), "both in after {took:?}");
+    go(&scratch, "c");
+    go(&scratch, "d");
+    for mut instance in waiters {
+        assert_eq!(instance.wait(Duration::from_secs(15)), Some(0));
+    }
+}
