@@ -774,3 +774,51 @@ fn two_free_slots_and_one_wake_up_let_both_waiters_in_by_a_chain() {
         assert_eq!(instance.wait(Duration::from_secs(15)), Some(0));
     }
 }
+
+/// N = 3: three hold at once on rows `NAME`, `NAME/2`, `NAME/3`; a fourth with --no-wait exits
+/// 124 leaving no waiter row; a fifth waits and takes the slot the first leaves.
+#[test]
+fn three_hold_at_once_and_no_wait_leaves_no_waiter_row() {
+    let pg = Postgres::start();
+    let endpoint = Store::endpoint(&pg);
+    let scratch = Scratch::new();
+    let lease = "three";
+    let three = args(&endpoint, lease, "3");
+    let mut instances = Vec::new();
+    for name in ["a", "b", "c"] {
+        instances.push(Instance::start(&three, &job(&scratch, name)));
+        scratch
+            .wait_record("start", name, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{name} did not start: {:?}", scratch.history()));
+    }
+    assert_eq!(
+        lease_rows(&pg, lease)
+            .iter()
+            .map(|r| r.split(' ').next().unwrap().to_owned())
+            .collect::<Vec<_>>(),
+        vec!["three", "three/2", "three/3"]
+    );
+    let mut no_wait = three.clone();
+    no_wait.push("--no-wait");
+    let mut d = Instance::start(&no_wait, &job(&scratch, "d"));
+    assert_eq!(d.wait(Duration::from_secs(15)), Some(124), "{}", d.stderr());
+    assert_eq!(waiter_rows(&pg, lease), 0);
+    instances.push(Instance::start(&three, &job(&scratch, "e")));
+    assert!(wait_for(Duration::from_secs(10), || waiter_rows(
+        &pg, lease
+    ) == 1));
+    go(&scratch, "b");
+    scratch
+        .wait_record("start", "e", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("e did not follow b: {:?}", scratch.history()));
+    for name in ["a", "c", "e"] {
+        go(&scratch, name);
+    }
+    for mut instance in instances {
+        assert_eq!(instance.wait(Duration::from_secs(15)), Some(0));
+    }
+    let history = scratch.history();
+    assert!(history.iter().all(|r| r.name != "d"), "{history:#?}");
+    assert_eq!(most_at_once(&history), 3, "{history:#?}");
+    assert_tokens_rise(&history);
+}

@@ -36,6 +36,13 @@
 //! while fewer live waiters stand ahead of it than slots are free, and one that takes a slot
 //! while others stay free wakes the next waiter (one NOTIFY). The first waiter looks at every
 //! slot row each --retry-period for a crashed holder to take over.
+//!
+//! Why a waiter that is not woken cannot miss its turn: as with one holder, it listens before
+//! the attempt that put it behind, so a release after that attempt reaches it if it is first;
+//! one not first is woken by the waiter ahead when that one takes a slot with another still
+//! free, or by a release once it has become first; and every waiter looks at the line every
+//! --retry-period anyway (the first one at every slot row), so a lost or unsent notification
+//! (pgbouncer, `leader_exec_listen=off`) delays it by one period at most.
 
 use std::fmt::Write as _;
 
