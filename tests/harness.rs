@@ -1524,12 +1524,13 @@ impl Store for Postgres {
         Postgres::restart(self)
     }
 
-    /// The holder's row and the waiters in line (`leader_exec_waiters`, whose rows a waiter
-    /// renews every --retry-period: one whose TTL ran out by the server's clock is a dead
-    /// waiter's, as an etcd key goes with its lease).
+    /// The holders' rows (`NAME`, and with --max-holders above 1 its slot rows `NAME/k`) and
+    /// the waiters in line (`leader_exec_waiters`, whose rows a waiter renews every
+    /// --retry-period: one whose TTL ran out by the server's clock is a dead waiter's, as an
+    /// etcd key goes with its lease).
     fn claims(&self, lease: &str) -> usize {
         let holder = format!(
-            "SELECT count(*) FROM leader_exec_leases WHERE name = '{lease}' AND holder IS NOT NULL AND expires_at > now()"
+            "SELECT count(*) FROM leader_exec_leases WHERE (name = '{lease}' OR starts_with(name, '{lease}/')) AND holder IS NOT NULL AND expires_at > now()"
         );
         let sql = format!(
             "SELECT ({holder}) + (SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}' AND expires_at > now())"

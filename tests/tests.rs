@@ -98,6 +98,7 @@ mod metrics;
 mod operator;
 mod pgbouncer_only;
 mod postgres_conn;
+mod postgres_holders;
 mod postgres_lease;
 mod postgres_line;
 mod postgres_only;

@@ -172,7 +172,13 @@ impl Postgres {
     /// row counts as live until its `expires_at` on the server's clock, which its owner renews
     /// every look: that clock decides only the order of the line (a stepped clock may let one
     /// instance go ahead of a dead-looking one), never who holds the lease row.
-    pub(super) async fn acquire(&self) -> Result<Option<Attempt>, StoreError> {
+    ///
+    /// The row says which `--max-holders` its last users had (`max_holders`): only a row that
+    /// says 1 is taken here (instances with N above 1 set it, under the lock `slots.rs` takes,
+    /// before they take any of their rows, so this conditional UPDATE, which waits for that
+    /// lock's transaction, sees it). A row that says otherwise is answered with its value: the
+    /// caller asks the locked path whether anyone with that N is still there.
+    pub(super) async fn acquire(&self) -> Result<Option<(Attempt, i64)>, StoreError> {
         let shared = &self.shared;
         let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
         let update = format!(
@@ -181,7 +187,7 @@ impl Postgres {
                  SET holder = $2, token = GREATEST(token + 1, nextval({tokens})),
                      renewals = renewals + 1,
                      expires_at = now() + $3::bigint * interval '1 millisecond', ttl_ms = $3
-                 WHERE name = $1 AND ((holder IS NULL
+                 WHERE name = $1 AND max_holders = 1 AND ((holder IS NULL
                          AND NOT EXISTS (SELECT 1 FROM {waiters} w
                                          WHERE w.name = $1 AND ($5 = 0 OR w.id < $5)
                                            AND w.expires_at > now()))
@@ -192,7 +198,7 @@ impl Postgres {
              left_line AS (DELETE FROM {waiters} WHERE name = $1 AND id = $5
                            AND EXISTS (SELECT 1 FROM won))
              SELECT (SELECT token FROM won), (SELECT count(*) FROM told),
-                    {ROW_COLUMNS}
+                    {ROW_COLUMNS}, max_holders
              FROM {leases} WHERE name = $1",
             leases = self.leases(),
             waiters = self.qualified(&shared.waiters),
@@ -227,14 +233,15 @@ impl Postgres {
                 *shared.sighting.lock().expect("not poisoned") = None;
                 // Its waiter row went in the same statement.
                 shared.waiter.store(0, Ordering::SeqCst);
-                Attempt::Won(token)
+                (Attempt::Won(token), 1)
             }
             None => {
                 let seen = Row::from(&row, 2);
-                Attempt::Held {
+                let attempt = Attempt::Held {
                     holder: seen.holder.clone(),
                     wait: self.sight(&seen, received),
-                }
+                };
+                (attempt, row.get(7))
             }
         }))
     }
@@ -242,8 +249,16 @@ impl Postgres {
     /// One attempt on the lease row, a new row for a new name included; a win is noted as
     /// held (for the keeper).
     pub(super) async fn attempt(&self) -> Result<Attempt, StoreError> {
+        if self.shared.max_holders > 1 {
+            return self.attempt_slots(self.shared.max_holders).await;
+        }
         let attempt = match self.acquire().await? {
-            Some(attempt) => attempt,
+            // Left by instances with another --max-holders: whether any of them is still
+            // there, and if none is, the row back to 1 and an attempt, under the lock.
+            Some((Attempt::Held { .. }, theirs)) if theirs != 1 => {
+                return self.attempt_slots(1).await;
+            }
+            Some((attempt, _)) => attempt,
             None => match self.insert_new().await? {
                 Some(token) => Attempt::Won(token),
                 // Inserted by another instance meanwhile.
@@ -348,21 +363,6 @@ impl Postgres {
         Ok(token)
     }
 
-    pub(super) fn leader_of(
-        &self,
-        holder: Option<String>,
-        token: i64,
-        live: bool,
-    ) -> Option<Leader> {
-        let holder = holder.filter(|_| live)?;
-        Some(Leader {
-            key: self.row_key().into_bytes(),
-            identity: holder.into_bytes(),
-            token,
-            lease_id: None,
-        })
-    }
-
     /// The fence shared by every fenced write: the lease row still holds this candidacy's token,
     /// locked FOR SHARE so that a takeover's UPDATE waits until the write has committed.
     pub(super) fn fence(&self) -> String {
@@ -377,6 +377,15 @@ impl Postgres {
     pub(super) async fn join_line(&self) -> Result<(), StoreError> {
         let shared = &self.shared;
         if shared.waiter.load(Ordering::SeqCst) != 0 {
+            return Ok(());
+        }
+        if shared.max_holders > 1 {
+            let (id, ahead) = self.join_line_slots().await?;
+            shared
+                .far_back
+                .store(ahead >= LISTENING_PLACES, Ordering::SeqCst);
+            shared.waiter.store(id, Ordering::SeqCst);
+            *shared.ahead.lock().expect("not poisoned") = None;
             return Ok(());
         }
         let sql = format!(

@@ -67,6 +67,7 @@ use crate::clock::{BootClock, Clock};
 
 mod line;
 mod session;
+mod slots;
 mod store;
 pub mod target;
 mod tls;
@@ -220,6 +221,9 @@ enum Attempt {
         /// How long until this waiter may take the row over (see [`Sighting`]).
         wait: Duration,
     },
+    /// Live holders or waiters of the name use another `--max-holders` (theirs): nothing was
+    /// taken (see `slots.rs`).
+    Mismatch(u32),
 }
 
 /// What the listening session has heard about this lease name.
@@ -297,6 +301,13 @@ struct Shared {
     sighting: Mutex<Option<(Sighting, Duration)>>,
     /// `--max-holders` (1 for a reader, which holds nothing).
     max_holders: u32,
+    /// The row this instance holds (with `--max-holders` above 1 a slot row, `NAME/k`; the
+    /// lease row `NAME` otherwise), valid while `held` is not 0: what its renewals, fenced
+    /// writes and release name.
+    held_row: Mutex<String>,
+    /// With `--max-holders` above 1, the first waiter's sighting of each held slot row (see
+    /// [`Sighting`]), by row name.
+    slot_sightings: Mutex<std::collections::HashMap<String, (Sighting, Duration)>>,
 }
 
 /// An unreleased lease row as a waiter saw it. The row is taken over only when the taker has
@@ -446,6 +457,8 @@ impl Postgres {
                 guard,
                 ttl: timing.ttl,
                 sighting: Mutex::new(None),
+                held_row: Mutex::new(name.to_owned()),
+                slot_sightings: Mutex::new(std::collections::HashMap::new()),
                 max_holders,
             }),
         })
@@ -474,6 +487,27 @@ impl Postgres {
         format!("{}/{}", self.shared.leases, self.shared.name)
     }
 
+    /// The name of the row this instance holds (`NAME`, or a slot row `NAME/k`).
+    fn held_row(&self) -> String {
+        self.shared.held_row.lock().expect("not poisoned").clone()
+    }
+
+    /// The row a holder's key (`TABLE/ROW`, as `status` shows it) names, if it is one of
+    /// this lease name's rows (`NAME` or a slot row `NAME/k`).
+    fn row_of(&self, key: &[u8]) -> Option<String> {
+        let key = std::str::from_utf8(key).ok()?;
+        let row = key.strip_prefix(&format!("{}/", self.shared.leases))?;
+        (lease_of_row(row) == self.shared.name).then(|| row.to_owned())
+    }
+}
+
+/// The lease name a row belongs to: the row `NAME` itself, or slot row `NAME/k` (lease names
+/// never contain '/': settings.rs).
+fn lease_of_row(row: &str) -> &str {
+    row.split_once('/').map_or(row, |(name, _)| name)
+}
+
+impl Postgres {
     fn leases(&self) -> String {
         self.qualified(&self.shared.leases)
     }

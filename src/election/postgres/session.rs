@@ -280,6 +280,12 @@ impl Postgres {
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
                                 WHERE attrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($2))
                                 AND attname = 'renewals' AND NOT attisdropped)
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                                WHERE attrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($2))
+                                AND attname = 'max_holders' AND NOT attisdropped)
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                                WHERE attrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($6))
+                                AND attname = 'max_holders' AND NOT attisdropped)
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
                                 WHERE tgrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($2))
                                 AND tgname = $5)
@@ -331,9 +337,11 @@ impl Postgres {
                      token bigint NOT NULL,
                      expires_at timestamptz NOT NULL,
                      ttl_ms bigint NOT NULL DEFAULT 0,
-                     renewals bigint NOT NULL DEFAULT 0
+                     renewals bigint NOT NULL DEFAULT 0,
+                     max_holders bigint NOT NULL DEFAULT 1
                  );
                  ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS renewals bigint NOT NULL DEFAULT 0;
+                 ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS max_holders bigint NOT NULL DEFAULT 1;
                  CREATE TABLE IF NOT EXISTS {records} (
                      key text PRIMARY KEY,
                      value bytea NOT NULL,
@@ -348,8 +356,10 @@ impl Postgres {
                      renewals bigint NOT NULL DEFAULT 0,
                      ttl_ms bigint NOT NULL,
                      expires_at timestamptz NOT NULL,
+                     max_holders bigint NOT NULL DEFAULT 1,
                      PRIMARY KEY (name, id)
                  );
+                 ALTER TABLE {waiters} ADD COLUMN IF NOT EXISTS max_holders bigint NOT NULL DEFAULT 1;
                  CREATE SEQUENCE IF NOT EXISTS {tokens};
                  SELECT CASE WHEN t.m >= s.last_value THEN setval({tokens_literal}, t.m) END
                  FROM (SELECT COALESCE(max(token), 0) AS m FROM {leases}) t, {tokens} s;

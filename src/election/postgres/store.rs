@@ -42,8 +42,10 @@ impl Campaign for Postgres {
             // while others wait. Won: no place in line, no LISTEN and no NOTIFY self-test,
             // which only serve a waiter (they decide how it hears of a release). Lost: it
             // joins the line and listens below, then tries again before it waits.
-            if let Attempt::Won(token) = self.attempt().await? {
-                return Ok(Turn::Leading { token });
+            match self.attempt().await? {
+                Attempt::Won(token) => return Ok(Turn::Leading { token }),
+                Attempt::Mismatch(theirs) => return Ok(Turn::Mismatch { theirs }),
+                Attempt::Held { .. } => {}
             }
         }
         // A place at the back of the line, and listening on its channel before the attempt
@@ -54,6 +56,7 @@ impl Campaign for Postgres {
         let seen = shared.heard.borrow().free;
         let (holder, wait) = match self.attempt().await? {
             Attempt::Won(token) => return Ok(Turn::Leading { token }),
+            Attempt::Mismatch(theirs) => return Ok(Turn::Mismatch { theirs }),
             Attempt::Held { holder, wait } => (holder, wait),
         };
         Ok(Turn::Behind(Ahead {
@@ -106,6 +109,11 @@ impl Campaign for Postgres {
             match ahead {
                 None => {
                     *shared.ahead.lock().expect("not poisoned") = None;
+                    // With N above 1, the first waiter looks at every slot row.
+                    let lease_wait = match shared.max_holders {
+                        1 => lease_wait,
+                        _ => self.look_slots().await?,
+                    };
                     // First in line: the lease row is free, gone, or ripe for a takeover.
                     if lease_wait.is_zero() {
                         return Ok(());
@@ -144,6 +152,13 @@ impl Campaign for Postgres {
             if id == 0 {
                 return Ok(());
             }
+            if s.max_holders > 1 {
+                self.leave_line_slots(id).await?;
+                let _ = s
+                    .waiter
+                    .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
+                return Ok(());
+            }
             let sql = format!(
                 "WITH gone AS (DELETE FROM {waiters} WHERE name = $1 AND id = $2 RETURNING 1),
                       next AS (SELECT id FROM {waiters} WHERE name = $1 AND id <> $2
@@ -160,6 +175,13 @@ impl Campaign for Postgres {
             let _ = s
                 .waiter
                 .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
+            return Ok(());
+        }
+        if s.max_holders > 1 {
+            self.release_slot(candidacy.token).await?;
+            let _ = s
+                .held
+                .compare_exchange(candidacy.token, 0, Ordering::SeqCst, Ordering::SeqCst);
             return Ok(());
         }
         // The release wakes the first waiter in line (its own channel: the others sleep on) and
@@ -202,13 +224,13 @@ impl Read for Postgres {
         // the listening session, which counts as a change, so `watch` reads again once it
         // listens and misses nothing in between.
         let heard = *self.shared.heard.borrow();
-        let row = self.read_row().await?;
+        // Every row of the name: the lease row and, with N above 1, its slot rows.
+        let (holders, max_holders) = self.read_holders().await?;
         let waiting = self.waiting().await?;
-        let leader = row.and_then(|(holder, token, _, live)| self.leader_of(holder, token, live));
         Ok(Observation {
-            candidates: i64::from(leader.is_some()) + waiting,
-            holders: leader.into_iter().collect(),
-            max_holders: 1,
+            candidates: holders.len() as i64 + waiting,
+            holders,
+            max_holders,
             revision: heard.free + heard.taken,
         })
     }
@@ -242,9 +264,11 @@ impl Read for Postgres {
 
     async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
         // The prefix is the table: every row in it is an election.
+        // Slot rows (`NAME/k`, with N above 1) are folded into their name's election.
         let sql = format!(
             "SELECT l.name, l.holder, l.token, l.expires_at > now(),
-                    (SELECT count(*) FROM {waiters} w WHERE w.name = l.name AND w.expires_at > now())
+                    (SELECT count(*) FROM {waiters} w WHERE w.name = l.name AND w.expires_at > now()),
+                    l.max_holders
              FROM {leases} l ORDER BY l.name",
             leases = self.leases(),
             waiters = self.qualified(&self.shared.waiters),
@@ -252,26 +276,41 @@ impl Read for Postgres {
         let rows = self
             .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                let name: String = r.get(0);
-                let holder: Option<String> = r.get(1);
-                let live: bool = r.get(3);
-                let leader = holder.filter(|_| live).map(|holder| Leader {
-                    key: format!("{}/{}", self.shared.leases, name).into_bytes(),
+        let mut elections: Vec<Election> = Vec::new();
+        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for r in rows {
+            let row: String = r.get(0);
+            let name = lease_of_row(&row).to_owned();
+            let i = *at.entry(name.clone()).or_insert_with(|| {
+                elections.push(Election {
+                    name: name.clone().into_bytes(),
+                    holders: Vec::new(),
+                    max_holders: 1,
+                    candidates: 0,
+                });
+                elections.len() - 1
+            });
+            let election = &mut elections[i];
+            if row == name {
+                election.max_holders = slots::clamp_n(r.get(5));
+                election.candidates += r.get::<_, i64>(4);
+            }
+            let holder: Option<String> = r.get(1);
+            let live: bool = r.get(3);
+            if let Some(holder) = holder.filter(|_| live) {
+                election.holders.push(Leader {
+                    key: format!("{}/{}", self.shared.leases, row).into_bytes(),
                     identity: holder.into_bytes(),
                     token: r.get(2),
                     lease_id: None,
                 });
-                Election {
-                    name: name.into_bytes(),
-                    candidates: i64::from(leader.is_some()) + r.get::<_, i64>(4),
-                    holders: leader.into_iter().collect(),
-                    max_holders: 1,
-                }
-            })
-            .collect())
+                election.candidates += 1;
+            }
+        }
+        for election in &mut elections {
+            election.holders.sort_by_key(|h| h.token);
+        }
+        Ok(elections)
     }
 
     async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
@@ -280,7 +319,10 @@ impl Read for Postgres {
              FROM {} WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()",
             self.leases()
         );
-        let a = (self.shared.name.clone(), leader.token);
+        let row_name = self
+            .row_of(&leader.key)
+            .unwrap_or_else(|| self.shared.name.clone());
+        let a = (row_name, leader.token);
         let row = self
             .request(|c| async move { unnamed::query_opt(&c, &sql, &[&a.0, &a.1]).await })
             .await?;
@@ -327,7 +369,7 @@ impl Records for Postgres {
             key.to_owned(),
             value,
             retention_ms,
-            s.name.clone(),
+            self.held_row(),
             s.identity.clone(),
             candidacy.token,
         );
@@ -389,7 +431,7 @@ impl Records for Postgres {
         let a = (
             key.to_owned(),
             value,
-            s.name.clone(),
+            self.held_row(),
             s.identity.clone(),
             candidacy.token,
         );
@@ -428,7 +470,8 @@ impl Handover for Postgres {
             key.to_owned(),
             leader.token.to_string().into_bytes(),
             retention_ms,
-            self.shared.name.clone(),
+            self.row_of(&leader.key)
+                .unwrap_or_else(|| self.shared.name.clone()),
             leader.token,
         );
         let written = self
@@ -445,17 +488,37 @@ impl Handover for Postgres {
         let Some(name) = key.strip_prefix(&format!("{}/", self.shared.leases)) else {
             return Ok(false);
         };
-        let sql = format!(
-            "WITH gone AS (
-                 UPDATE {} SET holder = NULL, expires_at = now()
-                 WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()
-                 RETURNING 1)
-             SELECT pg_notify($3, 'free' || chr(10) || $1)::text FROM gone",
-            self.leases()
-        );
-        let a = (name.to_owned(), token, self.shared.channel.clone());
+        // A slot row (`NAME/k`) is announced under its lease name.
+        let lease = lease_of_row(name);
+        let (sql, rows) = if lease == name {
+            let sql = format!(
+                "WITH gone AS (
+                     UPDATE {} SET holder = NULL, expires_at = now()
+                     WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()
+                     RETURNING 1)
+                 SELECT pg_notify($3, 'free' || chr(10) || $1)::text FROM gone",
+                self.leases()
+            );
+            (sql, None)
+        } else {
+            let sql = format!(
+                "WITH gone AS (
+                     UPDATE {} SET holder = NULL, expires_at = now()
+                     WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()
+                     RETURNING 1)
+                 SELECT pg_notify($3, 'free' || chr(10) || $4)::text FROM gone",
+                self.leases()
+            );
+            (sql, Some(lease.to_owned()))
+        };
+        let a = (name.to_owned(), token, self.shared.channel.clone(), rows);
         let rows = self
-            .request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2]).await })
+            .request(|c| async move {
+                match &a.3 {
+                    None => unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2]).await,
+                    Some(lease) => unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2, lease]).await,
+                }
+            })
             .await?;
         Ok(!rows.is_empty())
     }
@@ -551,7 +614,12 @@ impl Keeper for PgKeeper {
         let renewed = unnamed::execute(
             client,
             &sql,
-            &[&shared.name, &shared.identity, &token, &shared.ttl_ms],
+            &[
+                &self.backend.held_row(),
+                &shared.identity,
+                &token,
+                &shared.ttl_ms,
+            ],
         )
         .await;
         match renewed {

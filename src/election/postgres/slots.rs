@@ -1,0 +1,534 @@
+//! `--max-holders` N above 1: N slot rows per lease name.
+//!
+//! Slot 1 is the lease row `NAME` itself; slot k (2 ≤ k ≤ N) is the row `NAME/k` in the same
+//! table (a lease name never contains '/', so no other name's row can be one, and `status --all`
+//! folds them into their name). Each slot row is a lease row like any other: one holder, its
+//! token from `<p>_tokens`, renewed by (row, holder, token) without a clock, released with holder
+//! NULL, taken over only as [`Sighting`] says. Every row carries `max_holders`, the N of the
+//! instance that last acquired it (1 for rows made before, or by N = 1); every waiter row the N
+//! of its owner.
+//!
+//! An acquisition is one simple-query message holding one transaction (implicit: it commits at
+//! its end and rolls back on any error, and the server runs it through without waiting for the
+//! client, so a paused client can hold no lock, and it passes through pgbouncer in transaction
+//! mode unchanged): the row `NAME` made if missing, then locked `FOR UPDATE`, then (each
+//! statement with a snapshot of its own, taken after the lock was granted) the decision.
+//!
+//! Why no N+1st holder: every acquisition of any slot row of a name by this path runs under the
+//! lock on `NAME`, and sees every earlier one committed; it takes only a slot row among the N
+//! that is free (holder NULL, or not there yet) or that it has sighted for a full TTL, by an
+//! UPDATE conditional on exactly that. Each slot row has one holder at a time, so at most N
+//! rows among `NAME`, `NAME/2` … `NAME/N` are held. An instance with N = 1 (`line.rs`) takes
+//! `NAME` by a conditional UPDATE that requires `max_holders = 1` on it: the locked path sets it
+//! to N before it takes anything, and that UPDATE waits for the lock's transaction and then
+//! rechecks the row it waited for, so it never takes `NAME` beside slot rows held with N > 1.
+//!
+//! Why the token rises: it is `nextval` of the one sequence (or one above the row's own token,
+//! whichever is greater), drawn in acquisition order under the lock, and the sequence is kept
+//! above every token the table holds.
+//!
+//! A mismatch: a held row of the name that has not expired on the server's clock, or a live
+//! waiter row, with another `max_holders` answers `Mismatch` under the same lock, and nothing
+//! is taken (the row `NAME`, when missing, is made free: no holder). The server's clock only
+//! decides whether instances with another N are still there, never who holds.
+//!
+//! Herd-free: a release notifies the first waiter in line only; a waiter may take a free slot
+//! while fewer live waiters stand ahead of it than slots are free, and one that takes a slot
+//! while others stay free wakes the next waiter (one NOTIFY). The first waiter looks at every
+//! slot row each --retry-period for a crashed holder to take over.
+//!
+//! Why a waiter that is not woken cannot miss its turn: as with one holder, it listens before
+//! the attempt that put it behind, so a release after that attempt reaches it if it is first;
+//! one not first is woken by the waiter ahead when that one takes a slot with another still
+//! free, or by a release once it has become first; and every waiter looks at the line every
+//! --retry-period anyway (the first one at every slot row), so a lost or unsent notification
+//! (pgbouncer, `leader_exec_listen=off`) delays it by one period at most.
+
+use std::fmt::Write as _;
+
+use super::*;
+
+/// One slot row as the decision statement or a look returns it.
+struct SlotRow {
+    row: String,
+    /// `None`: the slot row is not there yet (free).
+    seen: Option<Row>,
+}
+
+/// A string as an SQL literal that means the same whatever `standard_conforming_strings` says.
+fn literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+fn literal_opt(text: Option<&str>) -> String {
+    text.map_or_else(|| "NULL".to_owned(), literal)
+}
+
+fn number_opt(n: Option<i64>) -> String {
+    n.map_or_else(|| "NULL".to_owned(), |n| n.to_string())
+}
+
+impl Postgres {
+    /// The slot rows of `n` for this name, as an SQL relation `(k, slot)`.
+    fn slot_rows_sql(&self, n: u32) -> String {
+        let name = literal(&self.shared.name);
+        format!(
+            "(SELECT k, CASE WHEN k = 1 THEN {name} ELSE {name} || '/' || k END AS slot
+              FROM pg_catalog.generate_series(1, {n}) k)"
+        )
+    }
+
+    /// A live holder or waiter of this name with another N than `n`: its N (at most one row).
+    fn theirs_sql(&self, n: u32, waiter: i64) -> String {
+        let name = literal(&self.shared.name);
+        format!(
+            "SELECT max_holders FROM {leases}
+             WHERE (name = {name} OR pg_catalog.starts_with(name, {name} || '/'))
+               AND holder IS NOT NULL AND expires_at > now() AND max_holders <> {n}
+             UNION ALL
+             SELECT max_holders FROM {waiters}
+             WHERE name = {name} AND id <> {waiter} AND expires_at > now() AND max_holders <> {n}
+             LIMIT 1",
+            leases = self.leases(),
+            waiters = self.qualified(&self.shared.waiters),
+        )
+    }
+
+    /// One attempt to take one of `n` slot rows (see the module's header), in one transaction.
+    /// With `n` = 1 this is the reconciling attempt of an instance with N = 1 that found the
+    /// row `NAME` marked by instances with another N.
+    pub(super) async fn attempt_slots(&self, n: u32) -> Result<Attempt, StoreError> {
+        let shared = &self.shared;
+        let name = literal(&shared.name);
+        let ident = literal(&shared.identity);
+        let ttl = shared.ttl_ms;
+        let waiter = shared.waiter.load(Ordering::SeqCst);
+        let leases = self.leases();
+        let waiters = self.qualified(&shared.waiters);
+        let tokens = quote_literal(&self.qualified(&shared.tokens));
+        let channel = literal(&shared.channel);
+        let theirs = self.theirs_sql(n, waiter);
+        let slots = self.slot_rows_sql(n);
+        let ripe = self.ripe_slot();
+        let (r_row, r) = match &ripe {
+            Some((row, s)) => (Some(row.as_str()), Some(s)),
+            None => (None, None),
+        };
+        let r_row = literal_opt(r_row);
+        let r_holder = literal_opt(r.map(|s| s.holder.as_str()));
+        let r_token = number_opt(r.map(|s| s.token));
+        let r_renewals = number_opt(r.map(|s| s.renewals));
+        let r_expires = number_opt(r.map(|s| s.expires_us));
+        let next_channel = waiter_channel_sql("nx.id", &shared.base);
+        let mut sql = String::new();
+        // The row NAME, free, for a new name: what the lock is taken on.
+        let _ = write!(
+            sql,
+            "INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms, max_holders)
+             SELECT {name}, NULL, nextval({tokens}), now(), 0, {n}
+             WHERE NOT EXISTS (SELECT 1 FROM {leases} WHERE name = {name})
+             ON CONFLICT (name) DO NOTHING;
+             SELECT 'lock' FROM {leases} WHERE name = {name} FOR UPDATE;
+             UPDATE {leases} SET max_holders = {n}
+             WHERE name = {name} AND max_holders <> {n} AND NOT EXISTS ({theirs});"
+        );
+        let _ = write!(
+            sql,
+            "WITH cur AS (
+                 SELECT s.k, s.slot, l.name IS NOT NULL AS present, l.holder, l.token,
+                        l.renewals, (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint AS expires_us,
+                        l.ttl_ms
+                 FROM {slots} s LEFT JOIN {leases} l ON l.name = s.slot),
+             theirs AS ({theirs}),
+             free AS (SELECT count(*) AS f FROM cur WHERE holder IS NULL),
+             ahead AS (SELECT count(*) AS a FROM {waiters} w WHERE w.name = {name}
+                       AND ({waiter} = 0 OR w.id < {waiter}) AND w.expires_at > now()),
+             pick AS (
+                 SELECT slot, present, holder IS NULL AS was_free FROM cur
+                 WHERE NOT EXISTS (SELECT 1 FROM theirs)
+                   AND ((holder IS NULL AND (SELECT a FROM ahead) < (SELECT f FROM free))
+                        OR (slot = {r_row} AND holder = {r_holder} AND token = {r_token}
+                            AND renewals = {r_renewals} AND expires_us = {r_expires}))
+                 ORDER BY holder IS NULL DESC, k LIMIT 1),
+             upd AS (
+                 UPDATE {leases} l SET holder = {ident},
+                     token = GREATEST(l.token + 1, nextval({tokens})),
+                     renewals = l.renewals + 1,
+                     expires_at = now() + {ttl}::bigint * interval '1 millisecond',
+                     ttl_ms = {ttl}, max_holders = {n}
+                 FROM pick
+                 WHERE l.name = pick.slot AND pick.present
+                   AND (l.holder IS NULL
+                        OR (l.holder = {r_holder} AND l.token = {r_token}
+                            AND l.renewals = {r_renewals}
+                            AND (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint = {r_expires}))
+                 RETURNING l.name, l.token),
+             ins AS (
+                 INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms, max_holders)
+                 SELECT slot, {ident}, nextval({tokens}),
+                        now() + {ttl}::bigint * interval '1 millisecond', {ttl}, {n}
+                 FROM pick WHERE NOT pick.present
+                 ON CONFLICT (name) DO NOTHING
+                 RETURNING name, token),
+             won AS (SELECT name, token FROM upd UNION ALL SELECT name, token FROM ins),
+             told AS (SELECT pg_notify({channel}, 'taken' || chr(10) || {ttl} || chr(10) || {name})
+                      FROM won),
+             left_line AS (DELETE FROM {waiters} WHERE name = {name} AND id = {waiter}
+                           AND EXISTS (SELECT 1 FROM won)),
+             next AS (
+                 SELECT pg_notify({next_channel}, 'free' || chr(10) || {name})
+                 FROM (SELECT id FROM {waiters} WHERE name = {name} AND id <> {waiter}
+                       ORDER BY id LIMIT 1) nx
+                 WHERE EXISTS (SELECT 1 FROM won)
+                   AND (SELECT f FROM free) > (SELECT count(*) FROM pick WHERE was_free))
+             SELECT 'slot', c.slot, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms,
+                    (SELECT name FROM won), (SELECT token FROM won),
+                    (SELECT max_holders FROM theirs LIMIT 1),
+                    (SELECT count(*) FROM told), (SELECT count(*) FROM next), c.present
+             FROM cur c ORDER BY c.k"
+        );
+        let messages = self
+            .request(|c| async move { c.simple_query(&sql).await })
+            .await?;
+        let received = BootClock.now();
+        let rows: Vec<&tokio_postgres::SimpleQueryRow> = messages
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(row) if row.len() == 13 && row.get(0) == Some("slot") => {
+                    Some(row)
+                }
+                _ => None,
+            })
+            .collect();
+        let Some(first) = rows.first() else {
+            return Err(StoreError::Transient(
+                "PostgreSQL: no answer to the slot rows' look".into(),
+            ));
+        };
+        let number = |row: &tokio_postgres::SimpleQueryRow, i: usize| -> Option<i64> {
+            row.get(i).and_then(|v| v.parse().ok())
+        };
+        if let (Some(row), Some(token)) = (first.get(7), number(first, 8)) {
+            *shared.held_row.lock().expect("not poisoned") = row.to_owned();
+            shared.held.store(token, Ordering::SeqCst);
+            shared.slot_sightings.lock().expect("not poisoned").clear();
+            *shared.sighting.lock().expect("not poisoned") = None;
+            // Its waiter row went in the same transaction.
+            shared.waiter.store(0, Ordering::SeqCst);
+            return Ok(Attempt::Won(token));
+        }
+        if let Some(theirs) = number(first, 9) {
+            let theirs = u32::try_from(theirs.clamp(1, i64::from(u32::MAX))).unwrap_or(u32::MAX);
+            return Ok(Attempt::Mismatch(theirs));
+        }
+        let slots = rows
+            .iter()
+            .map(|r| SlotRow {
+                row: r.get(1).unwrap_or_default().to_owned(),
+                seen: (r.get(12) == Some("t")).then(|| Row {
+                    holder: r.get(2).map(str::to_owned),
+                    token: number(r, 3).unwrap_or(0),
+                    renewals: number(r, 4).unwrap_or(0),
+                    expires_us: number(r, 5).unwrap_or(0),
+                    ttl_ms: number(r, 6).unwrap_or(0),
+                }),
+            })
+            .collect::<Vec<_>>();
+        let (holder, wait) = self.sight_slots(&slots, received);
+        Ok(Attempt::Held { holder, wait })
+    }
+
+    /// Notes every slot row as read at `received`; returns the oldest holder seen (lowest token)
+    /// and how long until one slot may be taken (zero: one is free or ripe).
+    fn sight_slots(&self, slots: &[SlotRow], received: Duration) -> (Option<String>, Duration) {
+        let mut sightings = self.shared.slot_sightings.lock().expect("not poisoned");
+        let before = std::mem::take(&mut *sightings);
+        let mut wait: Option<Duration> = None;
+        let mut oldest: Option<(i64, String)> = None;
+        let now = BootClock.now();
+        for slot in slots {
+            let Some(row) = &slot.seen else {
+                wait = Some(Duration::ZERO);
+                continue;
+            };
+            let Some(holder) = row.holder.clone() else {
+                wait = Some(Duration::ZERO);
+                continue;
+            };
+            if oldest.as_ref().is_none_or(|(t, _)| row.token < *t) {
+                oldest = Some((row.token, holder.clone()));
+            }
+            let seen = Sighting {
+                holder,
+                token: row.token,
+                renewals: row.renewals,
+                expires_us: row.expires_us,
+                ttl: self
+                    .shared
+                    .ttl
+                    .max(Duration::from_millis(row.ttl_ms.max(0) as u64)),
+            };
+            // As `sight`: one seen before unchanged keeps its first instant.
+            let since = match before.get(&slot.row) {
+                Some((earlier, since)) if *earlier == seen => *since,
+                _ => received,
+            };
+            let left = (since + seen.ttl).saturating_sub(now);
+            wait = Some(wait.map_or(left, |w| w.min(left)));
+            sightings.insert(slot.row.clone(), (seen, since));
+        }
+        (oldest.map(|(_, h)| h), wait.unwrap_or(Duration::ZERO))
+    }
+
+    /// A slot row this waiter has seen unchanged for its full TTL: it may be taken over.
+    fn ripe_slot(&self) -> Option<(String, Sighting)> {
+        let sightings = self.shared.slot_sightings.lock().expect("not poisoned");
+        let now = BootClock.now();
+        sightings
+            .iter()
+            .filter(|(_, (seen, since))| now >= *since + seen.ttl)
+            .min_by_key(|(_, (seen, _))| seen.token)
+            .map(|(row, (seen, _))| (row.clone(), seen.clone()))
+    }
+
+    /// The first waiter's look at every slot row (no lock): how long until one may be taken.
+    pub(super) async fn look_slots(&self) -> Result<Duration, StoreError> {
+        let sql = format!(
+            "SELECT s.slot, l.name IS NOT NULL, l.holder, l.token, l.renewals,
+                    (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint, l.ttl_ms
+             FROM {slots} s LEFT JOIN {leases} l ON l.name = s.slot ORDER BY s.k",
+            slots = self.slot_rows_sql(self.shared.max_holders),
+            leases = self.leases(),
+        );
+        let rows = self
+            .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
+            .await?;
+        let received = BootClock.now();
+        let slots = rows
+            .iter()
+            .map(|r| SlotRow {
+                row: r.get(0),
+                seen: r.get::<_, bool>(1).then(|| Row {
+                    holder: r.get(2),
+                    token: r.get(3),
+                    renewals: r.get(4),
+                    expires_us: r.get(5),
+                    ttl_ms: r.get(6),
+                }),
+            })
+            .collect::<Vec<_>>();
+        Ok(self.sight_slots(&slots, received).1)
+    }
+
+    /// Releases the slot row this instance holds: the first waiter in line is woken (its own
+    /// channel), and whoever watches the table's channel.
+    pub(super) async fn release_slot(&self, token: i64) -> Result<(), StoreError> {
+        let s = &self.shared;
+        let sql = format!(
+            "WITH gone AS (
+                 UPDATE {leases} SET holder = NULL, expires_at = now()
+                 WHERE name = $5 AND holder = $2 AND token = $3
+                 RETURNING 1),
+             first AS (SELECT id FROM {waiters} WHERE name = $1 ORDER BY id LIMIT 1)
+             SELECT pg_notify($4, 'free' || chr(10) || $1)::text,
+                    (SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text FROM first)
+             FROM gone",
+            leases = self.leases(),
+            waiters = self.qualified(&s.waiters),
+            channel = waiter_channel_sql("first.id", &s.base),
+        );
+        let a = (
+            s.name.clone(),
+            s.identity.clone(),
+            token,
+            s.channel.clone(),
+            self.held_row(),
+        );
+        self.request(
+            |c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2, &a.3, &a.4]).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A waiter leaving the line: its row goes, and if a slot is free meanwhile, the next
+    /// waiter is woken in its place.
+    pub(super) async fn leave_line_slots(&self, id: i64) -> Result<(), StoreError> {
+        let s = &self.shared;
+        let sql = format!(
+            "WITH gone AS (DELETE FROM {waiters} WHERE name = $1 AND id = $2 RETURNING 1),
+                  next AS (SELECT id FROM {waiters} WHERE name = $1 AND id <> $2
+                           ORDER BY id LIMIT 1)
+             SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text
+             FROM next
+             WHERE EXISTS (SELECT 1 FROM {slots} s LEFT JOIN {leases} l ON l.name = s.slot
+                           WHERE l.holder IS NULL)",
+            waiters = self.qualified(&s.waiters),
+            leases = self.leases(),
+            slots = self.slot_rows_sql(s.max_holders),
+            channel = waiter_channel_sql("next.id", &s.base),
+        );
+        let a = (s.name.clone(), id);
+        self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1]).await })
+            .await?;
+        Ok(())
+    }
+
+    /// Joins the line with this instance's N (as `join_line`).
+    pub(super) async fn join_line_slots(&self) -> Result<(i64, i64), StoreError> {
+        let shared = &self.shared;
+        let sql = format!(
+            "INSERT INTO {waiters} (name, identity, ttl_ms, expires_at, max_holders)
+             VALUES ($1, $2, $3, now() + $3::bigint * interval '1 millisecond', $4)
+             RETURNING id, (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1
+                                                   LIMIT {LISTENING_PLACES}) ahead)",
+            waiters = self.qualified(&shared.waiters),
+        );
+        let a = (
+            shared.name.clone(),
+            shared.identity.clone(),
+            shared.ttl_ms,
+            i64::from(shared.max_holders),
+        );
+        let row = self
+            .request(
+                |c| async move { unnamed::query_one(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await },
+            )
+            .await?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    /// Every row of this name (`NAME` and its slot rows): the live holders, oldest (lowest
+    /// token) first, and the N the row `NAME` says (1 without it).
+    pub(super) async fn read_holders(&self) -> Result<(Vec<Leader>, u32), StoreError> {
+        let sql = format!(
+            "SELECT name, holder, token, expires_at > now(), max_holders FROM {}
+             WHERE name = $1 OR pg_catalog.starts_with(name, $1 || '/')
+             ORDER BY token",
+            self.leases()
+        );
+        let name = self.shared.name.clone();
+        let rows = self
+            .request(|c| async move { unnamed::query(&c, &sql, &[&name]).await })
+            .await?;
+        let mut max_holders = 1;
+        let mut holders = Vec::new();
+        for r in rows {
+            let row: String = r.get(0);
+            if row == self.shared.name {
+                max_holders = clamp_n(r.get(4));
+            }
+            let holder: Option<String> = r.get(1);
+            if let Some(holder) = holder.filter(|_| r.get::<_, bool>(3)) {
+                holders.push(Leader {
+                    key: format!("{}/{}", self.shared.leases, row).into_bytes(),
+                    identity: holder.into_bytes(),
+                    token: r.get(2),
+                    lease_id: None,
+                });
+            }
+        }
+        Ok((holders, max_holders))
+    }
+}
+
+/// A `max_holders` column's value as N (untrusted: anything out of range reads as its bound).
+pub(super) fn clamp_n(n: i64) -> u32 {
+    u32::try_from(n.clamp(1, 1000)).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> Postgres {
+        let target = Target {
+            config: Config::new(),
+            tls: None,
+            shown: "postgres://test".into(),
+            listen: false,
+        };
+        let timing = PgTiming {
+            ttl: Duration::from_secs(60),
+            retry_period: Duration::from_millis(300),
+            connect_timeout: Duration::from_secs(1),
+        };
+        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing, 3).unwrap()
+    }
+
+    fn held(row: &str, holder: &str, token: i64, renewals: i64) -> SlotRow {
+        SlotRow {
+            row: row.into(),
+            seen: Some(Row {
+                holder: Some(holder.into()),
+                token,
+                renewals,
+                expires_us: 1_000_000,
+                ttl_ms: 1_000,
+            }),
+        }
+    }
+
+    /// Each slot row ripens on its own: seen unchanged for a full TTL; a renewal of one starts
+    /// its count afresh and leaves the others' alone; a free or missing slot is free at once.
+    #[test]
+    fn slot_rows_ripen_each_on_its_own() {
+        let pg = backend();
+        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
+        let (oldest, wait) = pg.sight_slots(
+            &[
+                held("l", "a", 7, 1),
+                held("l/2", "b", 9, 1),
+                held("l/3", "c", 8, 1),
+            ],
+            long_ago,
+        );
+        assert_eq!(oldest.as_deref(), Some("a"));
+        assert_eq!(wait, Duration::ZERO);
+        // Seen again: b renewed (its count afresh), a and c unchanged (ripe, the oldest first).
+        let (_, wait) = pg.sight_slots(
+            &[
+                held("l", "a", 7, 1),
+                held("l/2", "b", 9, 2),
+                held("l/3", "c", 8, 1),
+            ],
+            BootClock.now(),
+        );
+        assert_eq!(wait, Duration::ZERO);
+        let (row, ripe) = pg.ripe_slot().expect("ripe");
+        assert_eq!((row.as_str(), ripe.token), ("l", 7));
+        // Every row renewed: nothing ripe, a full TTL to go.
+        let (_, wait) = pg.sight_slots(
+            &[
+                held("l", "a", 7, 2),
+                held("l/2", "b", 9, 3),
+                held("l/3", "c", 8, 2),
+            ],
+            BootClock.now(),
+        );
+        assert!(wait > Duration::from_secs(59), "{wait:?}");
+        assert!(pg.ripe_slot().is_none());
+        // A slot not there yet is free.
+        let (_, wait) = pg.sight_slots(
+            &[
+                held("l", "a", 7, 2),
+                SlotRow {
+                    row: "l/2".into(),
+                    seen: None,
+                },
+            ],
+            BootClock.now(),
+        );
+        assert_eq!(wait, Duration::ZERO);
+    }
+
+    #[test]
+    fn literals_mean_the_same_whatever_the_server_says() {
+        assert_eq!(literal(r"it's \n"), r"E'it''s \\n'");
+        assert_eq!(literal_opt(None), "NULL");
+        assert_eq!(clamp_n(0), 1);
+        assert_eq!(clamp_n(5000), 1000);
+        assert_eq!(lease_of_row("a/2"), "a");
+        assert_eq!(lease_of_row("a"), "a");
+    }
+}
