@@ -1576,11 +1576,12 @@ impl Store for Postgres {
         first_line_of(&format!("{PG_BIN}/postgres"), &["--version"])
     }
 
-    /// The waiter rows of the lease and its holder: one per instance in line (or leading).
+    /// The waiter rows of the lease and its holders (the lease row and, with --max-holders
+    /// above 1, the slot rows `NAME/k`): one per instance in line (or holding).
     fn in_line(&self, lease: &str) -> usize {
         let out = self.try_psql(&format!(
             "SELECT (SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}') + \
-             (SELECT count(*) FROM leader_exec_leases WHERE name = '{lease}' AND holder IS NOT NULL)"
+             (SELECT count(*) FROM leader_exec_leases WHERE (name = '{lease}' OR starts_with(name, '{lease}/')) AND holder IS NOT NULL)"
         ));
         String::from_utf8_lossy(&out.stdout)
             .trim()
