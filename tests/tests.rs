@@ -97,6 +97,7 @@ mod handover;
 mod hints;
 mod holder_records;
 mod holders;
+mod holders_metrics;
 mod holders_ops;
 mod hostile;
 mod input;
