@@ -583,3 +583,252 @@ pub fn hold_at_least_and_recampaign_with_several_holders<S: Store>() {
     let order: Vec<&str> = starts(&history).iter().map(|r| r.name.as_str()).collect();
     assert_eq!(order, ["a", "b", "c", "d", "b"], "{history:#?}");
 }
+
+/// `args` with `--max-holders 2` and a TTL (8 s) that outlasts a frozen holder's few seconds.
+fn patient_holder_args<'a>(endpoint: &'a str, lease: &'a str) -> Vec<&'a str> {
+    let mut args = patient_lease_args(endpoint, lease);
+    args.extend(["--max-holders", "2"]);
+    args
+}
+
+pub fn resign_ends_one_holders_hold_at_least<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let args = holder_args(&endpoint, "rh", "2");
+    let mut args_a = with_identity(&args, "host-a");
+    args_a.extend(["--hold-at-least", "10m"]);
+    let mut a = Instance::start(&args_a, &holder_job(&scratch, "a", "true"));
+    let a_token = token_of(&scratch, "a");
+    let mut args_b = with_identity(&args, "host-b");
+    args_b.extend(["--hold-at-least", "10m"]);
+    let mut b = Instance::start(&args_b, &holder_job(&scratch, "b", "true"));
+    let b_token = token_of(&scratch, "b");
+    let mut c = Instance::start(
+        &with_identity(&args, "host-c"),
+        &holder_job(&scratch, "c", &gated(&scratch, "c")),
+    );
+    waits_in_line(&store, "rh", 3, &c);
+    // Both commands ended; both hold on, and status says until when.
+    for name in ["a", "b"] {
+        scratch
+            .wait_record("end", name, TEN)
+            .unwrap_or_else(|| panic!("{name}'s command ran"));
+    }
+    let mut text = String::new();
+    assert!(
+        wait_for(TEN, || {
+            text = subcommand(&endpoint, &["status", "--lease", "rh"]).1;
+            [("host-a", a_token), ("host-b", b_token)]
+                .iter()
+                .all(|(identity, token)| {
+                    text.lines().any(|l| {
+                        l.contains(&format!("token {token} "))
+                            && l.contains(identity)
+                            && l.contains("holding until ")
+                    })
+                })
+        }),
+        "{text}"
+    );
+
+    // resign --token b ends b's hold alone: c holds, a holds on.
+    let (code, stdout, stderr) = subcommand(
+        &endpoint,
+        &["resign", "--lease", "rh", "--token", &b_token.to_string()],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(b.wait(TEN), Some(75), "{}", b.stderr());
+    let c_token = token_of(&scratch, "c");
+    assert!(c_token > b_token);
+    assert!(a.running(), "{}", a.stderr());
+    let status = status_json(&endpoint, "rh");
+    let holders: Vec<(i64, &str)> = status["holders"]
+        .as_array()
+        .expect("holders")
+        .iter()
+        .map(|h| {
+            (
+                h["token"].as_i64().unwrap(),
+                h["command"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        holders,
+        [(a_token, "holding"), (c_token, "running")],
+        "{status}"
+    );
+
+    let (code, stdout, stderr) = subcommand(
+        &endpoint,
+        &["resign", "--lease", "rh", "--token", &a_token.to_string()],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(a.wait(TEN), Some(75), "{}", a.stderr());
+    open_gate(&scratch, "c");
+    assert_eq!(c.wait(TEN), Some(0), "{}", c.stderr());
+    assert_at_most(&scratch.history(), 2);
+    assert!(
+        wait_for(TEN, || store.held().is_empty()),
+        "left behind: {:?}",
+        store.held()
+    );
+}
+
+/// Starts leader-exec in a process group of its own (as a shell starts a job), so that a
+/// SIGSTOP sent to it is not discarded as one sent to an orphaned group would be.
+fn start_as_job(args: &[&str], command: &[String]) -> Instance {
+    use std::os::unix::process::CommandExt;
+    let mut leader = leader_exec();
+    leader.args(args).arg("--").args(command).process_group(0);
+    Instance::start_command(&mut leader)
+}
+
+pub fn resign_names_a_frozen_holder_and_force_removes_it_alone<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let args = patient_holder_args(&endpoint, "rf");
+    let mut a = start_as_job(
+        &with_identity(&args, "host-a"),
+        &holder_job(&scratch, "a", &gated(&scratch, "a")),
+    );
+    let a_start = scratch.wait_record("start", "a", TEN).expect("a started");
+    let mut b = Instance::start(
+        &with_identity(&args, "host-b"),
+        &holder_job(&scratch, "b", &stoppable(&scratch, "b")),
+    );
+    let b_start = scratch.wait_record("start", "b", TEN).expect("b started");
+    let mut c = Instance::start(
+        &with_identity(&args, "host-c"),
+        &holder_job(&scratch, "c", &gated(&scratch, "c")),
+    );
+    waits_in_line(&store, "rf", 3, &c);
+
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(a.pid()), Signal::SIGSTOP).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(2), || state_of(a.pid()) == Some('T')),
+        "leader-exec did not stop"
+    );
+    // Well within the TTL (8 s): a's claim stands, nobody answers for it.
+    let asked = std::time::Instant::now();
+    let (code, stdout, stderr) = subcommand(
+        &endpoint,
+        &[
+            "resign",
+            "--lease",
+            "rf",
+            "--token",
+            &a_start.token().to_string(),
+            "--timeout",
+            "2s",
+        ],
+    );
+    let took = asked.elapsed();
+    assert_eq!(code, 124, "{stdout}{stderr}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "gave up after {took:?}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("host-a")
+            && stderr.contains(&format!("token {}", a_start.token()))
+            && stderr.contains("did not hand over")
+            && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert!(scratch.wait_record("start", "c", Duration::ZERO).is_none());
+    assert!(alive(a_start.pid()) && alive(b_start.pid()));
+
+    // --force: a's claim alone goes; c takes its place while b holds on.
+    let (code, stdout, stderr) = subcommand(
+        &endpoint,
+        &[
+            "resign",
+            "--lease",
+            "rf",
+            "--token",
+            &a_start.token().to_string(),
+            "--force",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("resigned leader host-a") && stdout.contains("--force"),
+        "{stdout}"
+    );
+    let c_start = scratch
+        .wait_record("start", "c", TEN)
+        .expect("c took a's place after --force");
+    assert!(c_start.token() > b_start.token());
+    assert!(b.running() && alive(b_start.pid()), "{}", b.stderr());
+    assert!(scratch.wait_record("term", "b", Duration::ZERO).is_none());
+    // The overlap --force warns about: a's command still runs, its leader-exec frozen.
+    assert!(alive(a_start.pid()));
+
+    // Thawed, a finds its claim gone, stops its command and exits 75.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(a.pid()), Signal::SIGCONT).unwrap();
+    assert_eq!(a.wait(TEN), Some(75), "{}", a.stderr());
+    assert!(!alive(a_start.pid()));
+    assert!(b.running() && c.running());
+    b.signal(Signal::SIGTERM);
+    assert!(b.wait(TEN).is_some());
+    open_gate(&scratch, "c");
+    assert_eq!(c.wait(TEN), Some(0), "{}", c.stderr());
+}
+
+pub fn watch_with_several_holders_survives_a_store_restart<S: Store>() {
+    let mut store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let (json_watch, lines) = watch(&endpoint, "wr", true);
+    lines_until(&lines, |_| true);
+    let args = patient_holder_args(&endpoint, "wr");
+    let start = |name: &str, identity: &'static str| {
+        Instance::start(
+            &with_identity(&args, identity),
+            &holder_job(&scratch, name, &gated(&scratch, name)),
+        )
+    };
+    let mut a = start("a", "host-a");
+    let a_token = token_of(&scratch, "a");
+    let mut b = start("b", "host-b");
+    let b_token = token_of(&scratch, "b");
+    let json_of = |line: &str| -> Value {
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"))
+    };
+    lines_until(&lines, |l| json_tokens(&json_of(l)) == [a_token, b_token]);
+    let mut c = start("c", "host-c");
+    waits_in_line(&store, "wr", 3, &c);
+
+    store.restart();
+    // After the restart: a leaves, c takes its place, and watch (still running) reports it;
+    // the holders were the same throughout the outage, so any line in between names them.
+    open_gate(&scratch, "a");
+    assert_eq!(a.wait(Duration::from_secs(15)), Some(0), "{}", a.stderr());
+    let c_token = token_of(&scratch, "c");
+    let changed = lines_until(&lines, |l| json_tokens(&json_of(l)) == [b_token, c_token]);
+    for line in &changed[..changed.len() - 1] {
+        let tokens = json_tokens(&json_of(line));
+        assert!(
+            tokens == [a_token, b_token] || tokens == [b_token],
+            "{changed:#?}"
+        );
+    }
+    assert_eq!(json_of(changed.last().unwrap())["leader"]["token"], b_token);
+
+    open_gate(&scratch, "b");
+    open_gate(&scratch, "c");
+    for (name, instance) in [("b", &mut b), ("c", &mut c)] {
+        assert_eq!(
+            instance.wait(Duration::from_secs(15)),
+            Some(0),
+            "{name}: {}",
+            instance.stderr()
+        );
+    }
+    stop_watch(json_watch);
+    assert_at_most(&scratch.history(), 2);
+}

@@ -82,6 +82,9 @@ store_independent! {
     holders_ops::status_all_lists_every_holder,
     holders_ops::a_waiter_with_no_wait_exits_124_naming_the_holders,
     holders_ops::hold_at_least_and_recampaign_with_several_holders,
+    holders_ops::resign_ends_one_holders_hold_at_least,
+    holders_ops::resign_names_a_frozen_holder_and_force_removes_it_alone,
+    holders_ops::watch_with_several_holders_survives_a_store_restart,
 }
 
 mod ambiguous;
