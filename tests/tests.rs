@@ -120,5 +120,6 @@ mod security;
 mod signals;
 mod status_all;
 mod zookeeper_holders;
+mod zookeeper_holders_ops;
 mod zookeeper_only;
 mod zookeeper_safety;

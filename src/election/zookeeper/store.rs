@@ -314,6 +314,26 @@ impl Read for ZooKeeper {
                 }
             }
         }
+        // A node among the first N that had not touched itself is no holder yet (`holders_of`),
+        // and its touch changes no line either: watch it too. One that has touched since, or
+        // gone, is a change already.
+        if seen.max_holders > 1 && seen.holders.len() < seen.max_holders as usize {
+            let (line, _) = Self::line(&client, &self.election).await?;
+            let (_, holding) = holders_in(&line);
+            for name in &line[..holding] {
+                let path = format!("{}/{name}", self.election);
+                if seen.holders.iter().any(|h| h.key == path.as_bytes()) {
+                    continue;
+                }
+                match client.check_and_watch_stat(&path).await {
+                    Ok((Some(stat), watcher)) if stat.mzxid == stat.czxid => {
+                        touched.push(Box::pin(watcher.changed()));
+                    }
+                    Ok(_) => return Ok(()),
+                    Err(e) => return Err(classify(e)),
+                }
+            }
+        }
         let any_touched = futures_util::future::poll_fn(|cx| {
             for watcher in touched.iter_mut() {
                 if watcher.as_mut().poll(cx).is_ready() {
