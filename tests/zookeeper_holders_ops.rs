@@ -113,3 +113,58 @@ fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
     let _ = watch.0.kill();
     let _ = watch.0.wait();
 }
+
+/// With N > 1 `resign` asks each holder under a node of its own, `.resign/NAME/TOKEN`, a
+/// persistent node (ZooKeeper has no TTL nodes by default): the holder that takes the request
+/// deletes it, so holders resigned over and over leave no node per token behind.
+#[test]
+fn a_holder_deletes_the_request_it_takes() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let mut args = holder_args(&endpoint, "rq", "2");
+    args.push("--recampaign");
+    let mut a = Instance::start(&args, &holder_job(&scratch, "a", &gated(&scratch, "a")));
+    let mut b = Instance::start(&args, &holder_job(&scratch, "b", &gated(&scratch, "b")));
+    let mut tokens = Vec::new();
+    for name in ["a", "b"] {
+        tokens.push(
+            scratch
+                .wait_record("start", name, TEN)
+                .unwrap_or_else(|| panic!("{name} started"))
+                .token(),
+        );
+    }
+    // Each resigned holder goes back in line and holds again with a new token.
+    for (round, token) in tokens.iter().enumerate() {
+        let out = leader_exec()
+            .args(["resign", "--lease", "rq", "--endpoints", &endpoint])
+            .args(["--token", &token.to_string()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let starts = || {
+            scratch
+                .history()
+                .iter()
+                .filter(|r| r.kind == "start")
+                .count()
+        };
+        assert!(
+            wait_for(TEN, || starts() == 3 + round),
+            "the resigned holder did not hold again: {:#?}",
+            scratch.history()
+        );
+    }
+    assert!(
+        wait_for(TEN, || zk.children("/leader-exec/.resign/rq").is_empty()),
+        "left behind: {:?}",
+        zk.children("/leader-exec/.resign/rq")
+    );
+    open_gate(&scratch, "a");
+    open_gate(&scratch, "b");
+    for instance in [&mut a, &mut b] {
+        instance.signal(nix::sys::signal::Signal::SIGTERM);
+        assert!(instance.wait(TEN).is_some());
+    }
+}

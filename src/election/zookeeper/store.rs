@@ -534,10 +534,22 @@ impl Handover for ZooKeeper {
                 Ok((stat, watcher)) => {
                     if stat.is_some() {
                         match client.get_data(&path).await {
-                            Ok((data, _)) => {
+                            Ok((data, stat)) => {
                                 if unexpired(data).is_some_and(|v| {
                                     super::super::is_request_for(&v, candidacy.token)
                                 }) {
+                                    // With N > 1 the request node is this holder's alone
+                                    // (`.resign/NAME/TOKEN`, a token no later holder gets):
+                                    // taken, it is deleted, or every resigned holder would leave
+                                    // a persistent node behind. `resign` waits for the claim,
+                                    // not for this node. Best effort, version-checked: a
+                                    // request written again meanwhile stays (and expires).
+                                    if self.max_holders > 1
+                                        && let Err(e) =
+                                            client.delete(&path, Some(stat.version)).await
+                                    {
+                                        tracing::debug!(error = %classify(e), "deleting the handover request failed");
+                                    }
                                     return;
                                 }
                             }
