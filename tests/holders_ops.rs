@@ -573,6 +573,17 @@ pub fn hold_at_least_and_recampaign_with_several_holders<S: Store>() {
     let c_end = scratch.wait_record("end", "c", Duration::ZERO).unwrap();
     assert!(b_again.time() > c_end.time());
     assert!(d.running() && alive(d_start.pid()));
+    // The same instance, a holder again: its new token is current, its first one stale.
+    let check = |token: i64| {
+        subcommand(
+            &endpoint,
+            &["check", "--lease", "hr", "--token", &token.to_string()],
+        )
+        .0
+    };
+    assert_eq!(check(b_again.token()), 0);
+    assert_eq!(check(d_start.token()), 0);
+    assert_eq!(check(b_first.token()), 1);
 
     open_gate(&scratch, "d");
     assert_eq!(d.wait(TEN), Some(0), "{}", d.stderr());
