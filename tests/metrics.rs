@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::harness::*;
 
 /// One GET over HTTP/1.1: (status, body), or None when nothing answers.
-fn get(port: u16, path: &str, accept: Option<&str>) -> Option<(u16, String)> {
+pub fn get(port: u16, path: &str, accept: Option<&str>) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
@@ -29,7 +29,7 @@ fn get(port: u16, path: &str, accept: Option<&str>) -> Option<(u16, String)> {
 }
 
 /// The value of the sample `name` whose labels contain `labels` (e.g. `reason="deadline"`).
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+pub fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .find(|l| {
@@ -41,7 +41,7 @@ fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
         .ok()
 }
 
-fn scrape(port: u16) -> String {
+pub fn scrape(port: u16) -> String {
     let (status, body) = get(port, "/metrics", None).expect("/metrics answers");
     assert_eq!(status, 200, "{body}");
     body

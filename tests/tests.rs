@@ -75,6 +75,16 @@ store_independent! {
     holders::two_hundred_waiters_behind_two_holders_all_hold_in_turn,
     holders::a_store_restart_leaves_both_holders_holding_and_the_waiter_waiting,
     holders::a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds,
+    // The operator subcommands with several holders: resign, watch, status --all, --no-wait,
+    // --hold-at-least and --recampaign.
+    holders_ops::resign_with_several_holders_hands_over_only_the_holder_it_names,
+    holders_ops::watch_reports_each_change_of_the_holder_set,
+    holders_ops::status_all_lists_every_holder,
+    holders_ops::a_waiter_with_no_wait_exits_124_naming_the_holders,
+    holders_ops::hold_at_least_and_recampaign_with_several_holders,
+    holders_ops::resign_ends_one_holders_hold_at_least,
+    holders_ops::resign_names_a_frozen_holder_and_force_removes_it_alone,
+    holders_ops::watch_with_several_holders_survives_a_store_restart,
 }
 
 mod ambiguous;
@@ -90,6 +100,8 @@ mod handover;
 mod hints;
 mod holder_records;
 mod holders;
+mod holders_metrics;
+mod holders_ops;
 mod hostile;
 mod input;
 mod local_faults;
@@ -109,5 +121,6 @@ mod security;
 mod signals;
 mod status_all;
 mod zookeeper_holders;
+mod zookeeper_holders_ops;
 mod zookeeper_only;
 mod zookeeper_safety;

@@ -35,7 +35,8 @@
 //! that may hold touches its node (a `setData` of the same data); the zxid of that write, the
 //! node's `mzxid`, is its token, and it wakes the waiter behind. The first waiter watches the N
 //! holders, every later one only its predecessor (see `predecessor_gone` in store.rs). Readers
-//! take N from the oldest candidate and report as holders the first N that record it.
+//! take N from the oldest candidate and report as holders those of the first N that record it
+//! and have touched their node (before its touch a candidacy has no token yet).
 //!
 //! The session is the lease. `--ttl` is the requested session timeout; the server may clamp it
 //! to its `minSessionTimeout`/`maxSessionTimeout`, so the campaign checks the timeout it
@@ -636,6 +637,12 @@ impl ZooKeeper {
             let mut holders = Vec::with_capacity(holding);
             for ((read, path), name) in reads.into_iter().zip(&paths).zip(&line) {
                 match read.await {
+                    // With N > 1 a node among the first N holds once it has touched itself
+                    // (`touch`): before, its candidacy has no token and its command has not
+                    // started, and its `mzxid` (still its czxid) is a zxid no holder was given,
+                    // possibly below tokens already handed out. Readers (`status`, `check`,
+                    // `watch`, `resign`) show it from its touch on; `changed_since` watches it.
+                    Ok((_, stat)) if max_holders > 1 && stat.mzxid == stat.czxid => {}
                     Ok((identity, stat)) => holders.push(Leader {
                         key: path.clone().into_bytes(),
                         identity,

@@ -314,6 +314,26 @@ impl Read for ZooKeeper {
                 }
             }
         }
+        // A node among the first N that had not touched itself is no holder yet (`holders_of`),
+        // and its touch changes no line either: watch it too. One that has touched since, or
+        // gone, is a change already.
+        if seen.max_holders > 1 && seen.holders.len() < seen.max_holders as usize {
+            let (line, _) = Self::line(&client, &self.election).await?;
+            let (_, holding) = holders_in(&line);
+            for name in &line[..holding] {
+                let path = format!("{}/{name}", self.election);
+                if seen.holders.iter().any(|h| h.key == path.as_bytes()) {
+                    continue;
+                }
+                match client.check_and_watch_stat(&path).await {
+                    Ok((Some(stat), watcher)) if stat.mzxid == stat.czxid => {
+                        touched.push(Box::pin(watcher.changed()));
+                    }
+                    Ok(_) => return Ok(()),
+                    Err(e) => return Err(classify(e)),
+                }
+            }
+        }
         let any_touched = futures_util::future::poll_fn(|cx| {
             for watcher in touched.iter_mut() {
                 if watcher.as_mut().poll(cx).is_ready() {
@@ -514,10 +534,22 @@ impl Handover for ZooKeeper {
                 Ok((stat, watcher)) => {
                     if stat.is_some() {
                         match client.get_data(&path).await {
-                            Ok((data, _)) => {
+                            Ok((data, stat)) => {
                                 if unexpired(data).is_some_and(|v| {
                                     super::super::is_request_for(&v, candidacy.token)
                                 }) {
+                                    // With N > 1 the request node is this holder's alone
+                                    // (`.resign/NAME/TOKEN`, a token no later holder gets):
+                                    // taken, it is deleted, or every resigned holder would leave
+                                    // a persistent node behind. `resign` waits for the claim,
+                                    // not for this node. Best effort, version-checked: a
+                                    // request written again meanwhile stays (and expires).
+                                    if self.max_holders > 1
+                                        && let Err(e) =
+                                            client.delete(&path, Some(stat.version)).await
+                                    {
+                                        tracing::debug!(error = %classify(e), "deleting the handover request failed");
+                                    }
                                     return;
                                 }
                             }
