@@ -653,6 +653,11 @@ impl ZooKeeper {
                     Err(e) => return Err(classify(e)),
                 }
             }
+            // Oldest first means the first made a holder: by token, the zxid of the touch. Two
+            // candidacies among the first N touch in either order, so line order need not be
+            // token order; sorted, the first (the leader) has the least token of every current
+            // holder, as on the other stores.
+            holders.sort_by_key(|h| h.token);
             return Ok(Line {
                 holders,
                 max_holders,
