@@ -45,25 +45,18 @@ impl Etcd {
             .with_max_create_revision(place - 1)
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_keys_only();
-        let txn = Txn::new().and_then([
-            TxnOp::get(
-                candidacy.key.as_str(),
-                Some(GetOptions::new().with_keys_only()),
-            ),
-            TxnOp::get(self.election_prefix.as_str(), Some(ahead)),
-            TxnOp::get(self.marker_prefix.as_str(), Some(markers_ahead_of(place))),
-        ]);
-        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
-        let revision = header_revision(response.header())?;
-        let responses = response.op_responses();
-        let (
-            Some(TxnOpResponse::Get(own)),
-            Some(TxnOpResponse::Get(ahead)),
-            Some(TxnOpResponse::Get(markers)),
-        ) = (responses.first(), responses.get(1), responses.get(2))
-        else {
-            return Err(StoreError::Transient("unexpected txn response".into()));
-        };
+        let (revision, [own, ahead, markers]) = read_together(
+            &self.client,
+            [
+                TxnOp::get(
+                    candidacy.key.as_str(),
+                    Some(GetOptions::new().with_keys_only()),
+                ),
+                TxnOp::get(self.election_prefix.as_str(), Some(ahead)),
+                TxnOp::get(self.marker_prefix.as_str(), Some(markers_ahead_of(place))),
+            ],
+        )
+        .await?;
         let own_taken = match own.kvs().first() {
             Some(kv) if kv.create_revision() == place => taken(kv),
             _ => return Ok(Turn::Gone),

@@ -263,6 +263,30 @@ impl Etcd {
     }
 }
 
+/// The answers to reads sent in one transaction, all at the one revision it returns.
+async fn read_together<const K: usize>(
+    client: &Client,
+    reads: [TxnOp; K],
+) -> Result<(i64, [etcd_client::GetResponse; K]), StoreError> {
+    let response = client
+        .kv_client()
+        .txn(Txn::new().and_then(reads))
+        .await
+        .map_err(classify)?;
+    let revision = header_revision(response.header())?;
+    let gets: Vec<etcd_client::GetResponse> = response
+        .op_responses()
+        .into_iter()
+        .filter_map(|answer| match answer {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        })
+        .collect();
+    let gets = <[etcd_client::GetResponse; K]>::try_from(gets)
+        .map_err(|_| StoreError::Transient("unexpected txn response".into()))?;
+    Ok((revision, gets))
+}
+
 fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<i64, StoreError> {
     header
         .map(|h| h.revision())
@@ -322,28 +346,21 @@ impl Campaign for Etcd {
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_keys_only();
-        let txn = Txn::new().and_then([
-            TxnOp::get(
-                candidacy.key.as_str(),
-                Some(GetOptions::new().with_keys_only()),
-            ),
-            TxnOp::get(self.election_prefix.as_str(), Some(ahead)),
-            TxnOp::get(
-                self.marker_prefix.as_str(),
-                Some(markers_ahead_of(candidacy.place)),
-            ),
-        ]);
-        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
-        let revision = header_revision(response.header())?;
-        let responses = response.op_responses();
-        let (
-            Some(TxnOpResponse::Get(own)),
-            Some(TxnOpResponse::Get(ahead)),
-            Some(TxnOpResponse::Get(markers)),
-        ) = (responses.first(), responses.get(1), responses.get(2))
-        else {
-            return Err(StoreError::Transient("unexpected txn response".into()));
-        };
+        let (revision, [own, ahead, markers]) = read_together(
+            &self.client,
+            [
+                TxnOp::get(
+                    candidacy.key.as_str(),
+                    Some(GetOptions::new().with_keys_only()),
+                ),
+                TxnOp::get(self.election_prefix.as_str(), Some(ahead)),
+                TxnOp::get(
+                    self.marker_prefix.as_str(),
+                    Some(markers_ahead_of(candidacy.place)),
+                ),
+            ],
+        )
+        .await?;
         match own.kvs().first() {
             Some(kv) if kv.create_revision() == candidacy.place => {}
             _ => return Ok(Turn::Gone),
@@ -457,22 +474,15 @@ impl Read for Etcd {
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(1);
         let prefix = self.election_prefix.as_str();
-        let txn = Txn::new().and_then([
-            TxnOp::get(prefix, Some(first)),
-            TxnOp::get(prefix, Some(count)),
-            TxnOp::get(self.marker_prefix.as_str(), Some(oldest_marker)),
-        ]);
-        let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
-        let revision = header_revision(response.header())?;
-        let responses = response.op_responses();
-        let (
-            Some(TxnOpResponse::Get(first)),
-            Some(TxnOpResponse::Get(count)),
-            Some(TxnOpResponse::Get(marker)),
-        ) = (responses.first(), responses.get(1), responses.get(2))
-        else {
-            return Err(StoreError::Transient("unexpected txn response".into()));
-        };
+        let (revision, [first, count, marker]) = read_together(
+            &self.client,
+            [
+                TxnOp::get(prefix, Some(first)),
+                TxnOp::get(prefix, Some(count)),
+                TxnOp::get(self.marker_prefix.as_str(), Some(oldest_marker)),
+            ],
+        )
+        .await?;
         let markers = Markers::new(self.marker_prefix.as_bytes(), marker.kvs());
         let max_holders = first
             .kvs()
