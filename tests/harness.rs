@@ -4,13 +4,14 @@
 
 #![allow(dead_code)]
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -33,6 +34,55 @@ pub const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
 pub const RETRY_PERIOD: Duration = Duration::from_millis(300);
 pub const KILL_AFTER: Duration = Duration::from_secs(1);
 pub const TTL: Duration = Duration::from_secs(3);
+
+/// Tests run three at a time (`.cargo/config.toml`), but a test that starts hundreds of
+/// instances loads two cores so much that the timing of a test beside it breaks (a store
+/// restart outlasting a renew deadline, a connection outlasting --connect-timeout). Such a test
+/// calls [`alone`] first and runs with no other test of its binary beside it; every other test
+/// shares the machine from the moment it starts a store until its thread ends.
+static MACHINE: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// This test thread's share of [`MACHINE`], taken by the first store it starts.
+    static SHARE: RefCell<Option<RwLockReadGuard<'static, ()>>> = const { RefCell::new(None) };
+    /// Set while this thread's test runs [`alone`]: its stores take no share.
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by every store's start: waits while a test runs alone, then holds a share of the
+/// machine until this test's thread ends (libtest runs each test on a thread of its own).
+pub fn share_machine() {
+    if ALONE.with(Cell::get) {
+        return;
+    }
+    SHARE.with(|share| {
+        let mut share = share.borrow_mut();
+        if share.is_none() {
+            *share = Some(MACHINE.read().unwrap_or_else(PoisonError::into_inner));
+        }
+    });
+}
+
+/// The machine to this test alone, until the returned guard drops; waits for the tests
+/// already running to end. Call it before starting any store.
+#[must_use]
+pub fn alone() -> Alone {
+    assert!(
+        SHARE.with(|share| share.borrow().is_none()),
+        "alone() must come before the test starts a store"
+    );
+    let guard = MACHINE.write().unwrap_or_else(PoisonError::into_inner);
+    ALONE.with(|alone| alone.set(true));
+    Alone(guard)
+}
+
+pub struct Alone(RwLockWriteGuard<'static, ()>);
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        ALONE.with(|alone| alone.set(false));
+    }
+}
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -182,6 +232,7 @@ impl Etcd {
     }
 
     pub fn start_with(extra: &[&str], scheme: &'static str, ctl_args: &[&str]) -> Etcd {
+        share_machine();
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-etcd")
             .tempdir()
@@ -958,6 +1009,7 @@ struct Member {
 
 impl Cluster {
     pub fn start(size: usize) -> Cluster {
+        share_machine();
         // A free port can be taken between the probe and etcd's bind: try a few times.
         for attempt in 0..5 {
             let dir = tempfile::Builder::new()
@@ -1333,6 +1385,7 @@ impl Postgres {
 
     /// Starts with more environment for the server, e.g. `LD_PRELOAD` of libfaketime.
     pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> Postgres {
+        share_machine();
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-pg")
             .tempdir()
@@ -1874,6 +1927,7 @@ impl ZooKeeper {
     /// Starts with more zoo.cfg lines, e.g. `"maxSessionTimeout=4000\n"`; they come after the
     /// defaults, and ZooKeeper keeps the last value of a key.
     pub fn start_with(extra_cfg_lines: &str) -> ZooKeeper {
+        share_machine();
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-zk")
             .tempdir()
@@ -2036,6 +2090,7 @@ impl ZooKeeperEnsemble {
 
     /// Starts three members; returns once each says `Mode: leader` or `Mode: follower`.
     pub fn start() -> ZooKeeperEnsemble {
+        share_machine();
         // A free port can be taken between the probe and a member's bind: a member that cannot
         // bind exits, and the ensemble starts again on new ports. Members that all run but do not
         // form a quorum are a failure.

@@ -230,9 +230,25 @@ pub fn watch_reports_each_change_and_survives_a_store_restart<S: Store>() {
     let lines = lines_of(watch.0.stdout.take().unwrap());
     assert_eq!(next_json(&lines)["leader"], Value::Null);
 
-    // The leader must ride out the restart: a renew deadline longer than etcd takes to come back.
-    let mut args = patient_lease_args(&endpoint, "w");
-    args.extend(["--identity", "first"]);
+    // The leader must ride out the restart: a renew deadline longer than the store takes to
+    // come back, even on a loaded machine (the watch is the subject here, not the deadline).
+    let args = [
+        "-v",
+        "--endpoints",
+        &endpoint,
+        "--lease",
+        "w",
+        "--ttl",
+        "20s",
+        "--renew-deadline",
+        "15s",
+        "--retry-period",
+        "500ms",
+        "--kill-after",
+        "1s",
+        "--identity",
+        "first",
+    ];
     let mut a = Instance::start(&args, &scratch.job("a", "sleep 30"));
     let first = next_json(&lines);
     assert_eq!(first["lease"], "w");

@@ -307,6 +307,7 @@ fn attempts(pg: &Postgres) -> i64 {
 fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
     const WAITERS: usize = 200;
     const HANDOVERS: usize = 5;
+    let _alone = alone();
     let pg = Postgres::start_with("-c shared_preload_libraries=pg_stat_statements");
     pg.psql("CREATE EXTENSION pg_stat_statements");
     let scratch = Scratch::new();
