@@ -379,25 +379,25 @@ impl Postgres {
         if shared.waiter.load(Ordering::SeqCst) != 0 {
             return Ok(());
         }
-        if shared.max_holders > 1 {
-            let (id, ahead) = self.join_line_slots().await?;
-            shared
-                .far_back
-                .store(ahead >= LISTENING_PLACES, Ordering::SeqCst);
-            shared.waiter.store(id, Ordering::SeqCst);
-            *shared.ahead.lock().expect("not poisoned") = None;
-            return Ok(());
-        }
+        // The row records this instance's N (1 for a single holder), which a candidate with
+        // another N compares against.
         let sql = format!(
-            "INSERT INTO {waiters} (name, identity, ttl_ms, expires_at)
-             VALUES ($1, $2, $3, now() + $3::bigint * interval '1 millisecond')
+            "INSERT INTO {waiters} (name, identity, ttl_ms, expires_at, max_holders)
+             VALUES ($1, $2, $3, now() + $3::bigint * interval '1 millisecond', $4)
              RETURNING id, (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1
                                                    LIMIT {LISTENING_PLACES}) ahead)",
             waiters = self.qualified(&shared.waiters),
         );
-        let a = (shared.name.clone(), shared.identity.clone(), shared.ttl_ms);
+        let a = (
+            shared.name.clone(),
+            shared.identity.clone(),
+            shared.ttl_ms,
+            i64::from(shared.max_holders),
+        );
         let row = self
-            .request(|c| async move { unnamed::query_one(&c, &sql, &[&a.0, &a.1, &a.2]).await })
+            .request(
+                |c| async move { unnamed::query_one(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await },
+            )
             .await?;
         // The rows there before this one, all ahead of it (ids only grow).
         shared

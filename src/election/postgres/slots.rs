@@ -320,9 +320,10 @@ impl Postgres {
         Ok(self.sight_slots(&slots, received).1)
     }
 
-    /// Releases the slot row this instance holds: the first waiter in line is woken (its own
+    /// Releases the row this instance holds (`NAME`, or a slot row `NAME/k` with several
+    /// holders) if it still holds it with `token`: the first waiter in line is woken (its own
     /// channel), and whoever watches the table's channel.
-    pub(super) async fn release_slot(&self, token: i64) -> Result<(), StoreError> {
+    pub(super) async fn release_row(&self, token: i64) -> Result<(), StoreError> {
         let s = &self.shared;
         let sql = format!(
             "WITH gone AS (
@@ -351,9 +352,11 @@ impl Postgres {
         Ok(())
     }
 
-    /// A waiter leaving the line: its row goes, and if a slot is free meanwhile, the next
-    /// waiter is woken in its place.
-    pub(super) async fn leave_line_slots(&self, id: i64) -> Result<(), StoreError> {
+    /// A waiter leaving the line: its row goes, and if a row it waited for (`NAME`, or a slot
+    /// row with several holders) is free or missing meanwhile (a release woke this waiter,
+    /// which is going), the next waiter is woken in its place. A wake-up is a hint: the woken
+    /// waiter's own attempt decides.
+    pub(super) async fn leave_line(&self, id: i64) -> Result<(), StoreError> {
         let s = &self.shared;
         let sql = format!(
             "WITH gone AS (DELETE FROM {waiters} WHERE name = $1 AND id = $2 RETURNING 1),
@@ -372,30 +375,6 @@ impl Postgres {
         self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1]).await })
             .await?;
         Ok(())
-    }
-
-    /// Joins the line with this instance's N (as `join_line`).
-    pub(super) async fn join_line_slots(&self) -> Result<(i64, i64), StoreError> {
-        let shared = &self.shared;
-        let sql = format!(
-            "INSERT INTO {waiters} (name, identity, ttl_ms, expires_at, max_holders)
-             VALUES ($1, $2, $3, now() + $3::bigint * interval '1 millisecond', $4)
-             RETURNING id, (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1
-                                                   LIMIT {LISTENING_PLACES}) ahead)",
-            waiters = self.qualified(&shared.waiters),
-        );
-        let a = (
-            shared.name.clone(),
-            shared.identity.clone(),
-            shared.ttl_ms,
-            i64::from(shared.max_holders),
-        );
-        let row = self
-            .request(
-                |c| async move { unnamed::query_one(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await },
-            )
-            .await?;
-        Ok((row.get(0), row.get(1)))
     }
 
     /// Every row of this name (`NAME` and its slot rows): the live holders, oldest (lowest

@@ -152,68 +152,19 @@ impl Campaign for Postgres {
             if id == 0 {
                 return Ok(());
             }
-            if s.max_holders > 1 {
-                self.leave_line_slots(id).await?;
-                let _ = s
-                    .waiter
-                    .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
-                return Ok(());
-            }
-            let sql = format!(
-                "WITH gone AS (DELETE FROM {waiters} WHERE name = $1 AND id = $2 RETURNING 1),
-                      next AS (SELECT id FROM {waiters} WHERE name = $1 AND id <> $2
-                               ORDER BY id LIMIT 1)
-                 SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text
-                 FROM next, {leases} l WHERE l.name = $1 AND l.holder IS NULL",
-                waiters = self.qualified(&s.waiters),
-                leases = self.leases(),
-                channel = waiter_channel_sql("next.id", &s.base),
-            );
-            let a = (s.name.clone(), id);
-            self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1]).await })
-                .await?;
+            self.leave_line(id).await?;
             let _ = s
                 .waiter
                 .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
             return Ok(());
         }
-        if s.max_holders > 1 {
-            self.release_slot(candidacy.token).await?;
-            let _ = s
-                .held
-                .compare_exchange(candidacy.token, 0, Ordering::SeqCst, Ordering::SeqCst);
-            return Ok(());
-        }
         // The release wakes the first waiter in line (its own channel: the others sleep on) and
         // whoever watches the table's channel (`watch`); a dead first waiter is skipped by the
         // one behind it after a TTL, which then finds the row free.
-        let sql = format!(
-            "WITH gone AS (
-                 UPDATE {leases} SET holder = NULL, expires_at = now()
-                 WHERE name = $1 AND holder = $2 AND token = $3
-                 RETURNING 1),
-             first AS (SELECT id FROM {waiters} WHERE name = $1 ORDER BY id LIMIT 1)
-             SELECT pg_notify($4, 'free' || chr(10) || $1)::text,
-                    (SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text FROM first)
-             FROM gone",
-            leases = self.leases(),
-            waiters = self.qualified(&s.waiters),
-            channel = waiter_channel_sql("first.id", &s.base),
-        );
-        let a = (
-            s.name.clone(),
-            s.identity.clone(),
-            candidacy.token,
-            s.channel.clone(),
-        );
-        self.request(|c| async move { unnamed::query(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await })
-            .await?;
-        let _ = self.shared.held.compare_exchange(
-            candidacy.token,
-            0,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        self.release_row(candidacy.token).await?;
+        let _ = s
+            .held
+            .compare_exchange(candidacy.token, 0, Ordering::SeqCst, Ordering::SeqCst);
         Ok(())
     }
 }
