@@ -268,6 +268,16 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
     pg.psql("ALTER SEQUENCE leader_exec_tokens OWNER TO mallory");
     refused(lead(), "sequence public.leader_exec_tokens");
     assert!(!ran.exists(), "the command ran");
+    // And a function named with the prefix that nothing uses (looked up by name range).
+    pg.psql(
+        "ALTER SEQUENCE leader_exec_tokens OWNER TO postgres;
+         SET ROLE mallory;
+         CREATE FUNCTION leader_exec_extra() RETURNS int LANGUAGE sql AS 'SELECT 1';
+         RESET ROLE",
+    );
+    refused(lead(), "function public.leader_exec_extra()");
+    assert!(!ran.exists(), "the command ran");
+    pg.psql("DROP FUNCTION leader_exec_extra()");
     // So is the function of a trigger on leader-exec's own table.
     pg.psql(
         "ALTER SEQUENCE leader_exec_tokens OWNER TO postgres;

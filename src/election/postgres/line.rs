@@ -252,21 +252,49 @@ impl Postgres {
         if self.shared.max_holders > 1 {
             return self.attempt_slots(self.shared.max_holders).await;
         }
-        let attempt = match self.acquire().await? {
+        // A newcomer (not in line, no sighting to take over) sends the INSERT of a new row
+        // with its UPDATE, pipelined on the session (one round trip for a new lease name). The
+        // INSERT writes only where no row of the name exists (ON CONFLICT DO NOTHING), the
+        // UPDATE only where one does, so at most one of them takes anything, in either order;
+        // a newcomer whose row exists pays one token number of the sequence (a gap: tokens
+        // only ever need to grow).
+        let newcomer = self.shared.waiter.load(Ordering::SeqCst) == 0 && self.ripe().is_none();
+        let (acquired, inserted) = if newcomer {
+            let (acquired, inserted) = tokio::join!(self.acquire(), self.insert_new());
+            let acquired = acquired?;
+            // Where the UPDATE found the row, the INSERT took nothing, whatever it answered
+            // (a failed statement writes nothing): its error counts only when no row was found.
+            let inserted = match acquired {
+                None => inserted?,
+                Some(_) => inserted.unwrap_or(None),
+            };
+            (acquired, Some(inserted))
+        } else {
+            (self.acquire().await?, None)
+        };
+        let attempt = match (acquired, inserted) {
+            (_, Some(Some(token))) => Attempt::Won(token),
             // Left by instances with another --max-holders: whether any of them is still
             // there, and if none is, the row back to 1 and an attempt, under the lock.
-            Some((Attempt::Held { .. }, theirs)) if theirs != 1 => {
+            (Some((Attempt::Held { .. }, theirs)), _) if theirs != 1 => {
                 return self.attempt_slots(1).await;
             }
-            Some((attempt, _)) => attempt,
-            None => match self.insert_new().await? {
-                Some(token) => Attempt::Won(token),
-                // Inserted by another instance meanwhile.
-                None => Attempt::Held {
-                    holder: None,
-                    wait: self.look().await?,
-                },
-            },
+            (Some((attempt, _)), _) => attempt,
+            // No row: the INSERT (sent already, or now) makes it.
+            (None, inserted) => {
+                let inserted = match inserted {
+                    Some(inserted) => inserted,
+                    None => self.insert_new().await?,
+                };
+                match inserted {
+                    Some(token) => Attempt::Won(token),
+                    // Inserted by another instance meanwhile.
+                    None => Attempt::Held {
+                        holder: None,
+                        wait: self.look().await?,
+                    },
+                }
+            }
         };
         if let Attempt::Won(token) = attempt {
             self.shared.held.store(token, Ordering::SeqCst);

@@ -590,6 +590,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn name_bounds_hold_every_name_with_the_prefix_and_no_other() {
+        let (low, high) = session::name_bounds("leader_exec_");
+        let high = high.expect("an ASCII last byte is raised");
+        assert_eq!(
+            (low.as_str(), high.as_str()),
+            ("leader_exec_", "leader_exec`")
+        );
+        // Byte order, as `name` compares: in for every name with the prefix, out for others.
+        let inside =
+            |name: &str| name.as_bytes() >= low.as_bytes() && name.as_bytes() < high.as_bytes();
+        for name in [
+            "leader_exec_",
+            "leader_exec_leases",
+            "leader_exec_\u{7f}",
+            "leader_exec_é",
+        ] {
+            assert!(inside(name), "{name}");
+        }
+        for name in [
+            "leader_exec",
+            "leader_exea_x",
+            "leader_exec`",
+            "leader_exec~",
+            "leader_exe",
+        ] {
+            assert!(!inside(name), "{name}");
+        }
+        // A last byte that cannot be raised into valid text: no upper bound.
+        assert_eq!(session::name_bounds("jobs_é").1, None);
+        assert_eq!(session::name_bounds("").1, None);
+    }
+
+    #[test]
     fn prefixes_map_to_table_names() {
         assert_eq!(
             tables("/leader-exec/").unwrap(),
