@@ -174,6 +174,10 @@ def main():
                     names.append(name)
                     added += 1
             print(f"{store}: {len(set(found))} functions executed, {added} not listed before")
+            # A run executes well over a thousand of the binary's functions: far fewer means the
+            # traces were not read right (a wrong load address), not a smaller program.
+            if len(set(found)) < 300:
+                raise SystemExit(f"layout: only {len(set(found))} functions found on {store} (see {work})")
     shutil.rmtree(work)
     Path(args.out).write_text(HEADER + "".join(f"{n}\n" for n in names))
     print(f"{args.out}: {len(names)} functions")
