@@ -44,6 +44,28 @@ pub fn gated(scratch: &Scratch, name: &str) -> String {
     format!(r#"while [ ! -e '{}' ]; do sleep 0.05; done"#, go.display())
 }
 
+/// `args` with `--identity identity`.
+pub fn with_identity<'a>(args: &[&'a str], identity: &'a str) -> Vec<&'a str> {
+    let mut args = args.to_vec();
+    args.extend(["--identity", identity]);
+    args
+}
+
+/// A holder candidate `name` started with `args` and `--identity identity`, its job the body
+/// `body` makes for it (`gated`, say).
+pub fn start_holder(
+    args: &[&str],
+    scratch: &Scratch,
+    name: &str,
+    identity: &str,
+    body: fn(&Scratch, &str) -> String,
+) -> Instance {
+    Instance::start(
+        &with_identity(args, identity),
+        &holder_job(scratch, name, &body(scratch, name)),
+    )
+}
+
 /// Lets a `gated` job end.
 pub fn open_gate(scratch: &Scratch, name: &str) {
     std::fs::write(scratch.path(&format!("go-{name}")), "").unwrap();
@@ -293,11 +315,9 @@ pub fn status_and_check_know_every_holder<S: Store>() {
         .unwrap()
         .token();
 
-    let start = |name: &str, identity: &'static str| {
-        let mut args = holder_args(&endpoint, "seen", "2");
-        args.extend(["--identity", identity]);
-        Instance::start(&args, &holder_job(&scratch, name, &gated(&scratch, name)))
-    };
+    let args = holder_args(&endpoint, "seen", "2");
+    let start =
+        |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
     let mut a = start("a", "host-a");
     let a_token = scratch
         .wait_record("start", "a", Duration::from_secs(10))

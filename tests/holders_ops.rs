@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use crate::harness::*;
 use crate::holders::{
-    assert_at_most, gated, holder_args, holder_job, open_gate, starts, waits_in_line,
+    assert_at_most, gated, holder_args, holder_job, open_gate, start_holder, starts, waits_in_line,
+    with_identity,
 };
 
 const TEN: Duration = Duration::from_secs(10);
@@ -26,13 +27,6 @@ fn stoppable(scratch: &Scratch, name: &str) -> String {
 {}"#,
         gated(scratch, name)
     )
-}
-
-/// `args` with `--identity identity`.
-fn with_identity<'a>(args: &[&'a str], identity: &'a str) -> Vec<&'a str> {
-    let mut args = args.to_vec();
-    args.extend(["--identity", identity]);
-    args
 }
 
 /// A subcommand against `endpoint`: (exit code, stdout, stderr).
@@ -62,10 +56,7 @@ pub fn resign_with_several_holders_hands_over_only_the_holder_it_names<S: Store>
     let endpoint = store.endpoint();
     let args = holder_args(&endpoint, "rs", "2");
     let start = |name: &str, identity: &'static str| {
-        Instance::start(
-            &with_identity(&args, identity),
-            &holder_job(&scratch, name, &stoppable(&scratch, name)),
-        )
+        start_holder(&args, &scratch, name, identity, stoppable)
     };
     let mut a = start("a", "host-a");
     let a_start = scratch.wait_record("start", "a", TEN).expect("a started");
@@ -243,12 +234,8 @@ pub fn watch_reports_each_change_of_the_holder_set<S: Store>() {
     lines_until(&text_lines, |_| true);
 
     let args = holder_args(&endpoint, "ws", "2");
-    let start = |name: &str, identity: &'static str| {
-        Instance::start(
-            &with_identity(&args, identity),
-            &holder_job(&scratch, name, &gated(&scratch, name)),
-        )
-    };
+    let start =
+        |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
     let mut a = start("a", "host-a");
     let a_token = token_of(&scratch, "a");
     let mut b = start("b", "host-b");
@@ -326,12 +313,8 @@ pub fn status_all_lists_every_holder<S: Store>() {
     let scratch = Scratch::new();
     let endpoint = store.endpoint();
     let args = holder_args(&endpoint, "sa", "2");
-    let start = |name: &str, identity: &'static str| {
-        Instance::start(
-            &with_identity(&args, identity),
-            &holder_job(&scratch, name, &gated(&scratch, name)),
-        )
-    };
+    let start =
+        |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
     let mut a = start("a", "host-a");
     let a_token = token_of(&scratch, "a");
     let mut b = start("b", "host-b");
@@ -427,12 +410,8 @@ pub fn a_waiter_with_no_wait_exits_124_naming_the_holders<S: Store>() {
     let scratch = Scratch::new();
     let endpoint = store.endpoint();
     let args = holder_args(&endpoint, "nw", "2");
-    let start = |name: &str, identity: &'static str| {
-        Instance::start(
-            &with_identity(&args, identity),
-            &holder_job(&scratch, name, &gated(&scratch, name)),
-        )
-    };
+    let start =
+        |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
     let mut a = start("a", "host-a");
     let a_token = token_of(&scratch, "a");
     let mut b = start("b", "host-b");
@@ -497,10 +476,7 @@ pub fn hold_at_least_and_recampaign_with_several_holders<S: Store>() {
     );
     let b_first = scratch.wait_record("start", "b", TEN).expect("b started");
     let start = |name: &str, identity: &'static str| {
-        Instance::start(
-            &with_identity(&args, identity),
-            &holder_job(&scratch, name, &stoppable(&scratch, name)),
-        )
+        start_holder(&args, &scratch, name, identity, stoppable)
     };
     let mut c = start("c", "host-c");
     waits_in_line(&store, "hr", 3, &c);
@@ -797,12 +773,8 @@ pub fn watch_with_several_holders_survives_a_store_restart<S: Store>() {
     let (json_watch, lines) = watch(&endpoint, "wr", true);
     lines_until(&lines, |_| true);
     let args = patient_holder_args(&endpoint, "wr");
-    let start = |name: &str, identity: &'static str| {
-        Instance::start(
-            &with_identity(&args, identity),
-            &holder_job(&scratch, name, &gated(&scratch, name)),
-        )
-    };
+    let start =
+        |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
     let mut a = start("a", "host-a");
     let a_token = token_of(&scratch, "a");
     let mut b = start("b", "host-b");
