@@ -14,7 +14,6 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=link/order.txt");
-    println!("cargo:rerun-if-changed=build.rs");
     let release = std::env::var("PROFILE").as_deref() == Ok("release");
     let target = std::env::var("TARGET").unwrap_or_default();
     if release && target == "x86_64-unknown-linux-gnu" {
