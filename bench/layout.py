@@ -10,13 +10,13 @@ spread over the whole binary, among the code of the other stores, TLS, the HTTP 
 `generate-assets`, so nearly all the code became resident (bench/MEMORY.md). Listed first, it
 shares its 64 KB windows with itself.
 
-How: each store of the benchmarks (etcd first, then PostgreSQL, then ZooKeeper) is started by the
-test harness (bench-servers, as the benchmarks do); on each, a leader that holds for a few
-seconds (renewals) and a waiter that takes over when the leader's command exits run under
-valgrind's lackey, which writes down every block of code executed, the forked supervisor's
-included; the file lists the functions in the order they first ran, each once. A run on etcd
-finds its code at the front; a run on another store finds there the code every run shares (among
-etcd's), and its store's code behind it. Functions not listed (error paths, other
+How: each store of the benchmarks (etcd first, then PostgreSQL, ZooKeeper and PostgreSQL through
+pgbouncer: the store list's order) is started by the test harness (bench-servers, as the benchmarks
+do); on each, a leader that holds for a few seconds (renewals) and a waiter that takes over when the
+leader's command exits run under valgrind's lackey, which writes down every block of code executed,
+the forked supervisor's included; the file lists the functions in the order they first ran, each
+once. A run on etcd finds its code at the front; a run on another store finds there the code every
+run shares (among etcd's), and its store's code behind it. Functions not listed (error paths, other
 subcommands) follow in the linker's order, so a stale file costs memory, never correctness; the
 runner's memory figures (BENCHMARKS.md) show whether it needs making again.
 

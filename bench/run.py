@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """Benchmarks leader-exec side by side with `etcdctl lock` on one etcd, and writes BENCHMARKS.md.
 
-    python3 bench/run.py             # full run of every store: >= 7 runs per scenario and tool;
-                                     # writes bench/POSTGRES.md, bench/ZOOKEEPER.md, then BENCHMARKS.md
+    python3 bench/run.py             # full run of every store: >= 7 runs per scenario and tool; writes
+                                     # bench/POSTGRES.md, bench/ZOOKEEPER.md, bench/PGBOUNCER.md, then
+                                     # BENCHMARKS.md
     python3 bench/run.py --smoke     # one run per scenario, small numbers, writes target/bench/SMOKE.md
-                                     # (and target/bench/SMOKE-postgres.md, SMOKE-zookeeper.md for the
+                                     # (and target/bench/SMOKE-postgres.md, SMOKE-zookeeper.md,
+                                     # SMOKE-pgbouncer.md for the
                                      # other stores the store list marks for benchmarks, each
                                      # skipped when that store does not start here)
     python3 bench/run.py --store postgres   # leader-exec on PostgreSQL beside leader-exec on etcd,
                                             # writes bench/POSTGRES.md
     python3 bench/run.py --store zookeeper  # leader-exec on ZooKeeper beside leader-exec on etcd,
                                             # writes bench/ZOOKEEPER.md
+    python3 bench/run.py --store pgbouncer  # leader-exec on PostgreSQL through pgbouncer (transaction
+                                            # mode) beside leader-exec on etcd, writes bench/PGBOUNCER.md
     python3 bench/run.py --report-from bench/results.json   # render again, measure nothing
 
 The runner builds leader-exec (`cargo build --release --locked`), the test harness's server
@@ -142,9 +146,9 @@ def main():
                     help="parent directory of etcd's data dir (default /dev/shm, a tmpfs, when it has room)")
     ap.add_argument("--store",
                     help="measure one store: etcd (leader-exec beside etcdctl lock, writes BENCHMARKS.md) or "
-                    "another store of the store list (tests/stores.rs: postgres, zookeeper): leader-exec on it "
+                    "another store of the store list (tests/stores.rs: postgres, zookeeper, pgbouncer): leader-exec on it "
                     "beside leader-exec on etcd, in the scenarios " + ", ".join(STORE_SCENARIOS) + ", writes "
-                    "bench/POSTGRES.md or bench/ZOOKEEPER.md. Without --store a run measures every store, the "
+                    "bench/POSTGRES.md, bench/ZOOKEEPER.md or bench/PGBOUNCER.md. Without --store a run measures every store, the "
                     "other stores first, and BENCHMARKS.md has them all in one table from that run")
     ap.add_argument("--etcd-only", action="store_true",
                     help="without --store: measure etcd beside etcdctl only (BENCHMARKS.md's each-store table "

@@ -2711,7 +2711,11 @@ pub struct PgBouncer {
 
 impl PgBouncer {
     pub fn start() -> PgBouncer {
-        let pg = Postgres::start();
+        PgBouncer::start_in_front_of(Postgres::start())
+    }
+
+    /// Starts in front of `pg` (already running).
+    pub fn start_in_front_of(pg: Postgres) -> PgBouncer {
         // pgbouncer refuses to run as root: `-u postgres`, from a directory only it can read.
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-pgbouncer")
@@ -2872,5 +2876,27 @@ impl Store for PgBouncer {
 
     fn thaw(&self) {
         self.pg.thaw()
+    }
+
+    /// In front of a PostgreSQL with pg_stat_statements, which counts the statements that
+    /// reach the server through pgbouncer.
+    fn start_measured() -> Self {
+        PgBouncer::start_in_front_of(Postgres::start_measured())
+    }
+
+    fn version(&self) -> String {
+        format!(
+            "{} in front of {}",
+            first_line_of("pgbouncer", &["--version"]),
+            self.pg.version()
+        )
+    }
+
+    fn requests(&self) -> Option<f64> {
+        self.pg.requests()
+    }
+
+    fn periodic_requests(&self) -> Option<f64> {
+        self.pg.periodic_requests()
     }
 }

@@ -18,9 +18,8 @@ macro_rules! with_stores {
             postgres: Postgres [chaos "p"] [bench];
             zookeeper: ZooKeeper [chaos "z"] [bench];
             // PostgreSQL behind pgbouncer in transaction mode (`harness::PgBouncer`). The chaos
-            // suite's rows are PostgreSQL's with a pooler in between, and the benchmarks measure
-            // the servers themselves: neither runs it (yet).
-            pgbouncer: PgBouncer [] [];
+            // suite's rows are PostgreSQL's with a pooler in between: it does not run them.
+            pgbouncer: PgBouncer [] [bench];
         }
     };
 }

@@ -155,10 +155,14 @@ impl Postgres {
     ) -> Result<(), StoreError> {
         let shared = &self.shared;
         // One round trip (the simple-query protocol runs both statements in order): whether
-        // this is a primary, the first schema of search_path, where tables of this prefix are
-        // found through it (read before the second statement pins search_path), and the pin:
-        // to the schema this process already uses, or (first session) to that first schema.
-        // A session that fails a check below is dropped, its pin with it.
+        // this is a primary, the first schema of search_path, the table of this prefix found
+        // through it (read before the second statement pins search_path) if that is another
+        // than the one in that first schema (its oid), and the pin: to the schema this process already uses,
+        // or (first session) to that first schema. A session that fails a check below is
+        // dropped, its pin with it. The comparison is of two `to_regclass` answers, name
+        // lookups in the server's catalog caches: no catalog is planned and read here, which
+        // is the costly part of a statement on a new backend's cold caches. Only a table found
+        // elsewhere costs a second statement, for the name of its schema.
         let pin = match shared.schema.get() {
             Some(schema) => format!("SET search_path = {}", quote_ident(schema)),
             None => "SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident(s), false)
@@ -169,9 +173,9 @@ impl Postgres {
         let messages = client
             .simple_query(&format!(
                 "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_schema()::text,
-                        (SELECT n.nspname::text FROM pg_catalog.pg_class c
-                         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                         WHERE c.oid = pg_catalog.to_regclass({table}));
+                        (SELECT found::oid FROM (SELECT pg_catalog.to_regclass({table}) AS found) AS f
+                         WHERE found IS DISTINCT FROM pg_catalog.to_regclass(
+                            pg_catalog.quote_ident(pg_catalog.current_schema()) || '.' || {table}));
                  {pin}",
                 table = quote_literal(&quote_ident(&shared.leases)),
             ))
@@ -211,15 +215,16 @@ impl Postgres {
                 })?;
                 // Tables an earlier version found further down search_path (a schema made
                 // ahead of theirs since) would be made again here, their tokens from 1: never.
-                if let Some(found) = row.get(2).filter(|found| *found != current) {
+                if let Some(oid) = row.get(2) {
                     use crate::escape::escape_str;
+                    let found = self.schema_of(client, oid).await?;
                     return Err(StoreError::Fatal(format!(
                         "PostgreSQL: {table} is in schema {found}, but the first schema of \
                          search_path is {current}, where leader-exec would make new tables (tokens \
                          from 1 again): put {found} first in search_path \
                          (?options=-csearch_path%3D{found}) or move the tables",
                         table = escape_str(&shared.leases),
-                        found = escape_str(found),
+                        found = escape_str(&found),
                         current = escape_str(current),
                     )));
                 }
@@ -246,6 +251,29 @@ impl Postgres {
             );
         }
         Ok(())
+    }
+
+    /// The schema of the relation `oid` (the table the session check found through
+    /// `search_path` in another than the first schema), for the message that says so.
+    async fn schema_of(&self, client: &Client, oid: &str) -> Result<String, StoreError> {
+        let oid: u32 = oid.parse().map_err(|_| {
+            StoreError::Transient(format!("PostgreSQL: {oid:?} is not a relation's oid"))
+        })?;
+        let rows = client
+            .simple_query(&format!(
+                "SELECT n.nspname::text FROM pg_catalog.pg_class c
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = {oid}"
+            ))
+            .await
+            .map_err(classify)?;
+        Ok(rows
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap_or_default())
     }
 
     /// Whether the tables are complete (the current layout), and the ownership check's answer,
