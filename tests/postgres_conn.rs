@@ -372,3 +372,40 @@ fn tables_found_further_down_search_path_are_not_made_again_in_the_first_schema(
     let token: i64 = stdout.trim().parse().unwrap();
     assert!(token > first_token, "{first_token} then {token}");
 }
+
+#[test]
+fn a_role_and_a_schema_named_with_capitals_are_looked_up_as_they_are_written() {
+    // The ownership check finds the connecting role and the schema by name: a lookup that
+    // folded case would find no role (every object foreign: refused) or no schema (no object
+    // looked at: nothing refused).
+    let pg = Postgres::start();
+    let endpoint = format!("postgres://Ops@127.0.0.1:{}/postgres", pg.port);
+    pg.psql(
+        "CREATE ROLE \"Ops\" LOGIN; CREATE SCHEMA \"Ops\" AUTHORIZATION \"Ops\";
+         CREATE ROLE mallory LOGIN; GRANT USAGE, CREATE ON SCHEMA \"Ops\" TO mallory",
+    );
+    let lead = || {
+        let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "caps"];
+        args.extend(FAST);
+        args.extend(["--no-wait", "--", "sh", "-c", "echo $LEADER_TOKEN"]);
+        run(&args)
+    };
+    let (code, stdout, stderr) = lead();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.trim().parse::<i64>().unwrap() > 0, "{stdout}");
+    assert_eq!(
+        pg.psql("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = to_regclass('\"Ops\".leader_exec_leases')"),
+        "Ops\n"
+    );
+    pg.psql(
+        "SET ROLE mallory;
+         CREATE FUNCTION \"Ops\".leader_exec_extra() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+    );
+    let (code, stdout, stderr) = lead();
+    assert_eq!(code, 125, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("function Ops.leader_exec_extra()")
+            && stderr.contains("owned by role mallory"),
+        "{stderr}"
+    );
+}

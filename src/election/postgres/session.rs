@@ -445,17 +445,23 @@ impl Postgres {
         // collation), at or after the prefix and before the prefix with its last byte raised by
         // one: bounds the catalogs' name indexes can look up, where `starts_with` alone reads
         // every row of pg_proc (a cold new session's slowest part of this check). The bounds
-        // only narrow the rows read; `starts_with` still decides.
+        // only narrow the rows read; `starts_with` still decides. The connecting role and the
+        // schema are looked up by name in the server's catalog caches (`to_regrole`,
+        // `to_regnamespace`, of quoted names so that case is kept) rather than by reading
+        // pg_roles (a view of two catalogs) and pg_namespace: on a new backend's cold caches,
+        // planning such reads is most of what a statement costs. A role not found would be a
+        // NULL in `mine`, which would make every `NOT IN` unknown (nothing refused): it is left
+        // out, so that then everything is refused instead.
         let (low, high) = name_bounds(&prefix);
         let sql = "WITH RECURSIVE target_schema(name) AS (
                  SELECT COALESCE($1, pg_catalog.current_schema()::text)
              ),
              mine(oid) AS (
-                 SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER
+                 SELECT pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))::oid
                  UNION
                  SELECT m.roleid FROM pg_catalog.pg_auth_members m JOIN mine ON m.member = mine.oid
              ),
-             ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = (SELECT name FROM target_schema)),
+             ns(oid) AS (SELECT pg_catalog.to_regnamespace(pg_catalog.quote_ident(name))::oid FROM target_schema),
              ours AS (
                  SELECT c.oid, c.relname, c.relkind, c.relowner FROM pg_catalog.pg_class c
                  WHERE c.relnamespace = (SELECT oid FROM ns)
@@ -491,7 +497,7 @@ impl Postgres {
                  WHERE NOT t.tgisinternal
              )
              SELECT what, pg_catalog.pg_get_userbyid(owner)::text, CURRENT_USER::text
-             FROM objects WHERE owner NOT IN (SELECT oid FROM mine)
+             FROM objects WHERE owner NOT IN (SELECT oid FROM mine WHERE oid IS NOT NULL)
              ORDER BY rank, what";
         let rows = unnamed::query(client, sql, &[&schema, &prefix, &low, &high])
             .await
