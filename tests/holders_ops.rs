@@ -50,6 +50,15 @@ fn token_of(scratch: &Scratch, name: &str) -> i64 {
         .token()
 }
 
+/// Two `gated` holders started in turn under `args`, `a` (identity `host-a`) holding before
+/// `b` (`host-b`) starts, each with the token its command printed.
+fn two_holding(args: &[&str], scratch: &Scratch) -> [(Instance, i64); 2] {
+    [("a", "host-a"), ("b", "host-b")].map(|(name, identity)| {
+        let instance = start_holder(args, scratch, name, identity, gated);
+        (instance, token_of(scratch, name))
+    })
+}
+
 pub fn resign_with_several_holders_hands_over_only_the_holder_it_names<S: Store>() {
     let store = S::start();
     let scratch = Scratch::new();
@@ -236,10 +245,7 @@ pub fn watch_reports_each_change_of_the_holder_set<S: Store>() {
     let args = holder_args(&endpoint, "ws", "2");
     let start =
         |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
-    let mut a = start("a", "host-a");
-    let a_token = token_of(&scratch, "a");
-    let mut b = start("b", "host-b");
-    let b_token = token_of(&scratch, "b");
+    let [(mut a, a_token), (mut b, b_token)] = two_holding(&args, &scratch);
     let mut c = start("c", "host-c");
     waits_in_line(&store, "ws", 3, &c);
 
@@ -315,10 +321,7 @@ pub fn status_all_lists_every_holder<S: Store>() {
     let args = holder_args(&endpoint, "sa", "2");
     let start =
         |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
-    let mut a = start("a", "host-a");
-    let a_token = token_of(&scratch, "a");
-    let mut b = start("b", "host-b");
-    let b_token = token_of(&scratch, "b");
+    let [(mut a, a_token), (mut b, b_token)] = two_holding(&args, &scratch);
     let mut c = start("c", "host-c");
     waits_in_line(&store, "sa", 3, &c);
     // Each holder records its state once it holds.
@@ -410,12 +413,7 @@ pub fn a_waiter_with_no_wait_exits_124_naming_the_holders<S: Store>() {
     let scratch = Scratch::new();
     let endpoint = store.endpoint();
     let args = holder_args(&endpoint, "nw", "2");
-    let start =
-        |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
-    let mut a = start("a", "host-a");
-    let a_token = token_of(&scratch, "a");
-    let mut b = start("b", "host-b");
-    let b_token = token_of(&scratch, "b");
+    let [(mut a, a_token), (mut b, b_token)] = two_holding(&args, &scratch);
     let mut held = store.held();
     held.sort();
 
@@ -775,10 +773,7 @@ pub fn watch_with_several_holders_survives_a_store_restart<S: Store>() {
     let args = patient_holder_args(&endpoint, "wr");
     let start =
         |name: &str, identity: &'static str| start_holder(&args, &scratch, name, identity, gated);
-    let mut a = start("a", "host-a");
-    let a_token = token_of(&scratch, "a");
-    let mut b = start("b", "host-b");
-    let b_token = token_of(&scratch, "b");
+    let [(mut a, a_token), (mut b, b_token)] = two_holding(&args, &scratch);
     let json_of = |line: &str| -> Value {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"))
     };
