@@ -154,15 +154,15 @@ impl Postgres {
         encrypted: bool,
     ) -> Result<(), StoreError> {
         let shared = &self.shared;
-        // One round trip (the simple-query protocol runs both statements in order): whether
-        // this is a primary, the first schema of search_path, the table of this prefix found
-        // through it (read before the second statement pins search_path) if that is another
-        // than the one in that first schema (its oid), and the pin: to the schema this process already uses,
-        // or (first session) to that first schema. A session that fails a check below is
-        // dropped, its pin with it. The comparison is of two `to_regclass` answers, name
-        // lookups in the server's catalog caches: no catalog is planned and read here, which
-        // is the costly part of a statement on a new backend's cold caches. Only a table found
-        // elsewhere costs a second statement, for the name of its schema.
+        // One round trip (the simple-query protocol runs both statements in order): whether this is
+        // a primary, the first schema of search_path, the table of this prefix found through it
+        // (read before the second statement pins search_path) if that is another than the one in
+        // that first schema (its oid), and the pin: to the schema this process already uses, or
+        // (first session) to that first schema. A session that fails a check below is dropped, its
+        // pin with it. The comparison is of two `to_regclass` answers, name lookups in the server's
+        // catalog caches: no catalog is planned and read here, which is the costly part of a
+        // statement on a new backend's cold caches. Only a table found elsewhere costs a second
+        // statement, for the name of its schema.
         let pin = match shared.schema.get() {
             Some(schema) => format!("SET search_path = {}", quote_ident(schema)),
             None => "SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident(s), false)
