@@ -276,63 +276,98 @@ impl Postgres {
             .unwrap_or_default())
     }
 
-    /// Whether the tables are complete (the current layout), and the ownership check's answer,
-    /// in one round trip; before the session check's answer, so in the schema that check pins
-    /// (`current_schema()` until this process knows it).
-    pub(super) async fn look_at_tables(
-        &self,
-        client: &Client,
-    ) -> Result<(bool, Result<(), StoreError>), StoreError> {
+    /// Whether the tables are complete (the current layout), and whether any object the
+    /// ownership check covers is owned by another role, in one statement; before the session
+    /// check's answer, so in the schema that check pins (`current_schema()` until this process
+    /// knows it).
+    ///
+    /// The statement reads the same objects as [`refuse_foreign_objects`] (every relation and
+    /// function named with the prefix, the function of every trigger on those relations) and
+    /// holds their owners against the same roles, but answers only with two booleans: no
+    /// message is composed, nothing is sorted. On a new backend's cold caches the statements
+    /// a start plans, not their rows, are its cost, and this is the start's one look at the
+    /// catalogs. Only a `true` (an object another role owns) costs the full check, which names
+    /// the object; tables not complete are made under it (`ensure_schema`).
+    ///
+    /// [`refuse_foreign_objects`]: Self::refuse_foreign_objects
+    pub(super) async fn look_at_tables(&self, client: &Client) -> Result<(bool, bool), StoreError> {
         let shared = &self.shared;
         let schema = shared.schema.get().cloned();
+        let prefix = self.prefix();
+        let (low, high) = name_bounds(&prefix);
         // Everything the current layout needs, so that tables made by an earlier version are
         // brought up to date (the `renewals` column, the token sequence, the guard trigger, the
-        // waiters table). The ownership check is sent with it (pipelined); its answer counts
-        // only when the tables are complete, else the DDL runs it again inside its transaction.
-        let params: [&dyn unnamed::Param; 6] = [
+        // waiters table, `max_holders`). A role not found would be a NULL in `mine`: left out,
+        // so that then every object counts as another role's (fail closed).
+        let params: [&dyn unnamed::Param; 9] = [
             &schema,
             &shared.leases,
             &shared.records,
             &shared.tokens,
             &shared.guard,
             &shared.waiters,
+            &prefix,
+            &low,
+            &high,
         ];
-        let (exists, foreign) = tokio::join!(
-            unnamed::query_one(
-                client,
-                "WITH s AS (SELECT pg_catalog.quote_ident(COALESCE($1, pg_catalog.current_schema()::text)) || '.' AS q)
-                 SELECT pg_catalog.to_regclass(q || pg_catalog.quote_ident($2)) IS NOT NULL
-                    AND pg_catalog.to_regclass(q || pg_catalog.quote_ident($3)) IS NOT NULL
-                    AND pg_catalog.to_regclass(q || pg_catalog.quote_ident($4)) IS NOT NULL
-                    AND pg_catalog.to_regclass(q || pg_catalog.quote_ident($6)) IS NOT NULL
-                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
-                                WHERE attrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($2))
-                                AND attname = 'renewals' AND NOT attisdropped)
-                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
-                                WHERE attrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($2))
-                                AND attname = 'max_holders' AND NOT attisdropped)
-                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
-                                WHERE attrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($6))
-                                AND attname = 'max_holders' AND NOT attisdropped)
-                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
-                                WHERE tgrelid = pg_catalog.to_regclass(q || pg_catalog.quote_ident($2))
-                                AND tgname = $5)
-                 FROM s",
-                &params,
-            ),
-            self.refuse_foreign_objects(client),
-        );
-        Ok((exists.map_err(classify)?.get::<_, bool>(0), foreign))
+        let row = unnamed::query_one(
+            client,
+            "WITH RECURSIVE mine(oid) AS (
+                 SELECT pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))::oid
+                 UNION
+                 SELECT m.roleid FROM pg_catalog.pg_auth_members m JOIN mine ON m.member = mine.oid
+             ),
+             s AS (SELECT pg_catalog.quote_ident(COALESCE($1, pg_catalog.current_schema()::text)) AS q),
+             k AS (
+                 SELECT pg_catalog.to_regnamespace(q)::oid AS ns,
+                        pg_catalog.to_regclass(q || '.' || pg_catalog.quote_ident($2))::oid AS l,
+                        pg_catalog.to_regclass(q || '.' || pg_catalog.quote_ident($6))::oid AS w,
+                        pg_catalog.to_regclass(q || '.' || pg_catalog.quote_ident($3)) IS NOT NULL
+                            AND pg_catalog.to_regclass(q || '.' || pg_catalog.quote_ident($4)) IS NOT NULL AS rest
+                 FROM s
+             ),
+             ours AS (
+                 SELECT c.oid, c.relowner FROM pg_catalog.pg_class c, k
+                 WHERE c.relnamespace = k.ns
+                   AND c.relname >= $8::name AND ($9::text IS NULL OR c.relname < $9::name)
+                   AND pg_catalog.starts_with(c.relname::text, $7)
+             )
+             SELECT k.rest AND k.l IS NOT NULL AND k.w IS NOT NULL
+                    AND (SELECT count(*) FROM pg_catalog.pg_attribute a
+                         WHERE NOT a.attisdropped
+                           AND ((a.attrelid = k.l AND a.attname IN ('renewals', 'max_holders'))
+                                OR (a.attrelid = k.w AND a.attname = 'max_holders'))) = 3
+                    AND EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                                WHERE t.tgrelid = k.l AND t.tgname = $5),
+                    EXISTS (SELECT FROM ours o
+                            WHERE o.relowner NOT IN (SELECT oid FROM mine WHERE oid IS NOT NULL))
+                    OR EXISTS (SELECT FROM pg_catalog.pg_proc p
+                               WHERE p.pronamespace = k.ns
+                                 AND p.proname >= $8::name AND ($9::text IS NULL OR p.proname < $9::name)
+                                 AND pg_catalog.starts_with(p.proname::text, $7)
+                                 AND p.proowner NOT IN (SELECT oid FROM mine WHERE oid IS NOT NULL))
+                    OR EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                               JOIN ours o ON o.oid = t.tgrelid
+                               JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+                               WHERE NOT t.tgisinternal
+                                 AND p.proowner NOT IN (SELECT oid FROM mine WHERE oid IS NOT NULL))
+             FROM k",
+            &params,
+        )
+        .await
+        .map_err(classify)?;
+        Ok((row.get::<_, bool>(0), row.get::<_, bool>(1)))
     }
 
     /// Makes the tables (or brings them up to date) unless [`look_at_tables`] found them
-    /// complete, where its ownership check's answer counts.
+    /// complete; found complete, they are used unless another role owns an object the
+    /// ownership check covers (then the full check says which, and refuses).
     ///
     /// [`look_at_tables`]: Self::look_at_tables
     pub(super) async fn ensure_schema(
         &self,
         client: &Client,
-        (exists, foreign): (bool, Result<(), StoreError>),
+        (exists, foreign): (bool, bool),
     ) -> Result<(), StoreError> {
         let leases = self.leases();
         let records = self.records();
@@ -342,7 +377,9 @@ impl Postgres {
         let guard = quote_ident(&self.shared.guard);
         let guard_fn = self.qualified(&self.shared.guard);
         if exists {
-            foreign?;
+            if foreign {
+                self.refuse_foreign_objects(client).await?;
+            }
         } else {
             // Serialised by a transaction-scoped advisory lock: two first runs at once would
             // otherwise race in the catalog (a unique violation on pg_type). The lock only
@@ -435,12 +472,7 @@ impl Postgres {
         // Until this process knows its schema (the first session's look, pipelined with the
         // check that pins it): the session's current_schema(), which the pin keeps.
         let schema = self.shared.schema.get().cloned();
-        let prefix = self
-            .shared
-            .leases
-            .strip_suffix("leases")
-            .unwrap_or(&self.shared.leases)
-            .to_owned();
+        let prefix = self.prefix();
         // Every name that starts with the prefix sorts, byte by byte as `name` compares (the C
         // collation), at or after the prefix and before the prefix with its last byte raised by
         // one: bounds the catalogs' name indexes can look up, where `starts_with` alone reads
@@ -520,6 +552,14 @@ impl Postgres {
             owner = escape_str(&owner),
             user = escape_str(&user),
         )))
+    }
+}
+
+impl Postgres {
+    /// The table prefix (`<p>_`): what every name of leader-exec's objects starts with.
+    fn prefix(&self) -> String {
+        let leases = &self.shared.leases;
+        leases.strip_suffix("leases").unwrap_or(leases).to_owned()
     }
 }
 
