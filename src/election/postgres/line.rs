@@ -183,6 +183,25 @@ impl Postgres {
         let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
         let waiter = shared.waiter.load(Ordering::SeqCst);
         let left_line = self.left_line(waiter);
+        // What may be taken over: the sighting, once seen for its full TTL.
+        let ripe = self.ripe();
+        // The statement names only the conditions this attempt can meet: a waiter row ahead
+        // (`id < $5`) only for a waiter in line, the sighting's takeover only when one is ripe
+        // (its parameters would be NULLs, which match nothing). On a new backend every
+        // condition is planned on cold catalog caches; one left out is one not paid for, and
+        // the rows it could take are the same.
+        let ahead = match waiter {
+            0 => "",
+            _ => " AND w.id < $5",
+        };
+        let takeover = match ripe {
+            None => "",
+            Some(_) => {
+                "
+                     OR (holder = $6 AND token = $7 AND renewals = $8
+                         AND (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint = $9)"
+            }
+        };
         let update = format!(
             "WITH won AS (
                  UPDATE {leases}
@@ -191,10 +210,8 @@ impl Postgres {
                      expires_at = now() + $3::bigint * interval '1 millisecond', ttl_ms = $3
                  WHERE name = $1 AND max_holders = 1 AND ((holder IS NULL
                          AND NOT EXISTS (SELECT 1 FROM {waiters} w
-                                         WHERE w.name = $1 AND ($5 = 0 OR w.id < $5)
-                                           AND w.expires_at > now()))
-                     OR (holder = $6 AND token = $7 AND renewals = $8
-                         AND (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint = $9))
+                                         WHERE w.name = $1{ahead}
+                                           AND w.expires_at > now())){takeover})
                  RETURNING token),
              told AS (SELECT pg_notify($4, {taken}) FROM won){left_line}
              SELECT (SELECT token FROM won), (SELECT count(*) FROM told),
@@ -204,8 +221,6 @@ impl Postgres {
             waiters = self.qualified(&shared.waiters),
             tokens = quote_literal(&self.qualified(&shared.tokens)),
         );
-        // What may be taken over: the sighting, once seen for its full TTL (NULLs match nothing).
-        let ripe = self.ripe();
         let a = (
             shared.name.clone(),
             shared.identity.clone(),
