@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 use crate::harness::*;
 
 /// A job that records the signal that stops it (and its end), then exits.
-const STOPPABLE: &str = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
+pub const STOPPABLE: &str = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
 while :; do sleep 0.05; done"#;
 
 /// Slack for a loaded 2-core machine, in nanoseconds.

@@ -2016,11 +2016,26 @@ impl ZooKeeper {
     /// Sessions survive (their timeouts restart when the server loads them), so do their
     /// ephemeral nodes until a session expires.
     pub fn restart(&mut self) {
+        self.restart_after(Duration::ZERO);
+    }
+
+    /// Like [`ZooKeeper::restart`], with the server down for `down` first: an outage as long as
+    /// that and the server's own start. Returns once it serves again.
+    pub fn restart_after(&mut self, down: Duration) {
         self.kill();
+        std::thread::sleep(down);
         self.spawn();
         if !self.wait_ready(Duration::from_secs(30)) {
             panic!("ZooKeeper did not come back:\n{}", self.log());
         }
+    }
+
+    /// The client connections the server holds a session for (`cons`: a line with `sid=`; the
+    /// four-letter word's own connection has none).
+    pub fn sessions_connected(&self) -> usize {
+        self.four_letter_word("cons").map_or(0, |cons| {
+            cons.lines().filter(|l| l.contains("sid=0x")).count()
+        })
     }
 
     /// SIGSTOP: the process hangs, connections stay open and nothing answers.

@@ -206,6 +206,81 @@ fn deleting_the_leaders_node_kills_its_command_at_once() {
     });
 }
 
+/// A leader whose only server was down for several seconds reconnects within about a second
+/// of the server's return, and keeps its command: the client's pause before each new round of
+/// attempts is at most 1 s (vendor/zookeeper-client/PATCHES.md, change 2). Uncapped, the pauses
+/// doubled (… 1.6 s, 3.2 s, 6.4 s): after 7 s down, the next attempt came about 13 s after the
+/// loss, past the 12 s deadline, and the leader stopped its command with the server long back.
+#[test]
+fn a_leader_reconnects_within_a_second_of_a_server_back_after_a_long_outage() {
+    // Alone: the outage is to be the server's, not the load of other tests.
+    let _alone = alone();
+    let mut zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let deadline = Duration::from_secs(12);
+    let args = [
+        "-v",
+        "--endpoints",
+        &endpoint,
+        "--lease",
+        "outage",
+        "--ttl",
+        "16s",
+        "--renew-deadline",
+        "12s",
+        "--retry-period",
+        "500ms",
+        "--kill-after",
+        "1s",
+    ];
+    let mut a = Instance::start(&args, &scratch.job("a", crate::faults::STOPPABLE));
+    let child = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started")
+        .pid();
+    assert_eq!(zk.sessions_connected(), 1);
+
+    let lost = Instant::now();
+    zk.restart_after(Duration::from_secs(7));
+    let back = Instant::now();
+    assert!(
+        back - lost < deadline - Duration::from_secs(3),
+        "ZooKeeper took {:?} to come back",
+        back - lost
+    );
+    // The session comes back at the client's next attempt: within the 1 s cap, its jitter and
+    // slack for a loaded machine.
+    assert!(
+        wait_for(Duration::from_millis(2500), || zk.sessions_connected() == 1),
+        "no session reconnected within 2.5 s of the server's return ({:?} after the loss): {}",
+        back - lost,
+        a.stderr()
+    );
+    let reconnected = back.elapsed();
+
+    // Past the deadline counted from the loss: the command was never stopped.
+    std::thread::sleep(
+        (lost + deadline + Duration::from_secs(1)).saturating_duration_since(Instant::now()),
+    );
+    assert!(a.running(), "leader-exec exited: {}", a.stderr());
+    assert!(alive(child), "the command was stopped: {}", a.stderr());
+    assert!(
+        scratch.wait_record("term", "a", Duration::ZERO).is_none(),
+        "the command got TERM (reconnected {reconnected:?} after the server's return): {}",
+        a.stderr()
+    );
+
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(Duration::from_secs(5)), Some(0), "{}", a.stderr());
+    let starts = scratch
+        .history()
+        .iter()
+        .filter(|r| r.kind == "start")
+        .count();
+    assert_eq!(starts, 1);
+}
+
 #[test]
 fn a_session_that_expires_while_cut_off_is_replaced_and_recampaign_opens_a_new_one() {
     let zk = ZooKeeper::start();

@@ -168,6 +168,9 @@ pub fn parse_connect_string(s: &str, tls: bool) -> Result<(Vec<EndpointRef<'_>>,
     Ok((endpoints, chroot.unwrap()))
 }
 
+/// leader-exec: the longest pause before a new round of connection attempts (jitter on top).
+const MAX_ROUND_DELAY: Duration = Duration::from_secs(1);
+
 #[derive(Clone, Debug)]
 pub struct IterableEndpoints {
     cycle: bool,
@@ -234,7 +237,13 @@ impl IterableEndpoints {
         if index.offset == 0 {
             let jitter = Duration::from_millis(fastrand::u32(0..100).into());
             let base = Duration::from_millis(1000).min(unit * size as u32);
-            base.saturating_mul(2u32.saturating_pow(index.cycles as u32 - 1)).saturating_add(jitter)
+            // leader-exec: the pause before each new round of the endpoints grows, but never past
+            // MAX_ROUND_DELAY (the Java client pauses a random time under a second before each
+            // new attempt). Uncapped, it doubled without end: after a few seconds of outage the
+            // next attempt came seconds after the server was back, past a leader's deadline.
+            base.saturating_mul(2u32.saturating_pow(index.cycles as u32 - 1))
+                .min(MAX_ROUND_DELAY)
+                .saturating_add(jitter)
         } else {
             let jitter = Duration::from_millis(fastrand::u32(0..50).into());
             (unit * (index.offset as u32)) / 2 + jitter
