@@ -175,6 +175,12 @@ pub fn a_store_restart_shorter_than_the_deadline_leaves_the_command_alone<S: Sto
         assert!(remaining >= 6, "lease not renewed lately: {text}");
     }
 
+    term_ends_the_one_run(&mut a, &scratch);
+}
+
+/// TERM to `a` (the one instance of the test, running STOPPABLE) ends it with 0, and its command
+/// started exactly once: it was never stopped and started again.
+pub fn term_ends_the_one_run(a: &mut Instance, scratch: &Scratch) {
     a.signal(Signal::SIGTERM);
     assert_eq!(a.wait(Duration::from_secs(5)), Some(0), "{}", a.stderr());
     let starts = scratch

@@ -271,14 +271,7 @@ fn a_leader_reconnects_within_a_second_of_a_server_back_after_a_long_outage() {
         a.stderr()
     );
 
-    a.signal(Signal::SIGTERM);
-    assert_eq!(a.wait(Duration::from_secs(5)), Some(0), "{}", a.stderr());
-    let starts = scratch
-        .history()
-        .iter()
-        .filter(|r| r.kind == "start")
-        .count();
-    assert_eq!(starts, 1);
+    crate::faults::term_ends_the_one_run(&mut a, &scratch);
 }
 
 #[test]
