@@ -18,9 +18,21 @@ pub fn redact_password(endpoint: &str) -> String {
             &endpoint[..i + 3],
             redact_url_rest(&endpoint[i + 3..])
         ),
-        None if endpoint.contains('=') && !endpoint.contains('?') => redact_key_values(endpoint),
+        None if is_key_values(endpoint) => redact_key_values(endpoint),
         None => redact_url_rest(endpoint),
     }
+}
+
+/// Whether `text` reads as libpq's `key=value` form: it starts with a keyword (letters, digits,
+/// `_`) and `=`. libpq's own rule is "not a URI, and holds an `=`"; a keyword first is what
+/// tells `host=db1 password=a?b` (a password holding `?`) from an endpoint without a scheme
+/// with a query, `etcd:2379?password=…`, whose text before the `=` is no keyword.
+fn is_key_values(text: &str) -> bool {
+    let text = text.trim_start();
+    let keyword = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(text, |end| &text[..end]);
+    !keyword.is_empty() && text[keyword.len()..].trim_start().starts_with('=')
 }
 
 /// [`redact_password`] of each endpoint, joined with commas.
@@ -119,6 +131,15 @@ fn redact_key_values(text: &str) -> String {
             }
         }
         if !is_password_key(&key) {
+            // A value may itself be a connection string (libpq's `dbname` may hold a URL or
+            // `key=value` pairs), with a password of its own.
+            let value = match value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
+                Some(inner) if inner.contains("://") || inner.contains('=') => {
+                    format!("'{}'", redact_password(inner))
+                }
+                None if value.contains("://") || value.contains('=') => redact_password(&value),
+                _ => value,
+            };
             out.push(format!("{key}={value}"));
         }
     }
@@ -226,6 +247,22 @@ mod tests {
                 "host=db1 dbname=ops",
             ),
             ("host=db1 password='hun\\'ter2'", "host=db1"),
+            // A password holding '?' (no URL for all its '?'), '@' or ':'.
+            (
+                "host=db1 password=hun?ter2 dbname=ops",
+                "host=db1 dbname=ops",
+            ),
+            ("password='hun ter2?x' host=db1", "host=db1"),
+            ("host=db1 password=u:hun@ter2", "host=db1"),
+            // A connection string inside a value.
+            (
+                "dbname='postgres://u:hunter2@db1/ops' host=db1",
+                "dbname='postgres://u@db1/ops' host=db1",
+            ),
+            ("host=db1?password=hunter2", "host=db1"),
+            // No keyword before the '=': an endpoint without a scheme, with a query.
+            ("etcd:2379?password=hunter2", "etcd:2379"),
+            ("etcd1/?password=hunter2&x=1", "etcd1/?x=1"),
             // Nothing to hide.
             (
                 "postgresql://db1,db2/ops?sslmode=require",

@@ -185,7 +185,7 @@ fn validate_endpoint(endpoint: &str) -> Result<(), Failure> {
         // the documented form is host:port, so say so instead of timing out there.
         return Err(Failure::usage(format!(
             "--endpoints: '{}' has no port; give host:port, e.g. http://127.0.0.1:2379 (etcd's client port is usually 2379)",
-            endpoint.escape_debug()
+            redact_password(endpoint).escape_debug()
         )));
     }
     if !valid {
@@ -207,6 +207,9 @@ mod tests {
             "host=db1 password=hunter2",
             "http://etcd:23x79/?password=hunter2",
             "etcd:2379?password=hunter2",
+            "http://etcd1/?password=hunter2",
+            "https://etcd1?pwd=hunter2",
+            "etcd1/?password=hunter2",
         ] {
             let err = validate_endpoint(bad).unwrap_err();
             assert!(!err.message.contains("hunter2"), "{err}");

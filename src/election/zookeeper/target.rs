@@ -31,6 +31,13 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
         ));
     }
     let url = endpoints.join(",");
+    // ZooKeeper's connect string has no query: a `?` would end up in the chroot, and with it
+    // whatever follows (a `password=`) in every message that names the chroot.
+    if url.contains('?') {
+        return Err(Failure::usage(
+            "--endpoints: a zk:// URL takes no query (?...); credentials go in --user and --password-file",
+        ));
+    }
     let rest = &url["zk://".len()..];
     let (hosts, chroot) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -121,6 +128,11 @@ mod tests {
             "{secret}"
         );
         assert!(!secret.contains("hunter2"), "{secret}");
+        for url in ["zk://a:2181/jobs?password=hunter2", "zk://a:2181?x=1"] {
+            let message = refused(&["--endpoints", url]);
+            assert!(message.contains("takes no query"), "{message}");
+            assert!(!message.contains("hunter2"), "{message}");
+        }
         assert!(
             refused(&["--endpoints", "zk://a:2181", "--cacert", "/etc/hostname"])
                 .contains("TLS is not supported with ZooKeeper")
