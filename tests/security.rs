@@ -350,6 +350,82 @@ fn the_command_sees_no_password_of_the_endpoints() {
     }
 }
 
+/// On an etcd with authentication, however leader-exec is given the password, the command's
+/// environment does not hold it: `ETCDCTL_USER=NAME:PASS` reaches the command as
+/// `ETCDCTL_USER=NAME`, `LEADER_EXEC_PASSWORD` not at all, and neither `--user NAME:PASS` nor a
+/// `--password-file`'s contents are in it. Each run authenticates (exit 0), so the password was
+/// used, and leader-exec's own output never shows it.
+#[test]
+fn the_command_sees_no_etcd_password() {
+    let etcd = Etcd::start();
+    let secret = "s3cretRootPw";
+    let user = format!("root:{secret}");
+    for args in [
+        &["user", "add", user.as_str()][..],
+        &["user", "grant-role", "root", "root"][..],
+        &["auth", "enable"][..],
+    ] {
+        let out = etcd.ctl(args);
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+    }
+    let scratch = Scratch::new();
+    let environ = scratch.path("environ");
+    let password_file = scratch.path("password");
+    std::fs::write(&password_file, format!("{secret}\n")).unwrap();
+    let record = format!("cat /proc/self/environ > '{}'", environ.display());
+    let password_file = path_str(&password_file);
+    // The environment given, the flags given, and the command's ETCDCTL_USER.
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], Option<&'a str>);
+    let cases: [Case; 4] = [
+        (&[("ETCDCTL_USER", &user)], &[], Some("ETCDCTL_USER=root")),
+        (
+            &[("ETCDCTL_USER", "root"), ("LEADER_EXEC_PASSWORD", secret)],
+            &[],
+            Some("ETCDCTL_USER=root"),
+        ),
+        (
+            &[],
+            &["--user", "root", "--password-file", &password_file],
+            None,
+        ),
+        (&[], &["--user", &user], None),
+    ];
+    for (i, (vars, args, expected)) in cases.into_iter().enumerate() {
+        let _ = std::fs::remove_file(&environ);
+        let mut command = leader_exec();
+        command
+            .env_remove("ETCDCTL_USER")
+            .env_remove("LEADER_EXEC_PASSWORD")
+            .envs(vars.iter().copied())
+            .args([
+                "--endpoints",
+                &etcd.endpoint(),
+                "--lease",
+                &format!("env{i}"),
+            ])
+            .args(args)
+            .args(["--", "sh", "-c", &record]);
+        let (code, stdout, stderr) = outcome(&mut command, &scratch.path("run"));
+        assert_eq!(code, Some(0), "{vars:?} {args:?}: {stderr}");
+        let environ = std::fs::read(&environ).unwrap();
+        let environ = String::from_utf8_lossy(&environ);
+        let seen: Vec<&str> = environ.split('\0').collect();
+        assert!(
+            !environ.contains(secret),
+            "{vars:?} {args:?}: the command saw the password: {seen:?}"
+        );
+        assert!(!seen.iter().any(|v| v.starts_with("LEADER_EXEC_PASSWORD=")));
+        if let Some(expected) = expected {
+            assert!(seen.contains(&expected), "{expected} not in {seen:?}");
+        }
+        assert!(seen.iter().any(|v| v.starts_with("LEADER_TOKEN=")));
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "{stdout}{stderr}"
+        );
+    }
+}
+
 /// `packaging/run-job CONF` runs CONF as root shell code: it refuses a file (or the target of a
 /// link, or a directory holding either) that anyone but root could have changed, with one line
 /// and exit 125, before running anything from it. (`LEADER_EXEC_BIN=env` stands in for

@@ -741,10 +741,24 @@ impl<'a> Supervisor<'a> {
     fn spawn(&mut self, env: &[(&str, &str)]) -> Result<(), ()> {
         let mut command = std::process::Command::new(&self.command[0]);
         command.args(&self.command[1..]);
-        // What leader-exec consumed is not the command's: the etcd password, and systemd's
+        // What leader-exec consumed is not the command's: the store password, and systemd's
         // notification socket (systemd's own convention; the notifications are leader-exec's).
         command.env_remove("LEADER_EXEC_PASSWORD");
         command.env_remove(crate::notify::NOTIFY_SOCKET);
+        // `ETCDCTL_USER=NAME:PASS` (read as `--user`) keeps its user name only, as an endpoint
+        // keeps its host: which user is no secret, its password is leader-exec's. A value that
+        // is not text cannot be split and goes.
+        match std::env::var("ETCDCTL_USER") {
+            Ok(value) => {
+                if let Some((name, _)) = value.split_once(':') {
+                    command.env("ETCDCTL_USER", name);
+                }
+            }
+            Err(std::env::VarError::NotUnicode(_)) => {
+                command.env_remove("ETCDCTL_USER");
+            }
+            Err(std::env::VarError::NotPresent) => {}
+        }
         // The endpoints stay (the command may run `leader-exec check`), without any password
         // they hold: the command gets no credential of leader-exec's. A value that is not text
         // cannot be redacted and goes.
