@@ -782,6 +782,42 @@ fn credential_warnings() {
     assert!(stderr.contains("plain http://"), "{stderr}");
 }
 
+/// ZooKeeper warns about `--user NAME:PASS` on the command line as etcd does, without showing
+/// it; a password from the environment draws no such warning.
+#[test]
+fn zookeeper_credential_warnings() {
+    let zk = ZooKeeper::start();
+    let endpoint = zk.endpoint();
+    let out = leader_exec()
+        .env_remove("LEADER_EXEC_PASSWORD")
+        .args(["--endpoints", &endpoint, "--user", "jobs:s3cret-pw"])
+        .args(["--lease", "warned", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("(ps, /proc)"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(
+        warned[0].contains("--user NAME:PASS") && warned[0].contains("--password-file"),
+        "{stderr}"
+    );
+
+    let out = leader_exec()
+        .env("LEADER_EXEC_PASSWORD", "s3cret-pw")
+        .args(["--endpoints", &endpoint, "--user", "jobs"])
+        .args(["--lease", "warned", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("(ps, /proc)"), "{stderr}");
+}
+
 /// An occurrence record left `started` by an earlier leader whose identity is hostile.
 fn plant_hostile_record(etcd: &Etcd, key: &str) {
     let identity = "\u{1b}]0;owned\u{7}\u{1b}[2J\nleader: forged\r\u{202e}evil";

@@ -44,13 +44,22 @@ impl Connection {
     /// Resolves the endpoints (flag, then `LEADER_EXEC_ENDPOINTS`, then `ETCDCTL_ENDPOINTS`, then
     /// [`DEFAULT_ENDPOINT`]) and lets the store they name check the rest.
     pub fn parse(mut args: StoreFlags) -> Result<Connection, Failure> {
-        // Warned about once the endpoints are accepted (a refusal stays one line).
+        // Warned about once the endpoints are accepted (a refusal stays one line), for every
+        // store alike: `args.user` is the flag's (ETCDCTL_USER, read by etcd's target, is not
+        // on the command line).
         let password_on_command_line = args.endpoints.iter().any(|e| redact_password(e) != *e);
+        let user_password_on_command_line = args.user.as_deref().is_some_and(|u| u.contains(':'));
         let warn = |connection: Connection| {
             if password_on_command_line {
                 tracing::warn!(
                     event = "password-on-command-line",
                     "a password in --endpoints shows it to every local user (ps, /proc); use --password-file FILE, LEADER_EXEC_PASSWORD or LEADER_EXEC_ENDPOINTS"
+                );
+            }
+            if user_password_on_command_line {
+                tracing::warn!(
+                    event = "password-on-command-line",
+                    "--user NAME:PASS shows the password to every local user (ps, /proc); use --password-file FILE or LEADER_EXEC_PASSWORD"
                 );
             }
             connection

@@ -76,16 +76,9 @@ impl Target {
             _ => Some(Tls { ca, identity }),
         };
 
-        let (user_on_command_line, user) = match args.user {
-            Some(user) => (true, Some(user)),
-            None => (false, flags::env_nonempty("ETCDCTL_USER")),
-        };
-        if user_on_command_line && user.as_deref().is_some_and(|u| u.contains(':')) {
-            tracing::warn!(
-                event = "password-on-command-line",
-                "--user NAME:PASS shows the password to every local user (ps, /proc); use --password-file FILE or LEADER_EXEC_PASSWORD"
-            );
-        }
+        // `--user NAME:PASS` on the command line is warned about in `Connection::parse`, as
+        // for every store.
+        let user = args.user.or_else(|| flags::env_nonempty("ETCDCTL_USER"));
         let credentials = flags::credentials(user, args.password_file)?;
         if credentials.is_some() && tls.is_none() {
             tracing::warn!(
