@@ -509,6 +509,106 @@ fn run_job_refuses_a_conf_others_could_have_written() {
     assert!(ran && stderr.contains("0600"), "{stderr}");
 }
 
+/// `run-job CONF` with `LEADER_EXEC_BIN=env` (as above): exit code, stderr, and whether CONF's
+/// code ran (it touches `marker`).
+fn run_job(
+    scratch: &Scratch,
+    conf: &std::path::Path,
+    marker: &std::path::Path,
+) -> (Option<i32>, String, bool) {
+    let _ = std::fs::remove_file(marker);
+    let mut command = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/run-job"));
+    command
+        .arg(conf)
+        .env("LEADER_EXEC_LEASE", "job")
+        .env("LEADER_EXEC_BIN", "env");
+    let (code, _, stderr) = outcome(&mut command, &scratch.path("run-job"));
+    (code, stderr, marker.exists())
+}
+
+/// `run-job` walks CONF's path one component at a time: a symbolic link anyone but root could
+/// replace — one that belongs to another user (in a sticky world-writable directory such as
+/// /tmp, its owner may swap it at will), anywhere on the way, also as a directory or as the
+/// second link of a chain — is refused with one line and 125 before anything from it runs. A
+/// link, or a file, that belongs to root in such a directory is run.
+#[test]
+fn run_job_refuses_a_link_others_could_replace() {
+    use std::os::unix::fs::{lchown, symlink};
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        eprintln!("not root: links of another user cannot be made");
+        return;
+    }
+    let scratch = Scratch::new();
+    let marker = scratch.path("ran");
+    let dir = scratch.path("conf.d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conf = dir.join("job.conf");
+    let body = format!("touch '{}'\nLEADER_EXEC_COMMAND='true'\n", marker.display());
+    std::fs::write(&conf, &body).unwrap();
+    std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // A /tmp of its own: root's, world-writable and sticky.
+    let tmp = scratch.path("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let nobody = 65534;
+    let link = |name: &str, to: &std::path::Path, owner: u32| {
+        let path = tmp.join(name);
+        symlink(to, &path).unwrap();
+        lchown(&path, Some(owner), Some(owner)).unwrap();
+        path
+    };
+
+    let runs = |path: &std::path::Path| {
+        let (code, stderr, ran) = run_job(&scratch, path, &marker);
+        assert_eq!(code, Some(0), "{path:?}: {stderr}");
+        assert!(ran && stderr.is_empty(), "{path:?}: {stderr}");
+    };
+    let refused = |path: &std::path::Path, needle: &str| {
+        let (code, stderr, ran) = run_job(&scratch, path, &marker);
+        assert_eq!(code, Some(125), "{path:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("run-job: "), "{stderr}");
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+        assert!(!ran, "{path:?}: the conf was run: {stderr}");
+    };
+
+    // Root's link, and root's file, in the sticky directory: nobody else can replace them.
+    runs(&link("root.conf", &conf, 0));
+    let own = tmp.join("own.conf");
+    std::fs::write(&own, &body).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+    runs(&own);
+
+    // Another user's link to root's safe file: its owner can point it elsewhere at any time.
+    let theirs = link("theirs.conf", &conf, nobody);
+    refused(&theirs, "belongs to uid 65534");
+    // The same as a directory on the way.
+    let theirs_dir = link("theirs.d", &dir, nobody);
+    refused(&theirs_dir.join("job.conf"), "belongs to uid 65534");
+    // Root's link to another user's link (a chain, relative).
+    let chain = link("chain.conf", std::path::Path::new("theirs.conf"), 0);
+    refused(&chain, "belongs to uid 65534");
+    // Another user's directory holding root's link.
+    let sub = tmp.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let in_sub = sub.join("job.conf");
+    symlink(&conf, &in_sub).unwrap();
+    std::os::unix::fs::chown(&sub, Some(nobody), Some(nobody)).unwrap();
+    refused(&in_sub, "belongs to uid 65534");
+    // A relative CONF through `..` is walked as well.
+    let relative = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/run-job"))
+        .current_dir(&dir)
+        .arg("../tmp/theirs.conf")
+        .env("LEADER_EXEC_LEASE", "job")
+        .env("LEADER_EXEC_BIN", "env")
+        .output()
+        .unwrap();
+    assert_eq!(relative.status.code(), Some(125), "{relative:?}");
+    assert!(String::from_utf8_lossy(&relative.stderr).contains("belongs to uid 65534"));
+    assert!(!marker.exists());
+}
+
 /// One GET /healthz on a new connection: answered 200 within `limit`?
 fn probe(port: u16, limit: Duration) -> bool {
     use std::io::{Read, Write};
