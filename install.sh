@@ -201,6 +201,25 @@ stop_pid() {
     ! kill -0 "$1" 2>/dev/null
 }
 
+# own_dir DIR UID...: refuses DIR when it is a symbolic link, not a directory, or belongs to
+# anyone but the users named. This script writes into DIR, as root too, and another user's
+# directory can hold links to anywhere: a file written through one would be root's to clobber.
+own_dir() {
+    dir=$1
+    shift
+    [ -e "$dir" ] || [ -L "$dir" ] || return 0
+    if [ -L "$dir" ] || [ ! -d "$dir" ]; then
+        echo "install.sh: $dir is not a directory (a symbolic link?); remove it or choose another --prefix" >&2
+        exit 1
+    fi
+    owner=$(stat -c %u -- "$dir")
+    for uid in "$@"; do
+        [ "$owner" -ne "$uid" ] || return 0
+    done
+    echo "install.sh: $dir belongs to uid $owner, not to this script's user; remove it or choose another --prefix" >&2
+    exit 1
+}
+
 # Runs a command directly when PREFIX is writable, else as root.
 in_prefix() {
     if [ -w "$PREFIX" ] || { [ ! -e "$PREFIX" ] && [ -w "$(dirname "$PREFIX")" ]; }; then
@@ -323,6 +342,7 @@ if $WITH_ETCD; then
         fi
     else
         data=$ETCD_HOME
+        own_dir "$data" "$(id -u)"
         mkdir -p "$data" && chmod 700 "$data"
         echo "install.sh: starting etcd on $ETCD_ENDPOINT (data in $data, log in $data/etcd.log)"
         nohup etcd --name leader-exec --data-dir "$data/data" \
@@ -373,23 +393,34 @@ if $WITH_POSTGRES; then
     if pid=$(our_postgres_pid); then
         echo "install.sh: PostgreSQL already runs on $data (pid $pid, started by this script earlier)"
     else
+        # As root, POSTGRES_HOME and the data directory are the postgres user's: everything
+        # written into them is written by that user (as_owner), so a link it planted there is
+        # followed with its rights, never root's. POSTGRES_HOME itself must be root's or the
+        # postgres user's, and no link.
+        if [ "$(id -u)" -eq 0 ]; then
+            own_dir "$POSTGRES_HOME" 0 "$(id -u postgres)"
+        else
+            own_dir "$POSTGRES_HOME" "$(id -u)"
+        fi
         fresh=false
         if [ ! -f "$data/PG_VERSION" ]; then
-            mkdir -p "$POSTGRES_HOME" && chmod 700 "$POSTGRES_HOME"
-            [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$POSTGRES_HOME"
-            if ! as_owner test -w "$POSTGRES_HOME"; then
+            mkdir -p "$POSTGRES_HOME"
+            [ "$(id -u)" -ne 0 ] || chown -h postgres:postgres "$POSTGRES_HOME"
+            if ! as_owner chmod 700 "$POSTGRES_HOME" || ! as_owner test -w "$POSTGRES_HOME"; then
                 echo "install.sh: the postgres user cannot reach $POSTGRES_HOME (a directory above it is not searchable by others); choose another --prefix" >&2
                 exit 1
             fi
-            as_owner "$pg_bin/initdb" -D "$data" -A trust -U postgres --no-sync \
-                >"$POSTGRES_HOME/initdb.log" 2>&1 \
+            # A log left by an earlier attempt (or a link in its place) goes first.
+            as_owner rm -f "$POSTGRES_HOME/initdb.log"
+            as_owner sh -c 'exec "$1" -D "$2" -A trust -U postgres --no-sync >"$3" 2>&1' sh \
+                "$pg_bin/initdb" "$data" "$POSTGRES_HOME/initdb.log" \
                 || { echo "install.sh: initdb failed; see $POSTGRES_HOME/initdb.log" >&2; exit 1; }
             # The superuser only over the Unix socket, which lives in the data directory (mode
             # 0700: its owner and root only); over TCP only the role leader_exec, on its own
             # database, without a password.
             printf '%s\n' "local all postgres trust" \
-                "host leader_exec leader_exec 127.0.0.1/32 trust" >"$data/pg_hba.conf"
-            [ "$(id -u)" -ne 0 ] || chown postgres:postgres "$data/pg_hba.conf"
+                "host leader_exec leader_exec 127.0.0.1/32 trust" \
+                | as_owner sh -c 'cat >"$1"' sh "$data/pg_hba.conf"
             fresh=true
         fi
         echo "install.sh: starting PostgreSQL on 127.0.0.1:$POSTGRES_PORT (data in $data, log in $POSTGRES_HOME/postgres.log)"
@@ -423,6 +454,8 @@ if $WITH_ZOOKEEPER; then
     if pid=$(our_zookeeper_pid); then
         echo "install.sh: ZooKeeper already runs on $ZOOKEEPER_HOME/zoo.cfg (pid $pid, started by this script earlier)"
     else
+        own_dir "$ZOOKEEPER_HOME" "$(id -u)"
+        own_dir "$ZOOKEEPER_HOME/data" "$(id -u)"
         mkdir -p "$ZOOKEEPER_HOME/data" && chmod 700 "$ZOOKEEPER_HOME"
         # admin.enableServer=false: else its Jetty binds *:8080. Sessions of 1 s to 60 s cover
         # every --ttl leader-exec accepts by default.

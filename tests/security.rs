@@ -609,6 +609,114 @@ fn run_job_refuses_a_link_others_could_replace() {
     assert!(!marker.exists());
 }
 
+/// `install.sh --prefix PREFIX`, with `--with-postgres` and the rest of `args`, as root: the
+/// build is the test's own binary (a `cargo` on PATH that builds nothing, and CARGO_TARGET_DIR
+/// holding the binary), the PostgreSQL it starts on a free port. Dropped, it runs
+/// `install.sh --uninstall`, which stops that PostgreSQL and removes its data.
+struct Install {
+    script: &'static str,
+    prefix: std::path::PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Install {
+    fn new(scratch: &Scratch) -> Install {
+        let bin = scratch.path("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("cargo"), "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(bin.join("cargo"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let target = scratch.path("target");
+        std::fs::create_dir_all(target.join("release")).unwrap();
+        std::fs::copy(
+            env!("CARGO_BIN_EXE_leader-exec"),
+            target.join("release/leader-exec"),
+        )
+        .unwrap();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        Install {
+            script: concat!(env!("CARGO_MANIFEST_DIR"), "/install.sh"),
+            prefix: scratch.path("prefix"),
+            env: vec![
+                ("PATH".into(), path),
+                ("CARGO_TARGET_DIR".into(), path_str(&target)),
+                ("POSTGRES_PORT".into(), free_port().to_string()),
+            ],
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        Command::new(self.script)
+            .arg("--prefix")
+            .arg(&self.prefix)
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Install {
+    fn drop(&mut self) {
+        let _ = self.run(&["--uninstall"]);
+    }
+}
+
+/// `install.sh --with-postgres` run as root writes nothing through a link in a directory the
+/// postgres user (or anyone else) owns: with its data directory's parent left by an earlier
+/// attempt and `initdb.log` there a link to a file of root's, a parent of the postgres user's
+/// is used with the link removed by that user (the install succeeds), and a parent of another
+/// user's is refused; root's file is untouched either way.
+#[test]
+fn install_with_postgres_follows_no_link_of_another_user() {
+    use std::os::unix::fs::{MetadataExt, chown, lchown, symlink};
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("not root: install.sh runs PostgreSQL as root would not");
+        return;
+    }
+    let postgres_uid = Command::new("id")
+        .args(["-u", "postgres"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .expect("Debian's postgres user");
+    let scratch = Scratch::new();
+    // The postgres user must reach the prefix.
+    std::fs::set_permissions(scratch.path("."), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let victim = victim(&scratch, "victim", "root's own\n");
+    let install = Install::new(&scratch);
+    let home = install.prefix.join("var/lib/leader-exec-postgres");
+    let plant = |owner: u32| {
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let log = home.join("initdb.log");
+        symlink(&victim, &log).unwrap();
+        lchown(&log, Some(owner), Some(owner)).unwrap();
+        chown(&home, Some(owner), Some(owner)).unwrap();
+    };
+
+    plant(65534);
+    let out = install.run(&["--with-postgres"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_untouched(&victim, "root's own\n");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains("belongs to uid 65534"), "{stderr}");
+
+    plant(postgres_uid);
+    let out = install.run(&["--with-postgres"]);
+    assert_untouched(&victim, "root's own\n");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let pg_hba = std::fs::read_to_string(home.join("data/pg_hba.conf")).unwrap();
+    assert!(pg_hba.contains("host leader_exec leader_exec"), "{pg_hba}");
+    let owner = std::fs::metadata(home.join("data/pg_hba.conf"))
+        .unwrap()
+        .uid();
+    assert_eq!(owner, postgres_uid);
+}
+
 /// One GET /healthz on a new connection: answered 200 within `limit`?
 fn probe(port: u16, limit: Duration) -> bool {
     use std::io::{Read, Write};
