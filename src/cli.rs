@@ -66,7 +66,11 @@ LEADER_LEASE_ID  the etcd lease id (hex); ZooKeeper, the session id (hex); not s
 LEADER_MAX_HOLDERS     --max-holders (1 unless given)
 LEADER_OCCURRENCE      the --occurrence ID, when given
 LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
-                       started it";
+                       started it
+The rest of the environment passes through, except what leader-exec consumed:
+LEADER_EXEC_PASSWORD and NOTIFY_SOCKET are removed, ETCDCTL_USER keeps the user name only, and
+LEADER_EXEC_ENDPOINTS and ETCDCTL_ENDPOINTS lose any password they hold. PGPASSWORD, libpq's own
+variable, passes through (use --password-file to keep it from the command).";
 
 /// Variables read by `election/` (the stores' `target.rs`) and `logging.rs` rather than through
 /// clap's `env`.
@@ -76,8 +80,10 @@ ETCDCTL_ENDPOINTS            --endpoints, when LEADER_EXEC_ENDPOINTS is not set
 LEADER_EXEC_CACERT           --cacert (then ETCDCTL_CACERT)
 LEADER_EXEC_CERT             --cert (then ETCDCTL_CERT)
 LEADER_EXEC_KEY              --key (then ETCDCTL_KEY)
-ETCDCTL_USER                 --user
+ETCDCTL_USER                 --user (etcd)
 LEADER_EXEC_PASSWORD         the store password, when --user has none and no --password-file
+PGUSER                       PostgreSQL: the user, when neither the URL nor --user names one
+PGPASSWORD                   PostgreSQL: the password, when no other way gives one
 LEADER_EXEC_LOG              log filter, RUST_LOG's target=level,... form; overrides -v and -q
 SSL_CERT_FILE, SSL_CERT_DIR  the trust store for https:// endpoints without --cacert
 NOTIFY_SOCKET                set by systemd: receives READY=1 and STATUS= lines (Type=notify)";
