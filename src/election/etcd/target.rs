@@ -12,16 +12,28 @@ use crate::exit::Failure;
 use crate::redact::{redact_password, shown_endpoints};
 
 /// How etcd is reached.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Target {
-    /// `--endpoints` as given (an etcd endpoint never holds a password: refused below).
+    /// `--endpoints` as given: `user:password@` is refused below, but a `?password=` query is
+    /// not, so these are shown only through the redaction.
     pub endpoints: Vec<String>,
     pub connect_timeout: Duration,
     pub tls: Option<Tls>,
     pub credentials: Option<Credentials>,
 }
 
-#[derive(Clone, Debug)]
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("endpoints", &shown_endpoints(&self.endpoints))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls.is_some())
+            .field("credentials", &self.credentials)
+            .finish()
+    }
+}
+
+#[derive(Clone)]
 pub struct Tls {
     pub ca: Option<Vec<u8>>,
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
@@ -207,6 +219,21 @@ mod tests {
             let err = validate_endpoint(bad).unwrap_err();
             assert!(!err.message.contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn debug_never_shows_a_password() {
+        let target = Target::parse(
+            vec!["http://etcd:2379/?password=hunter2".into()],
+            super::super::super::flags::tests::flags(&["--user", "root:s3cret"]),
+        )
+        .unwrap();
+        let shown = format!("{target:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        assert!(shown.contains("http://etcd:2379/"), "{shown}");
     }
 
     #[test]
