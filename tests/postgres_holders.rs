@@ -733,3 +733,140 @@ fn three_hold_at_once_and_no_wait_leaves_no_waiter_row() {
     assert_eq!(most_at_once(&history), 3, "{history:#?}");
     assert_tokens_rise(&history);
 }
+
+/// Sets the token sequence back to 1, as a schema-only restore or a logical-replication cutover
+/// leaves it.
+fn set_back_tokens(pg: &Postgres) {
+    pg.psql("ALTER SEQUENCE leader_exec_tokens RESTART");
+}
+
+/// The token sequence set back under two holders: every later token is above every earlier one
+/// of the name, whichever slot held it, so that no two live holders share one; and so once N
+/// has changed to 1, with the sequence set back again.
+#[test]
+fn a_set_back_token_sequence_reissues_no_token_of_the_name() {
+    let pg = Postgres::start();
+    let endpoint = Store::endpoint(&pg);
+    let scratch = Scratch::new();
+    let lease = "reset";
+    let two = args(&endpoint, lease, "2");
+    let mut instances = Vec::new();
+    for name in ["a", "b"] {
+        instances.push(Instance::start(&two, &job(&scratch, name)));
+        scratch
+            .wait_record("start", name, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{name} did not start: {:?}", scratch.history()));
+    }
+    // Each of c, d, e waits in line, then takes the slot of the holder that ends.
+    for (next, leaving) in [("c", "a"), ("d", "b"), ("e", "c")] {
+        set_back_tokens(&pg);
+        instances.push(Instance::start(&two, &job(&scratch, next)));
+        assert!(
+            wait_for(Duration::from_secs(10), || waiter_rows(&pg, lease) == 1),
+            "{next} not in line"
+        );
+        go(&scratch, leaving);
+        let started = scratch
+            .wait_record("start", next, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{next} did not follow {leaving}: {:?}", scratch.history()));
+        // The two live holders' tokens: distinct, the newcomer's the greater.
+        let tokens = holder_tokens(&endpoint, lease);
+        assert_eq!(tokens.len(), 2, "{tokens:?}");
+        assert!(tokens[0] < tokens[1], "{tokens:?}: {:?}", scratch.history());
+        assert_eq!(tokens[1], started.token(), "{:?}", scratch.history());
+    }
+    for name in ["d", "e"] {
+        go(&scratch, name);
+    }
+    for mut instance in instances {
+        assert_eq!(instance.wait(Duration::from_secs(10)), Some(0));
+    }
+    // N = 1 now: the first instance finds the rows of N = 2 (nobody there), the second the row
+    // NAME alone; the sequence set back before each.
+    for name in ["f", "g"] {
+        set_back_tokens(&pg);
+        std::fs::write(scratch.path(&format!("go-{name}")), "").unwrap();
+        let mut one = Instance::start(&args(&endpoint, lease, "1"), &job(&scratch, name));
+        assert_eq!(
+            one.wait(Duration::from_secs(10)),
+            Some(0),
+            "{}",
+            one.stderr()
+        );
+    }
+    let history = scratch.history();
+    assert_eq!(most_at_once(&history), 2, "{history:#?}");
+    assert_tokens_rise(&history);
+}
+
+/// With N = 2, the holder of slot 1 (the row `NAME`, which every acquisition of the name locks)
+/// holds the documented fence open for 3 s while the other holder ends: the waiter takes the
+/// freed slot at once, not when the fenced transaction ends, and that transaction's write
+/// commits.
+#[test]
+fn a_fenced_transaction_on_slot_one_leaves_the_other_slots_free_to_take() {
+    let pg = Postgres::start();
+    pg.psql("CREATE TABLE work (token bigint NOT NULL)");
+    let endpoint = Store::endpoint(&pg);
+    let scratch = Scratch::new();
+    let lease = "busy";
+    let two = args(&endpoint, lease, "2");
+    let hold = Duration::from_secs(3);
+    let body = format!(
+        "while [ ! -e '{fence}' ]; do sleep 0.05; done\n{transaction}\n\
+         while [ ! -e '{go}' ]; do sleep 0.05; done",
+        fence = scratch.path("go-fence").display(),
+        transaction = crate::postgres_only::fenced_transaction(&endpoint, lease, "a", hold),
+        go = scratch.path("go-a").display(),
+    );
+    let mut instances = vec![Instance::start(&two, &scratch.job("a", &body))];
+    let a = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    assert_eq!(
+        pg.psql(&format!(
+            "SELECT name FROM leader_exec_leases WHERE token = {}",
+            a.token()
+        ))
+        .trim(),
+        lease,
+        "a holds slot 1"
+    );
+    instances.push(Instance::start(&two, &job(&scratch, "b")));
+    scratch
+        .wait_record("start", "b", Duration::from_secs(10))
+        .expect("b started");
+    instances.push(Instance::start(&two, &job(&scratch, "c")));
+    assert!(
+        wait_for(Duration::from_secs(10), || waiter_rows(&pg, lease) == 1),
+        "c not in line"
+    );
+    std::fs::write(scratch.path("go-fence"), "").unwrap();
+    scratch
+        .wait_record("fenced", "a", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("a's fence: {:?}", scratch.history()));
+    go(&scratch, "b");
+    let c = scratch
+        .wait_record("start", "c", hold + Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("c did not follow b: {:?}", scratch.history()));
+    let b_end = scratch.wait_record("end", "b", Duration::ZERO).unwrap();
+    let handover = Duration::from_nanos((c.time() - b_end.time()) as u64);
+    assert!(
+        handover < Duration::from_secs(1),
+        "the free slot was taken {handover:?} after b ended: {:?}",
+        scratch.history()
+    );
+    let committed = scratch
+        .wait_record("committed", "a", hold + Duration::from_secs(10))
+        .expect("a's transaction ended");
+    assert!(committed.time() > c.time(), "{:?}", scratch.history());
+    assert_eq!(committed.fields[..2], ["0", "1"], "{committed:?}");
+    go(&scratch, "a");
+    go(&scratch, "c");
+    for mut instance in instances {
+        assert_eq!(instance.wait(Duration::from_secs(10)), Some(0));
+    }
+    let history = scratch.history();
+    assert_eq!(most_at_once(&history), 2, "{history:#?}");
+    assert_tokens_rise(&history);
+}
