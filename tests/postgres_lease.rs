@@ -353,4 +353,14 @@ fn tables_of_the_previous_version_are_migrated_and_their_tokens_go_on() {
     );
     let out = pg.try_psql("DELETE FROM leader_exec_leases WHERE name = 'other'");
     assert!(!out.status.success(), "DELETE was not refused");
+    // The fence index and the name's highest token are there as well.
+    assert_eq!(
+        pg.psql(
+            "SELECT pg_get_indexdef('leader_exec_fence'::regclass) || ' ' || (
+                 SELECT count(*) FROM pg_attribute WHERE attrelid = 'leader_exec_leases'::regclass
+                 AND attname = 'top_token' AND NOT attisdropped)"
+        )
+        .trim(),
+        "CREATE UNIQUE INDEX leader_exec_fence ON public.leader_exec_leases USING btree (name, holder, token) 1"
+    );
 }

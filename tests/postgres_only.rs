@@ -57,12 +57,43 @@ fn terminated_sessions_cost_the_leader_nothing_and_the_waiter_still_gets_the_han
     assert!(pg.held().is_empty(), "{:?}", pg.held());
 }
 
-/// The recipe of docs/postgresql.md ("Fencing in the same database"), one statement: the job's write commits only while the lease row still
-/// holds its token, and the row lock (FOR SHARE) makes a takeover wait for the write.
+/// The recipe of docs/postgresql.md ("Fencing in the same database"), one statement: the job's
+/// write commits only while the lease row still holds its token, and the row lock (FOR KEY
+/// SHARE) makes a takeover wait for the write.
 fn fenced_insert(lease: &str) -> String {
     format!(
         "INSERT INTO work (token) SELECT $LEADER_TOKEN FROM leader_exec_leases \
-         WHERE name = '{lease}' AND token = $LEADER_TOKEN AND holder IS NOT NULL FOR SHARE"
+         WHERE name = '{lease}' AND token = $LEADER_TOKEN AND holder IS NOT NULL FOR KEY SHARE"
+    )
+}
+
+/// A job body (for `Scratch::job`): the recipe of docs/postgresql.md ("Fencing in the same
+/// database") as a transaction held open for `hold`. Its first statement writes `work` through
+/// the fence on the job's row of `lease` (`NAME`, or a slot row `NAME/k` with several holders),
+/// found by its token; once it is done the job records `fenced NAME TIME`, then the transaction
+/// sleeps `hold` and commits, and the job records `committed NAME STATUS ROWS TIME` (psql's
+/// exit status, the rows of `work` with its token).
+pub(crate) fn fenced_transaction(
+    endpoint: &str,
+    lease: &str,
+    name: &str,
+    hold: Duration,
+) -> String {
+    format!(
+        r#"psql -X -q -At -v ON_ERROR_STOP=1 -d '{endpoint}' <<SQL
+BEGIN;
+INSERT INTO work (token) SELECT $LEADER_TOKEN FROM leader_exec_leases
+ WHERE token = $LEADER_TOKEN AND (name = '{lease}' OR starts_with(name, '{lease}/'))
+   AND holder IS NOT NULL
+   FOR KEY SHARE;
+\! echo "fenced {name} \$(date +%s%N)" >> "$h"
+SELECT pg_sleep({hold});
+COMMIT;
+SQL
+status=$?
+rows=$(psql -X -q -At -d '{endpoint}' -c "SELECT count(*) FROM work WHERE token = $LEADER_TOKEN")
+echo "committed {name} $status $rows $(date +%s%N)" >> "$h""#,
+        hold = hold.as_secs_f64(),
     )
 }
 
@@ -645,4 +676,45 @@ fn with_listening_on_the_notify_self_test_passes_and_a_handover_is_fast() {
         assert!(!stderr.contains("did not arrive"), "{stderr}");
     }
     assert!(pg.held().is_empty(), "{:?}", pg.held());
+}
+
+/// The documented fence held open longer than --renew-deadline, the store healthy: the leader's
+/// renewals go on beside it (a renewal changes neither holder nor token), so the leader keeps
+/// leading, its command ends as it likes (exit 0), and its write commits.
+#[test]
+fn a_fenced_transaction_longer_than_the_renew_deadline_leaves_the_leader_leading() {
+    let pg = Postgres::start();
+    pg.psql("CREATE TABLE work (token bigint NOT NULL)");
+    let scratch = Scratch::new();
+    let endpoint = Store::endpoint(&pg);
+    let hold = RENEW_DEADLINE + Duration::from_secs(2);
+    let body = fenced_transaction(&endpoint, "long", "a", hold);
+    let mut a = Instance::start(&lease_args(&endpoint, "long"), &scratch.job("a", &body));
+    let token = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started")
+        .token();
+    let fenced = scratch
+        .wait_record("fenced", "a", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("a's fence: {:?} {}", scratch.history(), a.stderr()));
+    assert_eq!(
+        a.wait(hold + Duration::from_secs(10)),
+        Some(0),
+        "{:?} {}",
+        scratch.history(),
+        a.stderr()
+    );
+    let committed = scratch
+        .wait_record("committed", "a", Duration::ZERO)
+        .expect("a's transaction ended");
+    assert_eq!(committed.fields[..2], ["0", "1"], "{committed:?}");
+    // The transaction was open as long as asked.
+    let open = Duration::from_nanos((committed.time() - fenced.time()) as u64);
+    assert!(open >= hold, "open for {open:?}");
+    assert_eq!(pg.psql("SELECT token FROM work").trim(), token.to_string());
+    assert!(
+        scratch.wait_record("end", "a", Duration::ZERO).is_some(),
+        "{:?}",
+        scratch.history()
+    );
 }

@@ -178,6 +178,11 @@ impl Postgres {
     /// before they take any of their rows, so this conditional UPDATE, which waits for that
     /// lock's transaction, sees it). A row that says otherwise is answered with its value: the
     /// caller asks the locked path whether anyone with that N is still there.
+    ///
+    /// The token is above the row's own and its `top_token` (the highest token the name's slot
+    /// rows had when instances with N above 1 last acquired: `slots.rs` keeps it, under the
+    /// lock this UPDATE waits for), and drawn from the sequence: above every earlier token of
+    /// the name, also after the sequence was set back or N changed.
     pub(super) async fn acquire(&self) -> Result<Option<(Attempt, i64)>, StoreError> {
         let shared = &self.shared;
         let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
@@ -205,7 +210,10 @@ impl Postgres {
         let update = format!(
             "WITH won AS (
                  UPDATE {leases}
-                 SET holder = $2, token = GREATEST(token + 1, nextval({tokens})),
+                 SET holder = $2,
+                     token = GREATEST(token OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                                      top_token OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                                      pg_catalog.nextval({tokens}::pg_catalog.regclass)),
                      renewals = renewals + 1,
                      expires_at = now() + $3::bigint * interval '1 millisecond', ttl_ms = $3
                  WHERE name = $1 AND max_holders = 1 AND ((holder IS NULL

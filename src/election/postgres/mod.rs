@@ -10,13 +10,19 @@
 //! primary, never a standby: `check_session`):
 //!
 //! - `<p>_leases (name text primary key, holder text, token bigint, expires_at timestamptz,
-//!   ttl_ms bigint, renewals bigint)`: one row per lease name. `holder` is the leader's
-//!   identity, NULL when free; `token` is taken from `<p>_tokens` per acquisition; `renewals`
-//!   grows with every acquisition and renewal; `expires_at` is `now() + ttl` as the server's
-//!   wall clock says: a hint for waiters and a display, never what decides a takeover.
+//!   ttl_ms bigint, renewals bigint, max_holders bigint, top_token bigint)`: one row per lease
+//!   name (and slot, `slots.rs`). `holder` is the leader's identity, NULL when free; `token` is
+//!   taken per acquisition, above both `nextval` of `<p>_tokens` and the name's highest token
+//!   (`top_token` on the row `NAME`: see `slots.rs`); `renewals` grows with every acquisition
+//!   and renewal; `expires_at` is `now() + ttl` as the server's wall clock says: a hint for
+//!   waiters and a display, never what decides a takeover.
+//! - `<p>_fence`, a unique index on `<p>_leases (name, holder, token)`: it makes `holder` and
+//!   `token` key columns, so that a job's `FOR KEY SHARE` fence holds up whatever changes them
+//!   (an acquisition, a takeover, a release) and nothing else (a renewal; another slot's
+//!   acquisition, `FOR NO KEY UPDATE` on `NAME`). See `Postgres::fence_index`.
 //! - `<p>_tokens`: a sequence the tables do not own (dropping them keeps it), kept above every
 //!   token the table holds, so a token never resets: not after a deleted row, a truncated table,
-//!   or tables dropped and made again.
+//!   or tables dropped and made again; and the rows outdo it when it is set back.
 //! - `<p>_guard()` and its trigger `<p>_guard` on `<p>_leases`: DELETE and TRUNCATE refused.
 //! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at)`, key (name, id): the line
 //!   of waiters, one row each, `id` from its sequence (its order; never a clock), `renewals`

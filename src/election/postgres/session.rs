@@ -297,9 +297,11 @@ impl Postgres {
         let (low, high) = name_bounds(&prefix);
         // Everything the current layout needs, so that tables made by an earlier version are
         // brought up to date (the `renewals` column, the token sequence, the guard trigger, the
-        // waiters table, `max_holders`). A role not found would be a NULL in `mine`: left out,
-        // so that then every object counts as another role's (fail closed).
-        let params: [&dyn unnamed::Param; 9] = [
+        // waiters table, `max_holders`, `top_token`, the fence index). A role not found would be
+        // a NULL in `mine`: left out, so that then every object counts as another role's (fail
+        // closed).
+        let fence = self.fence_index();
+        let params: [&dyn unnamed::Param; 10] = [
             &schema,
             &shared.leases,
             &shared.records,
@@ -309,6 +311,7 @@ impl Postgres {
             &prefix,
             &low,
             &high,
+            &fence,
         ];
         let row = unnamed::query_one(
             client,
@@ -322,6 +325,8 @@ impl Postgres {
                  SELECT pg_catalog.to_regnamespace(q)::oid AS ns,
                         pg_catalog.to_regclass(q || '.' || pg_catalog.quote_ident($2))::oid AS l,
                         pg_catalog.to_regclass(q || '.' || pg_catalog.quote_ident($6))::oid AS w,
+                        pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                            OPERATOR(pg_catalog.||) pg_catalog.quote_ident($10))::oid AS f,
                         pg_catalog.to_regclass(q || '.' || pg_catalog.quote_ident($3)) IS NOT NULL
                             AND pg_catalog.to_regclass(q || '.' || pg_catalog.quote_ident($4)) IS NOT NULL AS rest
                  FROM s
@@ -335,8 +340,11 @@ impl Postgres {
              SELECT k.rest AND k.l IS NOT NULL AND k.w IS NOT NULL
                     AND (SELECT count(*) FROM pg_catalog.pg_attribute a
                          WHERE NOT a.attisdropped
-                           AND ((a.attrelid = k.l AND a.attname IN ('renewals', 'max_holders'))
-                                OR (a.attrelid = k.w AND a.attname = 'max_holders'))) = 3
+                           AND ((a.attrelid = k.l AND a.attname IN ('renewals', 'max_holders', 'top_token'))
+                                OR (a.attrelid = k.w AND a.attname = 'max_holders'))) = 4
+                    AND EXISTS (SELECT FROM pg_catalog.pg_index i
+                                WHERE i.indexrelid OPERATOR(pg_catalog.=) k.f
+                                  AND i.indrelid OPERATOR(pg_catalog.=) k.l AND i.indisunique)
                     AND EXISTS (SELECT FROM pg_catalog.pg_trigger t
                                 WHERE t.tgrelid = k.l AND t.tgname = $5),
                     EXISTS (SELECT FROM ours o
@@ -403,10 +411,23 @@ impl Postgres {
                      expires_at timestamptz NOT NULL,
                      ttl_ms bigint NOT NULL DEFAULT 0,
                      renewals bigint NOT NULL DEFAULT 0,
-                     max_holders bigint NOT NULL DEFAULT 1
+                     max_holders bigint NOT NULL DEFAULT 1,
+                     top_token bigint NOT NULL DEFAULT 0
                  );
                  ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS renewals bigint NOT NULL DEFAULT 0;
                  ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS max_holders bigint NOT NULL DEFAULT 1;
+                 ALTER TABLE {leases} ADD COLUMN IF NOT EXISTS top_token bigint NOT NULL DEFAULT 0;
+                 CREATE UNIQUE INDEX IF NOT EXISTS {fence} ON {leases} (name, holder, token);
+                 DO $do$ BEGIN
+                     IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
+                                    WHERE i.indexrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass({fence_literal}::pg_catalog.text)
+                                      AND i.indrelid OPERATOR(pg_catalog.=) {leases_literal}::pg_catalog.regclass
+                                      AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+                                      AND i.indnkeyatts OPERATOR(pg_catalog.=) 3::pg_catalog.int2) THEN
+                         RAISE EXCEPTION 'leader-exec: % is not a unique index on (name, holder, token) of %: the fencing recipe needs one', {fence_literal}::pg_catalog.text, {leases_literal}::pg_catalog.text
+                             USING ERRCODE = 'object_not_in_prerequisite_state';
+                     END IF;
+                 END $do$;
                  CREATE TABLE IF NOT EXISTS {records} (
                      key text PRIMARY KEY,
                      value bytea NOT NULL,
@@ -444,6 +465,8 @@ impl Postgres {
                 tokens_literal = quote_literal(&tokens),
                 leases_literal = quote_literal(&leases),
                 guard_literal = quote_literal(&self.shared.guard),
+                fence = quote_ident(&self.fence_index()),
+                fence_literal = quote_literal(&self.qualified(&self.fence_index())),
             );
             let done = tokio::time::timeout(Duration::from_secs(35), async {
                 client.batch_execute(&ddl).await.map_err(classify)?;
@@ -560,6 +583,17 @@ impl Postgres {
     fn prefix(&self) -> String {
         let leases = &self.shared.leases;
         leases.strip_suffix("leases").unwrap_or(leases).to_owned()
+    }
+
+    /// The unique index on the leases table's (name, holder, token), `<p>_fence`. It makes
+    /// `holder` and `token` key columns: an UPDATE that changes either (an acquisition, a
+    /// takeover, a release) takes the row `FOR UPDATE`, which waits for a job's `FOR KEY SHARE`
+    /// fence, while a renewal (`expires_at`, `renewals`, `ttl_ms`) and a slot acquisition's
+    /// lock on the row `NAME` (`FOR NO KEY UPDATE`, and its `top_token`) do not
+    /// (docs/postgresql.md, "Fencing in the same database"). Name already unique, it refuses
+    /// nothing.
+    pub(super) fn fence_index(&self) -> String {
+        format!("{}_fence", self.shared.base)
     }
 }
 

@@ -11,7 +11,7 @@
 //! An acquisition is one simple-query message holding one transaction (implicit: it commits at
 //! its end and rolls back on any error, and the server runs it through without waiting for the
 //! client, so a paused client can hold no lock, and it passes through pgbouncer in transaction
-//! mode unchanged): the row `NAME` made if missing, then locked `FOR UPDATE`, then (each
+//! mode unchanged): the row `NAME` made if missing, then locked `FOR NO KEY UPDATE`, then (each
 //! statement with a snapshot of its own, taken after the lock was granted) the decision.
 //!
 //! Why no N+1st holder: every acquisition of any slot row of a name by this path runs under the
@@ -23,9 +23,20 @@
 //! to N before it takes anything, and that UPDATE waits for the lock's transaction and then
 //! rechecks the row it waited for, so it never takes `NAME` beside slot rows held with N > 1.
 //!
-//! Why the token rises: it is `nextval` of the one sequence (or one above the row's own token,
-//! whichever is greater), drawn in acquisition order under the lock, and the sequence is kept
-//! above every token the table holds.
+//! Why the token rises: it is the greater of `nextval` of the one sequence and one above the
+//! highest token any row of the name has had (every slot row's `token`, slot rows beyond this
+//! N included, and the row `NAME`'s `top_token`), drawn in acquisition order under the lock: so
+//! it is above every earlier token of the name, whichever slot held it, and no two rows of the
+//! name share one, even with the sequence set back (`ALTER SEQUENCE … RESTART`, a schema-only
+//! restore). The same transaction then raises `NAME`'s `top_token` to the name's highest
+//! token, which is what an instance with N = 1 (`line.rs`), reading `NAME` alone, goes above.
+//! The rows and the sequence each keep the rule: a set-back sequence is outdone by the rows,
+//! rows deleted by hand or a truncated table by the sequence; only both lost together can
+//! reissue a token.
+//!
+//! The lock on `NAME` is `FOR NO KEY UPDATE`, and `top_token` is no key column: a job's
+//! `FOR KEY SHARE` fence on `NAME` (slot 1's row) delays none of it, only a change of that
+//! row's holder or token (see `fence_index`).
 //!
 //! A mismatch: a held row of the name that has not expired on the server's clock, or a live
 //! waiter row, with another `max_holders` answers `Mismatch` under the same lock, and nothing
@@ -78,6 +89,20 @@ impl Postgres {
         )
     }
 
+    /// The highest token any row of this name has had: every row's token, and the row `NAME`'s
+    /// `top_token` (0 without rows).
+    fn high_sql(&self) -> String {
+        let name = literal(&self.shared.name);
+        format!(
+            "SELECT COALESCE(pg_catalog.max(GREATEST(h.token, h.top_token)), 0::pg_catalog.int8)
+             FROM {leases} h
+             WHERE h.name OPERATOR(pg_catalog.=) {name}::pg_catalog.text
+                OR pg_catalog.starts_with(h.name, {name}::pg_catalog.text
+                                          OPERATOR(pg_catalog.||) '/'::pg_catalog.text)",
+            leases = self.leases(),
+        )
+    }
+
     /// A live holder or waiter of this name with another N than `n`: its N (at most one row).
     fn theirs_sql(&self, n: u32, waiter: i64) -> String {
         let name = literal(&self.shared.name);
@@ -120,6 +145,13 @@ impl Postgres {
         let r_renewals = number_opt(r.map(|s| s.renewals));
         let r_expires = number_opt(r.map(|s| s.expires_us));
         let next_channel = waiter_channel_sql("nx.id", &shared.base);
+        let high = self.high_sql();
+        // A new token is above every token any row of this name has had, and drawn from the
+        // sequence: see the module's header.
+        let next = format!(
+            "GREATEST(({high}) OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                      pg_catalog.nextval({tokens}::pg_catalog.regclass))"
+        );
         let mut sql = String::new();
         // The row NAME, free, for a new name: what the lock is taken on.
         let _ = write!(
@@ -128,7 +160,7 @@ impl Postgres {
              SELECT {name}, NULL, nextval({tokens}), now(), 0, {n}
              WHERE NOT EXISTS (SELECT 1 FROM {leases} WHERE name = {name})
              ON CONFLICT (name) DO NOTHING;
-             SELECT 'lock' FROM {leases} WHERE name = {name} FOR UPDATE;
+             SELECT 'lock' FROM {leases} WHERE name = {name} FOR NO KEY UPDATE;
              UPDATE {leases} SET max_holders = {n}
              WHERE name = {name} AND max_holders <> {n} AND NOT EXISTS ({theirs});"
         );
@@ -152,7 +184,7 @@ impl Postgres {
                  ORDER BY holder IS NULL DESC, k LIMIT 1),
              upd AS (
                  UPDATE {leases} l SET holder = {ident},
-                     token = GREATEST(l.token + 1, nextval({tokens})),
+                     token = {next},
                      renewals = l.renewals + 1,
                      expires_at = now() + {ttl}::bigint * interval '1 millisecond',
                      ttl_ms = {ttl}, max_holders = {n}
@@ -165,7 +197,7 @@ impl Postgres {
                  RETURNING l.name, l.token),
              ins AS (
                  INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms, max_holders)
-                 SELECT slot, {ident}, nextval({tokens}),
+                 SELECT slot, {ident}, {next},
                         now() + {ttl}::bigint * interval '1 millisecond', {ttl}, {n}
                  FROM pick WHERE NOT pick.present
                  ON CONFLICT (name) DO NOTHING
@@ -185,7 +217,16 @@ impl Postgres {
                     (SELECT name FROM won), (SELECT token FROM won),
                     (SELECT max_holders FROM theirs LIMIT 1),
                     (SELECT count(*) FROM told), (SELECT count(*) FROM next), c.present
-             FROM cur c ORDER BY c.k"
+             FROM cur c ORDER BY c.k;"
+        );
+        // The row NAME keeps the name's highest token (for an instance with N = 1, whose
+        // acquisition reads that row alone), also when nothing was taken here: tokens of slot
+        // rows made by an earlier version count from the first attempt of this one.
+        let _ = write!(
+            sql,
+            "UPDATE {leases} l SET top_token = h.m FROM ({high}) h(m)
+             WHERE l.name OPERATOR(pg_catalog.=) {name}::pg_catalog.text
+               AND l.top_token OPERATOR(pg_catalog.<) h.m"
         );
         let messages = self
             .request(|c| async move { c.simple_query(&sql).await })
