@@ -45,6 +45,8 @@ store_independent! {
     faults::a_leader_cut_off_from_the_store_stops_its_command_before_the_next_one_starts,
     faults::a_leader_behind_a_black_hole_sigkills_a_term_ignoring_group_in_time,
     faults::a_store_restart_shorter_than_the_deadline_leaves_the_command_alone,
+    // A leader paused past the TTL: SIGKILL, not a grace, once it resumes.
+    faults::a_leader_paused_past_the_ttl_sigkills_its_group_when_it_resumes,
     // leader-exec SIGKILLed with a grandchild.
     signals::killing_leader_exec_kills_the_whole_group,
     // status, check, watch.
