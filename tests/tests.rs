@@ -77,6 +77,7 @@ store_independent! {
     holders::two_hundred_waiters_behind_two_holders_all_hold_in_turn,
     holders::a_store_restart_leaves_both_holders_holding_and_the_waiter_waiting,
     holders::a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds,
+    holders::a_late_first_look_after_a_change_of_n_leads_with_a_higher_token,
     // The operator subcommands with several holders: resign, watch, status --all, --no-wait,
     // --hold-at-least and --recampaign.
     holders_ops::resign_with_several_holders_hands_over_only_the_holder_it_names,
