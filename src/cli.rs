@@ -124,7 +124,9 @@ renewal succeeding by the deadline, or the candidate key being deleted all end l
 command runs under a small supervising process that SIGKILLs the whole group if leader-exec dies,
 even by SIGKILL; the lease then expires. When the command exits, leader-exec waits until its
 process group is empty, then revokes the lease. A leader-exec that is itself frozen (SIGSTOP, a
-paused VM) cannot stop its command in time: check $LEADER_TOKEN where the job writes.";
+paused VM) cannot stop its command in time: check $LEADER_TOKEN where the job writes. Once it runs
+again, a deadline noticed too late for --kill-after to end before the lease can (now + --kill-after
+past the last renewal's send time + --ttl - margin) gets SIGKILL to the group at once, no grace.";
 
 /// `--help`'s epilogue and the man page's extra sections come from the same constants.
 pub fn after_long_help() -> String {
