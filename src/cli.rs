@@ -54,9 +54,9 @@ releases, and exits 75):
 pub const CHILD_ENVIRONMENT: &str = "\
 LEADER_TOKEN     fencing token (decimal), strictly greater than every earlier leader's (holder's)
                  token for the same lease: etcd, the create-revision of this leader's election
-                 key; PostgreSQL, the lease row's token column; ZooKeeper, the czxid of the
-                 leader's node (with --max-holders above 1, the zxid of the write that made the
-                 node a holder)
+                 key; PostgreSQL, the lease row's token column; ZooKeeper, the zxid of the
+                 write that made it leader (the leader mark PREFIX .tokens/NAME; with
+                 --max-holders above 1, the touch of its node)
 LEADER_LEASE     the lease name
 LEADER_KEY       what this leader holds: etcd, its election key; PostgreSQL, the lease row as
                  TABLE/NAME (e.g. leader_exec_leases/statement-job); ZooKeeper, its node's path
