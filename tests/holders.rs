@@ -635,8 +635,17 @@ pub fn a_late_first_look_after_a_change_of_n_leads_with_a_higher_token<S: Store>
         "x's candidacy never reached the store: {}",
         x.stderr()
     );
-    // Where the store shows it, x stands in line behind a, b and p.
-    wait_for(Duration::from_secs(3), || store.claims(lease) == 4);
+    // x stands in line behind a, b and p, its create done, its answer held back. (On
+    // PostgreSQL the first request that carries the identity is not the one that puts x in
+    // line: there x joins once the proxy heals, and the test checks the token rule alone.)
+    let joins_first = matches!(S::NAME, "etcd" | "zookeeper");
+    assert!(
+        !joins_first || wait_for(Duration::from_secs(5), || store.claims(lease) == 4),
+        "{}: {} claims on {lease}, not 4: {:?}",
+        S::NAME,
+        store.claims(lease),
+        store.held()
+    );
 
     open_gate(&scratch, "a");
     assert_eq!(a.wait(long), Some(0), "{}", a.stderr());
