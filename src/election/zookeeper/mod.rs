@@ -18,13 +18,18 @@
 //!   `leader-exec-expires-ms=<unix ms>` then the record; a reader treats a record past that
 //!   instant as absent and the run form deletes it (TTL nodes need the server's
 //!   `extendedTypesEnabled`, which is off by default).
+//! - `/leader-exec/.tokens/NAME`: the leader mark (`--max-holders` 1), persistent: the name of the
+//!   candidate node that leads, written by it (fenced by its node) when it sees it is first.
 //!
-//! The fencing token is the leader node's `czxid`, the zxid of the transaction that created it.
-//! Not the sequence suffix: that comes from the parent's `cversion`, an int32 that starts again
-//! at 0 when the parent is deleted (a container node is, once empty), so two leaders could show
-//! the same suffix. zxids are global to the ensemble and only grow. Within one incarnation of
-//! the parent, sequence order and czxid order agree (both follow the order of the creates), so
-//! the next leader — a node that stood behind this one, or a newer one — has a higher czxid.
+//! The fencing token is the zxid of that write, the mark's `mzxid` ([`ZooKeeper::mark`]). zxids
+//! are global to the ensemble and only grow, and the write is sent after the read that showed
+//! the candidate first, so its zxid exceeds every token handed out before (see
+//! [`Place::Holds`]). Not the node's `czxid` (earlier versions' token): a candidate whose first
+//! look comes late may lead with a czxid below the token of holders with another N that came and
+//! went after its create. Not the sequence suffix: that comes from the parent's `cversion`, an
+//! int32 that starts again at 0 when the parent is deleted (a container node is, once empty).
+//! Not a write to the candidate node itself: Curator's `LeaderLatch` waiter behind it watches it
+//! with a `getData` watch that only its deletion may fire.
 //!
 //! Semaphores (`--max-holders` N > 1): the first N candidates in line hold. Each node's name
 //! records N, `_c_<UUID>-holders-<N>-latch-<sequence>`, so that every reader of the line sees N
