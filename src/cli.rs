@@ -54,9 +54,9 @@ releases, and exits 75):
 pub const CHILD_ENVIRONMENT: &str = "\
 LEADER_TOKEN     fencing token (decimal), strictly greater than every earlier leader's (holder's)
                  token for the same lease: etcd, the create-revision of this leader's election
-                 key; PostgreSQL, the lease row's token column; ZooKeeper, the czxid of the
-                 leader's node (with --max-holders above 1, the zxid of the write that made the
-                 node a holder)
+                 key; PostgreSQL, the lease row's token column; ZooKeeper, the zxid of the
+                 write that made it leader (the leader mark PREFIX .tokens/NAME; with
+                 --max-holders above 1, the touch of its node)
 LEADER_LEASE     the lease name
 LEADER_KEY       what this leader holds: etcd, its election key; PostgreSQL, the lease row as
                  TABLE/NAME (e.g. leader_exec_leases/statement-job); ZooKeeper, its node's path
@@ -130,7 +130,9 @@ renewal succeeding by the deadline, or the candidate key being deleted all end l
 command runs under a small supervising process that SIGKILLs the whole group if leader-exec dies,
 even by SIGKILL; the lease then expires. When the command exits, leader-exec waits until its
 process group is empty, then revokes the lease. A leader-exec that is itself frozen (SIGSTOP, a
-paused VM) cannot stop its command in time: check $LEADER_TOKEN where the job writes.";
+paused VM) cannot stop its command in time: check $LEADER_TOKEN where the job writes. Once it runs
+again, a deadline noticed too late for --kill-after to end before the lease can (now + --kill-after
+past the last renewal's send time + --ttl - margin) gets SIGKILL to the group at once, no grace.";
 
 /// `--help`'s epilogue and the man page's extra sections come from the same constants.
 pub fn after_long_help() -> String {

@@ -245,3 +245,77 @@ pub fn a_deleted_claim_kills_its_command_at_once<S: Store>(store: &S, delete: im
     );
     assert!(store.held().is_empty(), "{:?}", store.held());
 }
+
+/// Timing for a pause test: a `--kill-after` long enough (3 s) that a grace given after the pause
+/// cannot pass for the "at once" the test asserts. 2 s + 3 s + 0.3 s margin <= 6 s.
+const PAUSED_TIMING: [&str; 8] = [
+    "--ttl",
+    "6s",
+    "--renew-deadline",
+    "2s",
+    "--retry-period",
+    "400ms",
+    "--kill-after",
+    "3s",
+];
+
+/// A leader-exec and its supervisor stopped (SIGSTOP, as a paused VM or process is) for longer
+/// than the TTL, while its command ignores TERM: the lease expires meanwhile and the waiter
+/// starts (the pause makes that overlap; the token is the defence). Once resumed, the old
+/// leader notices its renew deadline long past, too late for `--kill-after` to end inside the
+/// lease: its group gets SIGKILL at once, not a grace of `--kill-after` beside the new leader.
+pub fn a_leader_paused_past_the_ttl_sigkills_its_group_when_it_resumes<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let args = |lease| {
+        let mut args = vec!["-v", "--endpoints", &endpoint, "--lease", lease];
+        args.extend(PAUSED_TIMING);
+        args
+    };
+    let deaf = "trap '' TERM\nwhile :; do sleep 0.05; done";
+    let mut a = Instance::start(&args("paused"), &scratch.job("a", deaf));
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let mut b = Instance::start(&args("paused"), &scratch.job("b", "sleep 1000"));
+    assert!(
+        wait_for(Duration::from_secs(10), || campaigning(&b)),
+        "b did not join the line"
+    );
+    let supervisor = supervisor_of(a.pid()).expect("a's supervisor");
+
+    let paused = now_ns();
+    for pid in [a.pid(), supervisor] {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    }
+    // The lease expires (the TTL from a's last renewal), and b leads beside the stopped a.
+    let b_start = scratch.wait_record("start", "b", Duration::from_secs(30));
+    let resumed = now_ns();
+    for pid in [supervisor, a.pid()] {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGCONT).unwrap();
+    }
+    let b_start = b_start.expect("b took over while a was stopped");
+    assert!(b_start.time() > paused, "b started before a was stopped");
+    assert!(
+        b_start.token() > a_start.token(),
+        "b's token {} is not above a's {}",
+        b_start.token(),
+        a_start.token()
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || !alive(a_start.pid())),
+        "a's command survived"
+    );
+    let dead = now_ns();
+    // SIGKILL at once: well within --kill-after (3 s) of the resume, with slack for load.
+    assert!(
+        dead - resumed < 1_000_000_000,
+        "a's command died {} ms after a resumed",
+        (dead - resumed) / 1_000_000
+    );
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+    assert!(alive(b_start.pid()), "b's command was stopped");
+    b.signal(Signal::SIGTERM);
+    assert!(b.wait(Duration::from_secs(10)).is_some());
+}

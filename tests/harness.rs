@@ -383,6 +383,8 @@ struct ProxyState {
     /// frame a client sends goes through and then everything that client side sends is dropped.
     armed: AtomicBool,
     black_hole: AtomicBool,
+    /// `freeze_after_request_with`: the bytes whose first passage upstream freezes the proxy.
+    freeze_after: Mutex<Option<Vec<u8>>>,
     /// CLOCK_MONOTONIC ns (0: none yet): when the kernel received the last request let through
     /// (its receive timestamp: on loopback, stamped inside the sender's write), when the proxy
     /// read it, and when the first bytes came back after it.
@@ -400,6 +402,7 @@ impl ProxyState {
             forwarded: AtomicU64::new(0),
             armed: AtomicBool::new(false),
             black_hole: AtomicBool::new(false),
+            freeze_after: Mutex::new(None),
             last_request_sent: AtomicU64::new(0),
             last_request_read: AtomicU64::new(0),
             first_answer: AtomicU64::new(0),
@@ -553,6 +556,20 @@ impl Proxy {
         self.set(Mode::Forward);
     }
 
+    /// Lets through the first bytes a client sends that contain `pattern` (a request carrying
+    /// that value: the create of a candidate with that identity), then freezes as `freeze` does,
+    /// before anything comes back: the request reaches the server, its answer does not reach the
+    /// client until `heal`.
+    pub fn freeze_after_request_with(&self, pattern: &[u8]) {
+        *self.state.freeze_after.lock().unwrap() = Some(pattern.to_vec());
+    }
+
+    /// Whether the proxy is frozen (by `freeze`, or by `freeze_after_request_with` once its
+    /// request went through).
+    pub fn is_frozen(&self) -> bool {
+        *self.state.mode.lock().unwrap() == Mode::Frozen
+    }
+
     /// Bytes forwarded so far in both directions: shows which proxy carries a client's traffic.
     pub fn forwarded(&self) -> u64 {
         self.state.forwarded.load(Ordering::SeqCst)
@@ -650,6 +667,18 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>, upstream
                 state.black_hole.store(true, Ordering::SeqCst);
                 n = end;
             }
+        }
+        // The request that freezes the proxy goes through; everything after it waits.
+        let mut freezes = false;
+        if upstream {
+            let mut armed = state.freeze_after.lock().unwrap();
+            if let Some(pattern) = armed.as_ref()
+                && buffer[..n].windows(pattern.len()).any(|w| w == pattern)
+            {
+                *armed = None;
+                *state.mode.lock().unwrap() = Mode::Frozen;
+                freezes = true;
+            }
         } else if state.black_hole.load(Ordering::SeqCst) {
             let _ = state.first_answer.compare_exchange(
                 0,
@@ -659,6 +688,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>, upstream
             );
         }
         loop {
+            if freezes {
+                break;
+            }
             match *state.mode.lock().unwrap() {
                 Mode::Forward => break,
                 Mode::Frozen => {}

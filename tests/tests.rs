@@ -45,6 +45,8 @@ store_independent! {
     faults::a_leader_cut_off_from_the_store_stops_its_command_before_the_next_one_starts,
     faults::a_leader_behind_a_black_hole_sigkills_a_term_ignoring_group_in_time,
     faults::a_store_restart_shorter_than_the_deadline_leaves_the_command_alone,
+    // A leader paused past the TTL: SIGKILL, not a grace, once it resumes.
+    faults::a_leader_paused_past_the_ttl_sigkills_its_group_when_it_resumes,
     // leader-exec SIGKILLed with a grandchild.
     signals::killing_leader_exec_kills_the_whole_group,
     // status, check, watch.
@@ -75,6 +77,7 @@ store_independent! {
     holders::two_hundred_waiters_behind_two_holders_all_hold_in_turn,
     holders::a_store_restart_leaves_both_holders_holding_and_the_waiter_waiting,
     holders::a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds,
+    holders::a_late_first_look_after_a_change_of_n_leads_with_a_higher_token,
     // The operator subcommands with several holders: resign, watch, status --all, --no-wait,
     // --hold-at-least and --recampaign.
     holders_ops::resign_with_several_holders_hands_over_only_the_holder_it_names,

@@ -298,8 +298,9 @@ fn a_different_max_holders_is_refused_with_one_line_and_leaves_no_node() {
 }
 
 /// With N = 1 (the default or given), the node is exactly what earlier versions and Curator's
-/// LeaderLatch write: `_c_<UUID>-latch-<10 digits>`, the identity as data, never rewritten, the
-/// token its czxid. With N = 2 the name records N and the holder's token is the zxid of its touch.
+/// LeaderLatch write: `_c_<UUID>-latch-<10 digits>`, the identity as data, never rewritten; the
+/// token is the zxid of the leader mark (`/leader-exec/.tokens/NAME`, naming the node), written
+/// after the node. With N = 2 the name records N and the holder's token is the zxid of its touch.
 #[test]
 fn one_holder_keeps_the_latch_layout_and_more_record_n_in_the_name() {
     let zk = ZooKeeper::start();
@@ -346,7 +347,17 @@ fn one_holder_keeps_the_latch_layout_and_more_record_n_in_the_name() {
         } else {
             assert!(uuid(id), "{node}");
             assert_eq!(version, 0, "never rewritten");
-            assert_eq!(start.token(), czxid);
+            let mark = zk.session(false, async |client| {
+                let (data, stat) = client
+                    .get_data(&format!("/leader-exec/.tokens/{name}"))
+                    .await
+                    .unwrap();
+                (data, stat.mzxid)
+            });
+            assert_eq!(mark.0, node.as_bytes());
+            assert_eq!(start.token(), mark.1);
+            assert!(mark.1 > czxid);
+            assert_eq!(mzxid, czxid);
         }
         assert_eq!(
             status_json(&endpoint, name)["leader"]["token"],

@@ -498,6 +498,61 @@ fn curator_and_leader_exec_share_one_line_both_ways() {
     curator.close();
 }
 
+/// A Curator waiter that set its watch on a leader-exec candidate's node while that candidate
+/// still waited (Curator watches the node ahead with a `getData` watch and acts only on its
+/// deletion) still takes over after it: becoming leader writes the leader mark, never that node.
+/// And the leader-exec leader's token, as its command and `status` see it, is above Curator's
+/// leader's czxid.
+#[test]
+fn a_curator_waiter_behind_a_leader_exec_waiter_leads_after_it() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let path = "/leader-exec/behind";
+    let slow = Duration::from_secs(30);
+    let mut first = CuratorLatch::start(&zk.connect_string(), path, "curator-1");
+    assert!(first.wait_for("leader", slow), "{:?}", first.lines());
+    let curator_token = status_json(&endpoint, "behind")["leader"]["token"]
+        .as_i64()
+        .expect("Curator's leader has a token");
+    let mut args = lease_args(&endpoint, "behind");
+    args.extend(["--identity", "le-1"]);
+    let release = scratch.path("release");
+    let body = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done",
+        release.display()
+    );
+    let mut le = Instance::start(&args, &scratch.job("a", &body));
+    assert!(wait_for(Duration::from_secs(10), || Store::claims(
+        &zk, "behind"
+    ) == 2));
+    let mut second = CuratorLatch::start(&zk.connect_string(), path, "curator-2");
+    assert!(second.wait_for("started", slow), "{:?}", second.lines());
+    assert!(wait_for(Duration::from_secs(10), || Store::claims(
+        &zk, "behind"
+    ) == 3));
+    let (participants, _) = second.ask_participants();
+    assert_eq!(participants, vec!["curator-1", "le-1", "curator-2"]);
+
+    first.close();
+    let start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("leader-exec leads once the first latch closed");
+    assert!(start.token() > curator_token);
+    assert_eq!(
+        status_json(&endpoint, "behind")["leader"]["token"],
+        start.token()
+    );
+    std::fs::write(&release, "").unwrap();
+    assert_eq!(le.wait(Duration::from_secs(10)), Some(0), "{}", le.stderr());
+    assert!(
+        second.wait_for("leader", Duration::from_secs(10)),
+        "the Curator waiter behind leader-exec never led: {:?}",
+        second.lines()
+    );
+    second.close();
+}
+
 #[test]
 fn occurrence_records_are_fenced_nodes_pruned_on_read_after_their_retention() {
     let zk = ZooKeeper::start();

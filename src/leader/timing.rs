@@ -32,6 +32,21 @@ impl Timing {
         (self.ttl / 20).max(Duration::from_millis(250))
     }
 
+    /// Whether a stop that begins at `now` can give the command its whole `--kill-after` and
+    /// still have it dead before the lease can end, when the last proof of the lease was a
+    /// request sent at `deadline - renew_deadline` (`deadline` is the renew deadline it proved).
+    ///
+    /// The lease cannot end before that send instant + TTL; the grace ends at `now +
+    /// kill_after`, and the margin covers SIGKILL and the last process going (see
+    /// [`Timing::margin`]). Validation makes this true at the deadline itself (the sum of
+    /// `renew_deadline`, `kill_after` and the margin is at most the TTL), with `ttl - margin -
+    /// renew_deadline - kill_after` to spare; a stop that begins later than that (the process
+    /// was paused, or its timers ran that late) cannot fit the grace inside the lease.
+    pub fn grace_fits(&self, deadline: Duration, now: Duration) -> bool {
+        let sent = deadline.saturating_sub(self.renew_deadline);
+        now.saturating_add(self.kill_after) <= (sent + self.ttl).saturating_sub(self.margin())
+    }
+
     /// Checks the inequalities that make stepping down in time possible.
     pub fn validate(&self) -> Result<(), Failure> {
         let ms = |d: Duration| humantime::format_duration(d).to_string();
@@ -160,6 +175,19 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert!(timing(15, 10_000, 2_000, 4_000).validate().is_ok());
+    }
+
+    #[test]
+    fn the_grace_fits_until_the_lease_less_the_margin_would_end_before_it() {
+        // Proven by a request sent at 4 s: the lease lasts until 19 s at least, 18.25 s less the
+        // margin; the deadline is 14 s, and a grace of 4 s fits if it starts by 14.25 s.
+        let t = timing(15, 10_000, 2_000, 4_000);
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        assert!(t.grace_fits(s(14), s(14)));
+        assert!(t.grace_fits(s(14), ms(14_250)));
+        assert!(!t.grace_fits(s(14), ms(14_251)));
+        assert!(!t.grace_fits(s(14), s(25)));
     }
 
     #[test]

@@ -289,7 +289,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     }
                     Phase::SteppingDown(down) => {
                         let leader = leader.get().expect("elected");
-                        self.step_down(leader, down, key_gone.as_mut()).await
+                        self.step_down(leader, down, key_gone.as_mut(), deadline.get())
+                            .await
                     }
                     Phase::Released(end) => break end,
                 };

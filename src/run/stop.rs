@@ -173,6 +173,26 @@ impl Stop {
     }
 }
 
+/// Whether a stop that begins at `now` must skip the grace: the lease, last proven by the request
+/// that set the renew deadline `deadline`, may end before `--kill-after` does (see
+/// [`crate::leader::timing::Timing::grace_fits`]).
+///
+/// Why SIGKILL at once is then the safe choice: the grace is only given on the promise that the
+/// lease outlives it, which validation keeps for a stop that begins at the deadline. A stop that
+/// begins later — leader-exec (or its whole host) was paused, stopped by SIGSTOP, or starved
+/// past the deadline — may find the lease already expired and another leader's command already
+/// running; nothing local can tell, since the proof is all there is. A grace then would let the
+/// old command run beside the new one for up to `--kill-after` more; SIGKILL ends the overlap the
+/// pause made as soon as this process runs again. Pure arithmetic on the clock, decided before
+/// the first signal: nothing on the way from the deadline to SIGKILL waits.
+pub(super) fn late_for_the_grace(
+    timing: crate::leader::timing::Timing,
+    deadline: Duration,
+    now: Duration,
+) -> bool {
+    !timing.grace_fits(deadline, now)
+}
+
 fn report_stuck(group: &mut impl Supervise, token: i64) {
     let pids = match group.group() {
         Group::Alive(pids) => pids,
@@ -207,12 +227,15 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     /// expire before that is over. When the store says the lease or the key is gone, another
     /// instance may already lead and start its command: no grace then, SIGKILL at once. The same
     /// holds when the store says so during the grace (`key_gone`: the key deleted, or on
-    /// ZooKeeper a reconnect that negotiated a session timeout too short to outlast the grace).
+    /// ZooKeeper a reconnect that negotiated a session timeout too short to outlast the grace),
+    /// and when the loss is noticed so late that the grace could not end inside the lease
+    /// (`deadline` is the renew deadline the last proof gave; see [`late_for_the_grace`]).
     pub(super) async fn step_down(
         &mut self,
         candidacy: &Candidacy,
         down: SteppingDown,
         key_gone: Pin<&mut impl Future<Output = ()>>,
+        deadline: Duration,
     ) -> Phase {
         let SteppingDown {
             reason,
@@ -241,7 +264,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             notify::status(&format!("stepped down: {reason}"));
             true
         } else {
-            let first = if reason.certain() {
+            let now = self.clock.now();
+            let late = late_for_the_grace(self.settings.timing, deadline, now);
+            let first = if reason.certain() || late {
                 Signal::SIGKILL
             } else {
                 self.settings.kill_signal
@@ -261,6 +286,17 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 signal = first.as_str(),
                 "leadership lost; stopping the command"
             );
+            if late && !reason.certain() {
+                tracing::warn!(
+                    event = "sigkill",
+                    token = candidacy.token,
+                    late_ms = now.saturating_sub(deadline).as_millis() as u64,
+                    "the loss was noticed {} after the renew deadline, too late for --kill-after to end before the lease can; sent SIGKILL",
+                    humantime::format_duration(Duration::from_millis(
+                        now.saturating_sub(deadline).as_millis() as u64
+                    ))
+                );
+            }
             notify::status(&format!("stepping down: {reason}"));
             let stopped = self.wait_stopped(&mut stop, key_gone).await;
             if stopped == Stopped::Gone {

@@ -84,6 +84,9 @@ struct FakeGroup {
     spawned: Option<Duration>,
     gone_at: Option<Duration>,
     supervisor_dead: bool,
+    /// At this instant the whole process stops running for this long (SIGSTOP, a paused VM):
+    /// the clock jumps, and every timer due meanwhile fires late, at once.
+    pause: Option<(Duration, Duration)>,
 }
 
 impl FakeGroup {
@@ -98,7 +101,13 @@ impl FakeGroup {
             spawned: None,
             gone_at: None,
             supervisor_dead: false,
+            pause: None,
         }
+    }
+
+    fn paused(mut self, at: Duration, duration: Duration) -> FakeGroup {
+        self.pause = Some((at, duration));
+        self
     }
 
     fn exits_after(mut self, after: Duration, code: i32) -> FakeGroup {
@@ -170,6 +179,13 @@ impl Supervise for FakeGroup {
     fn cancel_pending_spawn(&mut self) {}
 
     async fn next_event(&mut self) -> io::Result<Event> {
+        // The pause: polled on the Runner's own task, as the Runner's every select! polls the
+        // supervisor; taken before the clock jumps, so that it happens once.
+        if let Some((at, duration)) = self.pause {
+            tokio::time::sleep_until(self.origin + at).await;
+            self.pause = None;
+            tokio::time::advance(duration).await;
+        }
         let Some(&(at, _)) = self.events.front().filter(|_| !self.supervisor_dead) else {
             return std::future::pending().await;
         };
@@ -281,6 +297,44 @@ async fn a_missed_deadline_signals_at_the_deadline_kills_after_the_grace_and_rel
     );
     // Released once, only after the group died of SIGKILL.
     assert_eq!(ran.releases, [14 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_noticed_past_the_lease_sigkills_at_once() {
+    // Healthy renewals, the last sent at 4 s (proving the lease until 19 s, the deadline 14 s);
+    // then the whole process stops from 5 s to 25 s, past the TTL: the grace of 4 s could not end
+    // inside the lease, so the group gets SIGKILL the moment the deadline is seen, no TERM.
+    let ran = run(
+        settings(),
+        Script::default(),
+        FakeGroup::new(Dies::OnKill).paused(5 * S, 20 * S),
+        vec![],
+    )
+    .await;
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    assert_eq!(ran.signals, [(25 * S, Signal::SIGKILL)]);
+    assert_eq!(ran.releases, [25 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_noticed_late_keeps_the_grace_only_while_it_fits_in_the_lease() {
+    // As above, resumed 250 ms after the deadline of 14 s: the grace ends at 18.25 s, exactly
+    // the lease's end (19 s) less the margin (750 ms): it fits, and is given.
+    let pause = 9 * S + 250 * MS;
+    let group = FakeGroup::new(Dies::OnKill).paused(5 * S, pause);
+    let ran = run(settings(), Script::default(), group, vec![]).await;
+    assert_eq!(
+        ran.signals,
+        [
+            (14 * S + 250 * MS, Signal::SIGTERM),
+            (18 * S + 250 * MS, Signal::SIGKILL)
+        ]
+    );
+    // One millisecond later it would not: SIGKILL at once.
+    let group = FakeGroup::new(Dies::OnKill).paused(5 * S, pause + MS);
+    let ran = run(settings(), Script::default(), group, vec![]).await;
+    assert_eq!(ran.signals, [(14 * S + 251 * MS, Signal::SIGKILL)]);
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
 }
 
 #[tokio::test(start_paused = true)]

@@ -18,13 +18,18 @@
 //!   `leader-exec-expires-ms=<unix ms>` then the record; a reader treats a record past that
 //!   instant as absent and the run form deletes it (TTL nodes need the server's
 //!   `extendedTypesEnabled`, which is off by default).
+//! - `/leader-exec/.tokens/NAME`: the leader mark (`--max-holders` 1), persistent: the name of the
+//!   candidate node that leads, written by it (fenced by its node) when it sees it is first.
 //!
-//! The fencing token is the leader node's `czxid`, the zxid of the transaction that created it.
-//! Not the sequence suffix: that comes from the parent's `cversion`, an int32 that starts again
-//! at 0 when the parent is deleted (a container node is, once empty), so two leaders could show
-//! the same suffix. zxids are global to the ensemble and only grow. Within one incarnation of
-//! the parent, sequence order and czxid order agree (both follow the order of the creates), so
-//! the next leader — a node that stood behind this one, or a newer one — has a higher czxid.
+//! The fencing token is the zxid of that write, the mark's `mzxid` ([`ZooKeeper::mark`]). zxids
+//! are global to the ensemble and only grow, and the write is sent after the read that showed
+//! the candidate first, so its zxid exceeds every token handed out before (see
+//! [`Place::Holds`]). Not the node's `czxid` (earlier versions' token): a candidate whose first
+//! look comes late may lead with a czxid below the token of holders with another N that came and
+//! went after its create. Not the sequence suffix: that comes from the parent's `cversion`, an
+//! int32 that starts again at 0 when the parent is deleted (a container node is, once empty).
+//! Not a write to the candidate node itself: Curator's `LeaderLatch` waiter behind it watches it
+//! with a `getData` watch that only its deletion may fire.
 //!
 //! Semaphores (`--max-holders` N > 1): the first N candidates in line hold. Each node's name
 //! records N, `_c_<UUID>-holders-<N>-latch-<sequence>`, so that every reader of the line sees N
@@ -101,6 +106,8 @@ const LATCH: &str = "latch-";
 /// What precedes `N-` in the name of a candidate node with `--max-holders` N > 1.
 const HOLDERS: &str = "holders-";
 const EXPIRES: &str = "leader-exec-expires-ms=";
+/// The node under the prefix that holds every election's leader mark (see [`marker_path`]).
+const TOKENS: &str = ".tokens";
 
 /// The ACL of every node leader-exec creates when it has credentials (Curator's ACL provider
 /// model): all rights for the creator's authenticated identity (`auth` is the server's shorthand
@@ -220,14 +227,37 @@ fn max_holders_of(name: &str) -> u32 {
     marked.unwrap_or(1)
 }
 
-/// The fencing token of the candidate node `name` with this stat: its `czxid` with
-/// `--max-holders` 1 (the layout and token of earlier versions); with N > 1 its `mzxid`, the zxid
-/// of the touch that made it a holder (see [`Place::Holds`] for why not the czxid).
-fn token_of(name: &str, stat: &zk::Stat) -> i64 {
-    if max_holders_of(name) == 1 {
-        stat.czxid
-    } else {
-        stat.mzxid
+/// Where the election at `election` (`PREFIX NAME` as a path) keeps its leader mark:
+/// `PREFIX .tokens/NAME`. Outside the election node, whose every child Curator's `LeaderLatch`
+/// takes for a candidate; `.tokens` starts with a '.', so no listing takes it for an election.
+fn marker_path(election: &str) -> String {
+    match election.rsplit_once('/') {
+        Some((base, name)) => format!("{base}/{TOKENS}/{name}"),
+        None => format!("{TOKENS}/{election}"),
+    }
+}
+
+/// The leader mark of an election (`--max-holders` 1): the name of the candidate node that wrote
+/// it last, and the zxid of that write (the mark's `mzxid`), which is that leader's token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Mark {
+    node: Vec<u8>,
+    zxid: i64,
+}
+
+/// The fencing token of the candidate node `name` with this stat, given the election's leader
+/// mark: with `--max-holders` N > 1 its `mzxid`, the zxid of the touch that made it a holder;
+/// with N = 1 the zxid of the mark it wrote on leading, once the mark names it (see
+/// [`Place::Holds`] for why neither is the czxid). A node the mark does not name has not marked
+/// yet, or is Curator's (which never marks): its czxid, the token of earlier versions, which no
+/// leader-exec command is given any more.
+fn token_of(name: &str, stat: &zk::Stat, mark: Option<&Mark>) -> i64 {
+    if max_holders_of(name) > 1 {
+        return stat.mzxid;
+    }
+    match mark {
+        Some(mark) if mark.node == name.as_bytes() && mark.zxid > stat.czxid => mark.zxid,
+        _ => stat.czxid,
     }
 }
 
@@ -251,13 +281,19 @@ enum Place {
     /// could not have held. Nodes are never added ahead of an existing one, so the count ahead
     /// only falls while a candidacy waits.
     ///
-    /// Why the token is the zxid of a touch, not the czxid: two candidacies among the first N
-    /// decide independently, so the one created later may answer first, and its czxid would be
-    /// the greater of two tokens handed out in the other order. The touch (a `setData` of the
-    /// node's own data) is sent after the deciding read; its zxid is greater than that of every
-    /// transaction committed before it was sent, so greater than every token any holder (or, with
-    /// N = 1, any leader: its czxid) was given before — tokens of one lease strictly increase and
-    /// never reset, across N = 1 and N > 1 alike.
+    /// Why the token is the zxid of a write made after the deciding read, not the czxid: two
+    /// candidacies among the first N decide independently, so the one created later may answer
+    /// first, and its czxid would be the greater of two tokens handed out in the other order.
+    /// With N = 1 too a node's czxid can be below a token already handed out: a candidate whose
+    /// first look comes late (its create's answer lost, the process paused) may find nobody
+    /// ahead after holders of another N came, touched their nodes and went behind its back
+    /// (nodes behind it with N > 1 compare themselves only with those ahead of them). So a
+    /// holder with N > 1 touches its node (a `setData` of its own data), and a leader with N = 1
+    /// writes the election's leader mark (`mark`: its own node's name, fenced by that node). The
+    /// write is sent after the deciding read; its zxid is greater than that of every transaction
+    /// committed before it was sent, so greater than every token any holder or leader was given
+    /// before (each was the zxid of such a write, committed before it was handed out) — tokens
+    /// of one lease strictly increase and never reset, across every change of N.
     Holds,
     /// At this position (from 0; at least N): it waits.
     Waits(usize),
@@ -546,6 +582,8 @@ impl ZooKeeper {
         }
         paths.push(self.election.clone());
         paths.push(format!("{}/.leaders", self.base));
+        paths.push(format!("{}/{TOKENS}", self.base));
+        paths.push(marker_path(&self.election));
         paths.push(format!("{}/.occurrences", self.base));
         let mut open = Vec::new();
         for path in paths {
@@ -632,8 +670,15 @@ impl ZooKeeper {
                 .iter()
                 .map(|name| format!("{election}/{name}"))
                 .collect();
-            // Sent together (the library sends in call order), answered in order.
+            // Sent together (the library sends in call order), answered in order; with N = 1
+            // the leader mark too, read after the line (a mark written since is seen).
             let reads: Vec<_> = paths.iter().map(|path| client.get_data(path)).collect();
+            let marker = marker_path(election);
+            let mark = if max_holders == 1 && holding > 0 {
+                Self::mark_of(client, &marker).await?
+            } else {
+                None
+            };
             let mut holders = Vec::with_capacity(holding);
             for ((read, path), name) in reads.into_iter().zip(&paths).zip(&line) {
                 match read.await {
@@ -646,7 +691,7 @@ impl ZooKeeper {
                     Ok((identity, stat)) => holders.push(Leader {
                         key: path.clone().into_bytes(),
                         identity,
-                        token: token_of(name, &stat),
+                        token: token_of(name, &stat, mark.as_ref()),
                         lease_id: (stat.ephemeral_owner != 0).then_some(stat.ephemeral_owner),
                     }),
                     Err(zk::Error::NoNode) => continue 'again,
@@ -668,6 +713,76 @@ impl ZooKeeper {
         Err(StoreError::Transient(
             "ZooKeeper: the line kept changing while it was read".into(),
         ))
+    }
+
+    /// The leader mark at `marker`, if there is one.
+    async fn mark_of(client: &zk::Client, marker: &str) -> Result<Option<Mark>, StoreError> {
+        match client.get_data(marker).await {
+            Ok((node, stat)) => Ok(Some(Mark {
+                node,
+                zxid: stat.mzxid,
+            })),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    /// Makes a candidacy that may lead, with `--max-holders` 1, the leader: a write of its own
+    /// node's name to the election's leader mark (`PREFIX .tokens/NAME`), in one transaction
+    /// with a check that its node still exists. The zxid of that write (the mark's new `mzxid`)
+    /// is the token (see [`Place::Holds`] for why it exceeds every earlier token). Not on the
+    /// candidate node itself: Curator's `LeaderLatch` watches the node ahead of it with a
+    /// `getData` watch and ignores every event but its deletion, so a write to a leader's node
+    /// would use up that watch and leave a Curator waiter behind it asleep for good.
+    ///
+    /// Not version-checked: a mark whose answer was lost is written again by the next look, and
+    /// a later mark only raises the token, before it was handed out. A mark from an earlier
+    /// leader is simply overwritten; readers take a mark's zxid only for the node it names.
+    async fn mark(&self, client: &zk::Client, candidacy: &Candidacy) -> Result<Turn, StoreError> {
+        let marker = marker_path(&self.election);
+        let own = candidacy.key.rsplit('/').next().unwrap_or_default();
+        for _ in 0..3 {
+            let mut writer = client
+                .new_check_writer(&candidacy.key, None)
+                .map_err(classify)?;
+            writer
+                .add_set_data(&marker, own.as_bytes(), None)
+                .map_err(classify)?;
+            match writer.commit().await {
+                Ok(results) => {
+                    return match results.last() {
+                        Some(zk::MultiWriteResult::SetData { stat }) => {
+                            Ok(Turn::Leading { token: stat.mzxid })
+                        }
+                        _ => Err(StoreError::Transient(
+                            "ZooKeeper: the leader mark's write answered without its stat".into(),
+                        )),
+                    };
+                }
+                // Our node is gone (deleted, or its session expired).
+                Err(zk::CheckWriteError::CheckFailed { .. }) => return Ok(Turn::Gone),
+                Err(zk::CheckWriteError::RequestFailed {
+                    source: zk::Error::SessionExpired,
+                }) => return Ok(Turn::Gone),
+                // No mark yet (the first leader of this name): made empty, then written.
+                Err(zk::CheckWriteError::OperationFailed {
+                    source: zk::Error::NoNode,
+                    ..
+                }) => {
+                    client
+                        .mkdir(&marker, &CreateMode::Persistent.with_acls(self.acls()))
+                        .await
+                        .map_err(classify)?;
+                }
+                Err(zk::CheckWriteError::OperationFailed { source, .. })
+                | Err(zk::CheckWriteError::RequestFailed { source }) => {
+                    return Err(classify(source));
+                }
+            }
+        }
+        Err(StoreError::Transient(format!(
+            "ZooKeeper: {marker} kept disappearing"
+        )))
     }
 
     /// A write that commits only while the candidacy's own node still exists (the fence): a
@@ -768,155 +883,4 @@ impl ZooKeeper {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_become_one_node_name_and_back() {
-        for id in [
-            "statements:2026-11-29",
-            "a/b",
-            ".hidden",
-            "..",
-            "50%",
-            "x\u{e000}y",
-        ] {
-            let name = encode_name(id);
-            assert!(!name.contains('/') && !name.starts_with('.'), "{name}");
-            assert!(name.chars().all(allowed), "{name}");
-            assert_eq!(decode_name(&name), id.as_bytes(), "{id}");
-        }
-        assert_eq!(encode_name("a/b"), "a%2Fb");
-    }
-
-    #[test]
-    fn candidates_sort_as_curator_sorts_them() {
-        let line = in_line(vec![
-            "_c_bbbb-latch-0000000010".into(),
-            "_c_aaaa-latch-0000000002".into(),
-            "_c_cccc-latch-0000000007".into(),
-        ]);
-        assert_eq!(
-            line,
-            [
-                "_c_aaaa-latch-0000000002",
-                "_c_cccc-latch-0000000007",
-                "_c_bbbb-latch-0000000010"
-            ]
-        );
-    }
-
-    #[test]
-    fn one_holder_names_its_node_as_curator_does_and_more_record_n() {
-        let id = "0b4c3b2a-1111-4222-8333-444455556666";
-        assert_eq!(candidate_name(id, 1), format!("_c_{id}-latch-"));
-        assert_eq!(candidate_name(id, 2), format!("_c_{id}-holders-2-latch-"));
-        for n in [1, 2, 3, 1000] {
-            let name = format!("{}0000000012", candidate_name(id, n));
-            assert_eq!(max_holders_of(&name), n, "{name}");
-            assert_eq!(sort_key(&name), "0000000012");
-        }
-        // Without a marker, or with one that is not a number from 1 to 1000: 1.
-        for name in [
-            "latch-0000000001",
-            "_c_x-latch-0000000001",
-            "_c_x-holders-0-latch-0000000001",
-            "_c_x-holders-1001-latch-0000000001",
-            "_c_x-holders--2-latch-0000000001",
-            "_c_x-holders-2x-latch-0000000001",
-            "_c_x-holders-2latch-0000000001",
-            "holders-2-latch-0000000001",
-            "anything",
-        ] {
-            assert_eq!(max_holders_of(name), 1, "{name}");
-        }
-    }
-
-    fn line(names: &[&str]) -> Vec<String> {
-        names.iter().map(|n| n.to_string()).collect()
-    }
-
-    #[test]
-    fn the_first_n_hold_and_a_different_n_ahead_is_a_mismatch() {
-        let two = line(&[
-            "_c_a-holders-2-latch-0000000001",
-            "_c_b-holders-2-latch-0000000002",
-            "_c_c-holders-2-latch-0000000003",
-            "_c_d-holders-3-latch-0000000004",
-            "_c_e-holders-2-latch-0000000005",
-        ]);
-        assert_eq!(place_in(&two, &two[0], 2), Place::Holds);
-        assert_eq!(place_in(&two, &two[1], 2), Place::Holds);
-        assert_eq!(place_in(&two, &two[2], 2), Place::Waits(2));
-        assert_eq!(place_in(&two, &two[3], 3), Place::Mismatch(2));
-        // Behind a mismatched newcomer that has not left yet.
-        assert_eq!(place_in(&two, &two[4], 2), Place::Mismatch(3));
-        assert_eq!(
-            place_in(&two, "_c_z-holders-2-latch-0000000009", 2),
-            Place::Gone
-        );
-        // Candidates behind are not compared.
-        assert_eq!(place_in(&two, &two[0], 1), Place::Holds);
-        let one = line(&["_c_a-latch-0000000001", "latch-0000000002"]);
-        assert_eq!(place_in(&one, &one[0], 1), Place::Holds);
-        assert_eq!(place_in(&one, &one[1], 1), Place::Waits(1));
-        assert_eq!(place_in(&one, &one[1], 2), Place::Mismatch(1));
-        assert_eq!(holders_in(&one), (1, 1));
-        assert_eq!(holders_in(&two), (2, 2));
-        assert_eq!(holders_in(&two[..1]), (2, 1));
-        assert_eq!(holders_in(&[]), (1, 0));
-        // A mismatched node among the first N does not hold, nor anyone behind it.
-        let mixed = line(&[
-            "_c_a-holders-3-latch-0000000001",
-            "_c_b-holders-2-latch-0000000002",
-            "_c_c-holders-3-latch-0000000003",
-        ]);
-        assert_eq!(holders_in(&mixed), (3, 1));
-    }
-
-    #[test]
-    fn the_token_is_the_czxid_with_one_holder_and_the_touch_with_more() {
-        let stat = zk::Stat {
-            czxid: 10,
-            mzxid: 15,
-            pzxid: 10,
-            ctime: 0,
-            mtime: 0,
-            version: 1,
-            cversion: 0,
-            aversion: 0,
-            ephemeral_owner: 0,
-            data_length: 0,
-            num_children: 0,
-        };
-        assert_eq!(token_of("_c_a-latch-0000000001", &stat), 10);
-        assert_eq!(token_of("_c_a-holders-2-latch-0000000001", &stat), 15);
-    }
-
-    #[test]
-    fn records_expire_on_read() {
-        let live = with_expiry(b"{}", Duration::from_secs(60));
-        assert_eq!(unexpired(live).as_deref(), Some(&b"{}"[..]));
-        let dead = format!("{EXPIRES}1\n{{}}").into_bytes();
-        assert_eq!(unexpired(dead), None);
-        assert_eq!(unexpired(b"raw".to_vec()).as_deref(), Some(&b"raw"[..]));
-    }
-
-    #[test]
-    fn only_acls_that_let_everyone_write_are_open() {
-        assert!(open_to_everyone(&Acls::anyone_all()));
-        assert!(!open_to_everyone(&CREATOR_ALL_ANYONE_READ));
-        assert!(!open_to_everyone(&Acls::anyone_read()));
-        assert!(!open_to_everyone(&Acls::creator_all()));
-        let create_only = Acl::new(Permission::CREATE, zk::AuthId::anyone());
-        assert!(open_to_everyone(&[create_only]));
-    }
-
-    #[test]
-    fn protection_ids_look_like_uuids() {
-        let id = protection_id();
-        assert_eq!(id.len(), 36);
-        assert_eq!(id.matches('-').count(), 4);
-        assert_ne!(id, protection_id());
-    }
-}
+mod tests;

@@ -141,10 +141,9 @@ impl Campaign for ZooKeeper {
         Ok(match place_in(&line, own, n) {
             Place::Gone => Turn::Gone,
             Place::Mismatch(theirs) => Turn::Mismatch { theirs },
-            // The first in line leads, and its node's czxid is its token.
-            Place::Holds if n == 1 => Turn::Leading {
-                token: candidacy.place,
-            },
+            // The first in line leads once it has written the leader mark, whose zxid is its
+            // token (see `Place::Holds`).
+            Place::Holds if n == 1 => self.mark(&client, candidacy).await?,
             Place::Holds => self.touch(&client, candidacy).await?,
             Place::Waits(i) => Turn::Behind(Ahead {
                 key: format!("{}/{}", self.election, line[i - 1]).into_bytes(),
@@ -304,7 +303,7 @@ impl Read for ZooKeeper {
             for ((watch, path), holder) in watches.into_iter().zip(&paths).zip(&seen.holders) {
                 match watch.await {
                     Ok((Some(stat), watcher))
-                        if token_of(path.rsplit('/').next().unwrap_or_default(), &stat)
+                        if token_of(path.rsplit('/').next().unwrap_or_default(), &stat, None)
                             == holder.token =>
                     {
                         touched.push(Box::pin(watcher.changed()));
@@ -312,6 +311,27 @@ impl Read for ZooKeeper {
                     Ok(_) => return Ok(()),
                     Err(e) => return Err(classify(e)),
                 }
+            }
+        }
+        // With N = 1 the leader's token changes without a change of the line when it writes the
+        // leader mark (`mark`): a watch on the mark wakes on that. A mark that names the leader
+        // seen with another zxid than its token is a change already.
+        if seen.max_holders == 1
+            && let Some(leader) = seen.holders.first()
+        {
+            let marker = marker_path(&self.election);
+            let name = leader.key.rsplit(|&b| b == b'/').next().unwrap_or_default();
+            match client.get_and_watch_data(&marker).await {
+                Ok((node, stat, _)) if node == name && stat.mzxid != leader.token => {
+                    return Ok(());
+                }
+                Ok((_, _, watcher)) => touched.push(Box::pin(watcher.changed())),
+                Err(zk::Error::NoNode) => match client.check_and_watch_stat(&marker).await {
+                    Ok((None, watcher)) => touched.push(Box::pin(watcher.changed())),
+                    Ok((Some(_), _)) => return Ok(()),
+                    Err(e) => return Err(classify(e)),
+                },
+                Err(e) => return Err(classify(e)),
             }
         }
         // A node among the first N that had not touched itself is no holder yet (`holders_of`),
@@ -585,8 +605,17 @@ impl Handover for ZooKeeper {
         // The token as readers compute it: the czxid, or with N > 1 the mzxid of the holder's
         // touch (the version check then also covers a later write to the node).
         let name = path.rsplit('/').next().unwrap_or_default();
-        match client.check_stat(&path).await.map_err(classify)? {
-            Some(stat) if token_of(name, &stat) == token => {
+        // With N = 1 the token is the leader mark's, read after the node (a mark it wrote meanwhile
+        // is seen); a node whose token was handed out has its mark, and a mark never names another
+        // node again before this one is gone.
+        let stat = client.check_stat(&path).await.map_err(classify)?;
+        let mark = if max_holders_of(name) == 1 {
+            Self::mark_of(&client, &marker_path(Self::parent(&path))).await?
+        } else {
+            None
+        };
+        match stat {
+            Some(stat) if token_of(name, &stat, mark.as_ref()) == token => {
                 match client.delete(&path, Some(stat.version)).await {
                     Ok(()) => Ok(true),
                     Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
