@@ -2966,7 +2966,10 @@ impl PgHostile {
     pub fn ran(&self) -> Vec<String> {
         let mut ran: Vec<String> = self
             .pg
-            .psql("SELECT what || ' in: ' || query FROM hostile_log.ran ORDER BY at")
+            .psql(
+                "SELECT what || ' in: ' || regexp_replace(query, '\\s+', ' ', 'g') \
+                 FROM hostile_log.ran ORDER BY at",
+            )
             .lines()
             .filter(|l| !l.is_empty())
             .map(str::to_owned)

@@ -1,10 +1,12 @@
 //! The election on PostgreSQL: one lease row per lease name.
 //!
-//! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` under a transaction-scoped
-//! advisory lock so that concurrent first runs do not race in the catalog; brought up to date
-//! under the same lock when made by an earlier version), in the first session's
-//! `current_schema()` (every name qualified with it, every session's `search_path` pinned to it;
-//! objects there that another role owns are refused, `refuse_foreign_objects`), named from
+//! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` in one transaction, ordered
+//! against concurrent first runs by an advisory lock tried briefly, never waited for, and
+//! tried again after a lost catalog race; brought up to date the same way when made by an
+//! earlier version), in the first session's `current_schema()` (every table name qualified with
+//! it, every session's `search_path` pinned to it; a schema another role owns or may create in
+//! is refused, and so are objects there of the prefix's names that another role owns:
+//! `look_at_tables`, `refuse_foreign_objects`), named from
 //! `--prefix` (`/leader-exec/` gives `leader_exec_leases`, `leader_exec_records`,
 //! `leader_exec_tokens`, `leader_exec_guard`, `leader_exec_waiters`; every session is on a
 //! primary, never a standby: `check_session`):
