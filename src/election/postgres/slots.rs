@@ -538,7 +538,8 @@ mod tests {
     #[test]
     fn literals_mean_the_same_whatever_the_server_says() {
         assert_eq!(literal(r"it's \n"), r"E'it''s \\n'::pg_catalog.text");
-        assert_eq!(literal_opt(None), "NULL");
+        assert_eq!(literal_opt(None), "NULL::pg_catalog.text");
+        assert_eq!(number_opt(Some(-5)), "'-5'::pg_catalog.int8");
         assert_eq!(clamp_n(0), 1);
         assert_eq!(clamp_n(5000), 1000);
         assert_eq!(lease_of_row("a/2"), "a");
