@@ -297,3 +297,27 @@ fn a_lock_that_holds_up_bringing_the_tables_up_to_date_is_named_with_its_holder(
     }
     assert!(took < Duration::from_secs(6), "{took:?}");
 }
+
+#[test]
+fn first_runs_at_once_without_the_advisory_lock_all_make_the_tables_and_run() {
+    // The lock held elsewhere, none of them gets it: their DDL races in the catalog, and the
+    // ones that lose are rolled back and go again.
+    let pg = Postgres::start();
+    let endpoint = Store::endpoint(&pg);
+    pg.psql("CREATE ROLE nobody LOGIN");
+    let key = "hashtext('leader-exec schema ' || 'public' || 'leader_exec_leases')";
+    let mut holder = hold_advisory_lock(&pg, "nobody", key);
+    let runs: Vec<_> = (0..4)
+        .map(|i| {
+            let endpoint = endpoint.clone();
+            std::thread::spawn(move || lead(&endpoint, &format!("race{i}")))
+        })
+        .collect();
+    let results: Vec<_> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    for (code, stdout, stderr) in results {
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        assert!(stdout.trim().parse::<i64>().unwrap() > 0, "{stdout}");
+    }
+}
