@@ -468,9 +468,10 @@ impl Postgres {
         })
     }
 
-    /// Makes the tables (or brings them up to date) unless [`look_at_tables`] found them
-    /// complete; found complete, they are used unless another role owns an object the
-    /// ownership check covers (then the full check says which, and refuses).
+    /// Refuses a schema that [`look_at_tables`] found unsafe, and (before any statement reads
+    /// the tables) objects another role owns that the ownership check covers (the full check
+    /// says which); then makes the tables, or brings them up to date, unless they were found
+    /// complete.
     ///
     /// [`look_at_tables`]: Self::look_at_tables
     pub(super) async fn ensure_schema(
