@@ -195,13 +195,16 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
     // CREATE on public for everyone: the default before PostgreSQL 15, kept by upgrades.
     pg.psql("CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO PUBLIC");
     // mallory pre-creates the tables, with a trigger that makes it a superuser as soon as a
-    // superuser writes a row (a trigger runs as whoever writes).
+    // superuser writes a row (a trigger runs as whoever writes). Then CREATE is revoked (a
+    // schema where others may create is refused as a whole: tests/postgres_schema.rs); what
+    // mallory made stays, and stays mallory's.
     pg.psql(&format!(
         "SET ROLE mallory; {LEASES}; {RECORDS};
          CREATE FUNCTION escalate() RETURNS trigger LANGUAGE plpgsql AS
              $$ BEGIN EXECUTE 'ALTER ROLE mallory SUPERUSER'; RETURN NEW; END $$;
          CREATE TRIGGER grab BEFORE INSERT OR UPDATE ON leader_exec_leases
-             FOR EACH ROW EXECUTE FUNCTION escalate()"
+             FOR EACH ROW EXECUTE FUNCTION escalate();
+         RESET ROLE; REVOKE CREATE ON SCHEMA public FROM PUBLIC"
     ));
     let ran = scratch.path("ran");
     let job = format!("echo $LEADER_TOKEN > '{}'", ran.display());
@@ -271,9 +274,8 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
     // And a function named with the prefix that nothing uses (looked up by name range).
     pg.psql(
         "ALTER SEQUENCE leader_exec_tokens OWNER TO postgres;
-         SET ROLE mallory;
          CREATE FUNCTION leader_exec_extra() RETURNS int LANGUAGE sql AS 'SELECT 1';
-         RESET ROLE",
+         ALTER FUNCTION leader_exec_extra() OWNER TO mallory",
     );
     refused(lead(), "function public.leader_exec_extra()");
     assert!(!ran.exists(), "the command ran");
@@ -281,9 +283,8 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
     // So is the function of a trigger on leader-exec's own table.
     pg.psql(
         "ALTER SEQUENCE leader_exec_tokens OWNER TO postgres;
-         SET ROLE mallory;
          CREATE FUNCTION harmless() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
-         RESET ROLE;
+         ALTER FUNCTION harmless() OWNER TO mallory;
          CREATE TRIGGER t AFTER UPDATE ON leader_exec_leases FOR EACH ROW EXECUTE FUNCTION harmless()",
     );
     refused(lead(), "harmless()");
@@ -382,7 +383,7 @@ fn a_role_and_a_schema_named_with_capitals_are_looked_up_as_they_are_written() {
     let endpoint = format!("postgres://Ops@127.0.0.1:{}/postgres", pg.port);
     pg.psql(
         "CREATE ROLE \"Ops\" LOGIN; CREATE SCHEMA \"Ops\" AUTHORIZATION \"Ops\";
-         CREATE ROLE mallory LOGIN; GRANT USAGE, CREATE ON SCHEMA \"Ops\" TO mallory",
+         CREATE ROLE mallory LOGIN; GRANT USAGE ON SCHEMA \"Ops\" TO mallory",
     );
     let lead = || {
         let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "caps"];
@@ -397,9 +398,11 @@ fn a_role_and_a_schema_named_with_capitals_are_looked_up_as_they_are_written() {
         pg.psql("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = to_regclass('\"Ops\".leader_exec_leases')"),
         "Ops\n"
     );
+    // Made by a superuser for mallory (mallory may not create there: that would refuse the
+    // schema as a whole).
     pg.psql(
-        "SET ROLE mallory;
-         CREATE FUNCTION \"Ops\".leader_exec_extra() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+        "CREATE FUNCTION \"Ops\".leader_exec_extra() RETURNS int LANGUAGE sql AS 'SELECT 1';
+         ALTER FUNCTION \"Ops\".leader_exec_extra() OWNER TO mallory",
     );
     let (code, stdout, stderr) = lead();
     assert_eq!(code, 125, "{stdout}{stderr}");

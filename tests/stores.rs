@@ -20,6 +20,10 @@ macro_rules! with_stores {
             // PostgreSQL behind pgbouncer in transaction mode (`harness::PgBouncer`). The chaos
             // suite's rows are PostgreSQL's with a pooler in between: it does not run them.
             pgbouncer: PgBouncer [] [bench];
+            // PostgreSQL where another role owns overloads of every operator and function name
+            // leader-exec's SQL uses, each recording that it ran (`harness::PgHostile`): every
+            // test asserts none ran. Neither chaos rows nor benchmarks: the server is the same.
+            postgres_hostile: PgHostile [] [];
         }
     };
 }

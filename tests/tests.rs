@@ -8,7 +8,7 @@ mod harness;
 mod stores;
 
 /// The store-independent tests: each runs once per store of the one list (`tests/stores.rs`:
-/// `etcd::NAME`, `postgres::NAME`, `zookeeper::NAME`, `pgbouncer::NAME`).
+/// `etcd::NAME`, `postgres::NAME`, `zookeeper::NAME`, `pgbouncer::NAME`, `postgres_hostile::NAME`).
 /// One list; a test joins it by taking `<S: Store>` instead of `#[test]`.
 macro_rules! store_independent {
     ($($module:ident :: $test:ident),* $(,)?) => {
@@ -117,6 +117,7 @@ mod postgres_holders;
 mod postgres_lease;
 mod postgres_line;
 mod postgres_only;
+mod postgres_schema;
 mod postgres_start;
 mod reach;
 mod rough_edges;

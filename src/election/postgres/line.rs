@@ -76,7 +76,7 @@ impl Postgres {
         let mut rx = shared.heard.subscribe();
         let before = rx.borrow_and_update().probes;
         let wait = shared.request_timeout.min(Duration::from_secs(1));
-        let sql = "SELECT pg_notify($1, $2)::text";
+        let sql = "SELECT pg_catalog.pg_notify($1, $2)::pg_catalog.text";
         let a = (channel.to_owned(), shared.probe.clone());
         self.request(|c| async move { unnamed::query(&c, sql, &[&a.0, &a.1]).await })
             .await?;
@@ -131,7 +131,8 @@ impl Postgres {
     /// (a display: a dead row stays in line until the waiter behind it skips it).
     pub(super) async fn waiting(&self) -> Result<i64, StoreError> {
         let sql = format!(
-            "SELECT count(*) FROM {} WHERE name = $1 AND expires_at > now()",
+            "SELECT pg_catalog.count(*) FROM {}
+             WHERE name OPERATOR(pg_catalog.=) $1 AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()",
             self.qualified(&self.shared.waiters)
         );
         let name = self.shared.name.clone();
@@ -146,10 +147,9 @@ impl Postgres {
         &self,
     ) -> Result<Option<(Option<String>, i64, i64, bool)>, StoreError> {
         let sql = format!(
-            "SELECT holder, token,
-                    GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint,
-                    expires_at > now()
-             FROM {} WHERE name = $1",
+            "SELECT holder, token, {LEFT_MS},
+                    expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+             FROM {} WHERE name OPERATOR(pg_catalog.=) $1",
             self.leases()
         );
         let name = self.shared.name.clone();
@@ -185,7 +185,6 @@ impl Postgres {
     /// the name, also after the sequence was set back or N changed.
     pub(super) async fn acquire(&self) -> Result<Option<(Attempt, i64)>, StoreError> {
         let shared = &self.shared;
-        let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
         let waiter = shared.waiter.load(Ordering::SeqCst);
         let left_line = self.left_line(waiter);
         // What may be taken over: the sighting, once seen for its full TTL.
@@ -197,14 +196,16 @@ impl Postgres {
         // the rows it could take are the same.
         let ahead = match waiter {
             0 => "",
-            _ => " AND w.id < $5",
+            _ => " AND w.id OPERATOR(pg_catalog.<) $5",
         };
         let takeover = match ripe {
             None => "",
             Some(_) => {
                 "
-                     OR (holder = $6 AND token = $7 AND renewals = $8
-                         AND (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint = $9)"
+                     OR (holder OPERATOR(pg_catalog.=) $6 AND token OPERATOR(pg_catalog.=) $7
+                         AND renewals OPERATOR(pg_catalog.=) $8
+                         AND (EXTRACT(EPOCH FROM expires_at) OPERATOR(pg_catalog.*) 1000000::pg_catalog.numeric)::pg_catalog.int8
+                             OPERATOR(pg_catalog.=) $9)"
             }
         };
         let update = format!(
@@ -214,20 +215,23 @@ impl Postgres {
                      token = GREATEST(token OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
                                       top_token OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
                                       pg_catalog.nextval({tokens}::pg_catalog.regclass)),
-                     renewals = renewals + 1,
-                     expires_at = now() + $3::bigint * interval '1 millisecond', ttl_ms = $3
-                 WHERE name = $1 AND max_holders = 1 AND ((holder IS NULL
+                     renewals = renewals OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                     expires_at = {expiry}, ttl_ms = $3
+                 WHERE name OPERATOR(pg_catalog.=) $1 AND max_holders OPERATOR(pg_catalog.=) 1::pg_catalog.int8
+                     AND ((holder IS NULL
                          AND NOT EXISTS (SELECT 1 FROM {waiters} w
-                                         WHERE w.name = $1{ahead}
-                                           AND w.expires_at > now())){takeover})
+                                         WHERE w.name OPERATOR(pg_catalog.=) $1{ahead}
+                                           AND w.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())){takeover})
                  RETURNING token),
-             told AS (SELECT pg_notify($4, {taken}) FROM won){left_line}
-             SELECT (SELECT token FROM won), (SELECT count(*) FROM told),
+             told AS (SELECT pg_catalog.pg_notify($4, {taken}) FROM won){left_line}
+             SELECT (SELECT token FROM won), (SELECT pg_catalog.count(*) FROM told),
                     {ROW_COLUMNS}, max_holders
-             FROM {leases} WHERE name = $1",
+             FROM {leases} WHERE name OPERATOR(pg_catalog.=) $1",
             leases = self.leases(),
             waiters = self.qualified(&shared.waiters),
             tokens = quote_literal(&self.qualified(&shared.tokens)),
+            expiry = expiry_sql("$3"),
+            taken = TAKEN,
         );
         let a = (
             shared.name.clone(),
@@ -365,7 +369,7 @@ impl Postgres {
     /// taken (zero: free, gone, or seen unchanged for a full TTL).
     pub(super) async fn look(&self) -> Result<Duration, StoreError> {
         let sql = format!(
-            "SELECT {ROW_COLUMNS} FROM {} WHERE name = $1",
+            "SELECT {ROW_COLUMNS} FROM {} WHERE name OPERATOR(pg_catalog.=) $1",
             self.leases()
         );
         let name = self.shared.name.clone();
@@ -388,7 +392,8 @@ impl Postgres {
             0 => String::new(),
             _ => format!(
                 ",
-             left_line AS (DELETE FROM {waiters} WHERE name = $1 AND id = $5
+             left_line AS (DELETE FROM {waiters}
+                           WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.=) $5
                            AND EXISTS (SELECT 1 FROM won))",
                 waiters = self.qualified(&self.shared.waiters),
             ),
@@ -397,15 +402,15 @@ impl Postgres {
 
     pub(super) async fn insert_new(&self) -> Result<Option<i64>, StoreError> {
         let shared = &self.shared;
-        let taken = "'taken' || chr(10) || $3::bigint || chr(10) || $1";
         let waiter = shared.waiter.load(Ordering::SeqCst);
         let insert = format!(
             "WITH won AS (
                  INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms)
-                 VALUES ($1, $2, nextval({tokens}), now() + $3::bigint * interval '1 millisecond', $3)
+                 VALUES ($1, $2, pg_catalog.nextval({tokens}::pg_catalog.regclass), {expiry}, $3)
                  ON CONFLICT (name) DO NOTHING
                  RETURNING token){left_line}
-             SELECT token, pg_notify($4, {taken})::text FROM won",
+             SELECT token, pg_catalog.pg_notify($4, {TAKEN})::pg_catalog.text FROM won",
+            expiry = expiry_sql("$3"),
             leases = self.leases(),
             tokens = quote_literal(&self.qualified(&shared.tokens)),
             left_line = self.left_line(waiter),
@@ -433,7 +438,9 @@ impl Postgres {
     /// locked FOR SHARE so that a takeover's UPDATE waits until the write has committed.
     pub(super) fn fence(&self) -> String {
         format!(
-            "FROM {} WHERE name = $4 AND holder = $5 AND token = $6 AND expires_at > now() FOR SHARE",
+            "FROM {} WHERE name OPERATOR(pg_catalog.=) $4 AND holder OPERATOR(pg_catalog.=) $5
+                 AND token OPERATOR(pg_catalog.=) $6 AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+             FOR SHARE",
             self.leases()
         )
     }
@@ -449,9 +456,11 @@ impl Postgres {
         // another N compares against.
         let sql = format!(
             "INSERT INTO {waiters} (name, identity, ttl_ms, expires_at, max_holders)
-             VALUES ($1, $2, $3, now() + $3::bigint * interval '1 millisecond', $4)
-             RETURNING id, (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1
-                                                   LIMIT {LISTENING_PLACES}) ahead)",
+             VALUES ($1, $2, $3, {expiry}, $4)
+             RETURNING id, (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {waiters}
+                                                              WHERE name OPERATOR(pg_catalog.=) $1
+                                                              LIMIT {LISTENING_PLACES}) ahead)",
+            expiry = expiry_sql("$3"),
             waiters = self.qualified(&shared.waiters),
         );
         let a = (
@@ -485,19 +494,25 @@ impl Postgres {
         let shared = &self.shared;
         let sql = format!(
             "WITH mine AS (
-                 UPDATE {waiters} SET renewals = renewals + 1, ttl_ms = $4,
-                     expires_at = now() + $4::bigint * interval '1 millisecond'
-                 WHERE name = $1 AND id = $2 AND identity = $3
+                 UPDATE {waiters} SET renewals = renewals OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                     ttl_ms = $4, expires_at = {expiry}
+                 WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.=) $2
+                     AND identity OPERATOR(pg_catalog.=) $3
                  RETURNING 1)
-             SELECT (SELECT count(*) FROM mine), a.id, a.renewals, a.ttl_ms,
+             SELECT (SELECT pg_catalog.count(*) FROM mine), a.id, a.renewals, a.ttl_ms,
                     l.holder, l.token, l.renewals,
-                    (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint, l.ttl_ms,
-                    (SELECT count(*) FROM (SELECT 1 FROM {waiters} WHERE name = $1 AND id < $2
-                                           LIMIT {LISTENING_PLACES}) places)
+                    (EXTRACT(EPOCH FROM l.expires_at) OPERATOR(pg_catalog.*) 1000000::pg_catalog.numeric)::pg_catalog.int8,
+                    l.ttl_ms,
+                    (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {waiters}
+                                                      WHERE name OPERATOR(pg_catalog.=) $1
+                                                        AND id OPERATOR(pg_catalog.<) $2
+                                                      LIMIT {LISTENING_PLACES}) places)
              FROM (SELECT 1) one
              LEFT JOIN LATERAL (SELECT id, renewals, ttl_ms FROM {waiters}
-                                WHERE name = $1 AND id < $2 ORDER BY id DESC LIMIT 1) a ON true
-             LEFT JOIN {leases} l ON l.name = $1",
+                                WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.<) $2
+                                ORDER BY id DESC LIMIT 1) a ON true
+             LEFT JOIN {leases} l ON l.name OPERATOR(pg_catalog.=) $1",
+            expiry = expiry_sql("$4"),
             waiters = self.qualified(&shared.waiters),
             leases = self.leases(),
         );
@@ -543,7 +558,8 @@ impl Postgres {
     /// Deletes a dead waiter row ahead, only if it is still exactly as seen.
     pub(super) async fn skip_dead(&self, dead: &AheadSighting) -> Result<(), StoreError> {
         let sql = format!(
-            "DELETE FROM {} WHERE name = $1 AND id = $2 AND renewals = $3",
+            "DELETE FROM {} WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.=) $2
+                 AND renewals OPERATOR(pg_catalog.=) $3",
             self.qualified(&self.shared.waiters)
         );
         let a = (self.shared.name.clone(), dead.id, dead.renewals);

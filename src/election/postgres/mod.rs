@@ -1,10 +1,12 @@
 //! The election on PostgreSQL: one lease row per lease name.
 //!
-//! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` under a transaction-scoped
-//! advisory lock so that concurrent first runs do not race in the catalog; brought up to date
-//! under the same lock when made by an earlier version), in the first session's
-//! `current_schema()` (every name qualified with it, every session's `search_path` pinned to it;
-//! objects there that another role owns are refused, `refuse_foreign_objects`), named from
+//! Tables (created on first use, `CREATE TABLE IF NOT EXISTS` in one transaction, ordered
+//! against concurrent first runs by an advisory lock tried briefly, never waited for, and
+//! tried again after a lost catalog race; brought up to date the same way when made by an
+//! earlier version), in the first session's `current_schema()` (every table name qualified with
+//! it, every session's `search_path` pinned to it; a schema another role owns or may create in
+//! is refused, and so are objects there of the prefix's names that another role owns:
+//! `look_at_tables`, `refuse_foreign_objects`), named from
 //! `--prefix` (`/leader-exec/` gives `leader_exec_leases`, `leader_exec_records`,
 //! `leader_exec_tokens`, `leader_exec_guard`, `leader_exec_waiters`; every session is on a
 //! primary, never a standby: `check_session`):
@@ -56,6 +58,24 @@
 //! `--retry-period` (startup `options`, which pgbouncer drops), and every request under a
 //! client-side timer as well. Statements are sent unnamed ([`unnamed`]): nothing is prepared by
 //! name, so a pooler in transaction mode (pgbouncer 1.18) can carry every one of them.
+//!
+//! # SQL
+//!
+//! Every statement names every operator `OPERATOR(pg_catalog.x)`, every function
+//! `pg_catalog.f(…)` and every type that is not an SQL keyword `pg_catalog.t`, and gives every
+//! literal a type; `IN`, `NOT IN`, `CASE x WHEN`, `IS DISTINCT FROM` (which look `=` up by name)
+//! are not used. Why: PostgreSQL resolves an unqualified operator or function among the
+//! overloads of every schema on `search_path`, and takes one whose argument types match exactly
+//! over pg_catalog's that needs a coercion, wherever it sits (`bigint * interval`, `text ||
+//! integer`, `nextval('…')`, whose unknown literal prefers `nextval(text)`): with pg_catalog
+//! first, a role that owns such an overload in a schema on the path still gets its code run by
+//! whoever sends the statement (CVE-2018-1058). A qualified name is looked up in pg_catalog
+//! alone. The pin of `search_path` to leader-exec's schema does not make this moot: that schema
+//! may hold another role's objects (made before `REVOKE CREATE … FROM PUBLIC`), the first
+//! statement of a session runs before the pin, and behind a pooler the pin may be lost. The
+//! `postgres_hostile` entry of the tests' store list runs every store-independent test where
+//! another role owns such overloads of every name these statements use, and fails a test whose
+//! statements ran one (`tests/pg_hostile.sql`).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -270,6 +290,8 @@ struct Shared {
     ttl_ms: i64,
     /// Each request's own timer (besides the server's statement_timeout).
     request_timeout: Duration,
+    /// `--connect-timeout`: what a first run's wait for a lock is held within.
+    connect_timeout: Duration,
     /// The waiters table, `<p>_waiters`, and the text its waiters' channels end with.
     waiters: String,
     base: String,
@@ -366,7 +388,29 @@ struct Row {
 
 /// The columns `Row` is read from, in its order.
 const ROW_COLUMNS: &str = "holder, token, renewals,
-    (EXTRACT(EPOCH FROM expires_at) * 1000000)::bigint, ttl_ms";
+    (EXTRACT(EPOCH FROM expires_at) OPERATOR(pg_catalog.*) 1000000::pg_catalog.numeric)::pg_catalog.int8,
+    ttl_ms";
+
+/// Milliseconds until `expires_at` on the server's clock, never below 0: SQL (a `bigint`).
+const LEFT_MS: &str = "GREATEST(0::pg_catalog.numeric,
+    pg_catalog.ceil(EXTRACT(EPOCH FROM (expires_at OPERATOR(pg_catalog.-) pg_catalog.now()))
+        OPERATOR(pg_catalog.*) 1000::pg_catalog.numeric))::pg_catalog.int8";
+
+/// The text a release's NOTIFY payload starts with (`free` and a newline): SQL.
+const FREE: &str = "('free'::pg_catalog.text OPERATOR(pg_catalog.||) pg_catalog.chr(10))";
+
+/// An acquisition's NOTIFY payload (`taken`, the TTL `$3`, the row `$1`, each on a line): SQL.
+const TAKEN: &str = "('taken'::pg_catalog.text OPERATOR(pg_catalog.||) pg_catalog.chr(10)
+    OPERATOR(pg_catalog.||) $3::pg_catalog.int8::pg_catalog.text OPERATOR(pg_catalog.||) pg_catalog.chr(10)
+    OPERATOR(pg_catalog.||) $1)";
+
+/// `now()` plus the milliseconds the `bigint` expression `ms` says: SQL.
+fn expiry_sql(ms: &str) -> String {
+    format!(
+        "(pg_catalog.now() OPERATOR(pg_catalog.+)
+            ({ms}::pg_catalog.int8 OPERATOR(pg_catalog.*) '1 millisecond'::pg_catalog.interval))"
+    )
+}
 
 impl Row {
     fn from(row: &tokio_postgres::Row, at: usize) -> Row {
@@ -444,6 +488,7 @@ impl Postgres {
                 identity,
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
                 request_timeout: timing.retry_period.max(Duration::from_millis(100)),
+                connect_timeout: timing.connect_timeout,
                 waiters: format!("{base}_waiters"),
                 base,
                 waiter: AtomicI64::new(0),
@@ -537,13 +582,24 @@ impl Postgres {
 /// SQL for the channel of the waiter row whose id is `id` (an expression): [`Postgres::waiter_channel`].
 fn waiter_channel_sql(id: &str, base: &str) -> String {
     format!(
-        "pg_catalog.left('w' || ({id})::text || '_' || {}, 63)",
-        quote_literal(base)
+        "pg_catalog.left('w'::pg_catalog.text OPERATOR(pg_catalog.||) ({id})::pg_catalog.text
+             OPERATOR(pg_catalog.||) '_'::pg_catalog.text OPERATOR(pg_catalog.||) {}, 63)",
+        text_literal(base)
     )
 }
 
 fn quote_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
+}
+
+/// A string as a literal of type `pg_catalog.text` (see [`SQL`](self#sql)).
+fn text_literal(text: &str) -> String {
+    format!("{}::pg_catalog.text", quote_literal(text))
+}
+
+/// A number as a literal of type `pg_catalog.int8` (quoted: a minus sign would be an operator).
+fn int8(n: i64) -> String {
+    format!("'{n}'::pg_catalog.int8")
 }
 
 /// Drives a session; with `heard`, counts the releases and acquisitions of one lease name.

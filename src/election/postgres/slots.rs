@@ -66,17 +66,21 @@ struct SlotRow {
     seen: Option<Row>,
 }
 
-/// A string as an SQL literal that means the same whatever `standard_conforming_strings` says.
+/// A string as an SQL literal of type `pg_catalog.text` that means the same whatever
+/// `standard_conforming_strings` says.
 fn literal(text: &str) -> String {
-    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+    format!(
+        "E'{}'::pg_catalog.text",
+        text.replace('\\', "\\\\").replace('\'', "''")
+    )
 }
 
 fn literal_opt(text: Option<&str>) -> String {
-    text.map_or_else(|| "NULL".to_owned(), literal)
+    text.map_or_else(|| "NULL::pg_catalog.text".to_owned(), literal)
 }
 
 fn number_opt(n: Option<i64>) -> String {
-    n.map_or_else(|| "NULL".to_owned(), |n| n.to_string())
+    n.map_or_else(|| "NULL::pg_catalog.int8".to_owned(), int8)
 }
 
 impl Postgres {
@@ -84,7 +88,9 @@ impl Postgres {
     fn slot_rows_sql(&self, n: u32) -> String {
         let name = literal(&self.shared.name);
         format!(
-            "(SELECT k, CASE WHEN k = 1 THEN {name} ELSE {name} || '/' || k END AS slot
+            "(SELECT k, CASE WHEN k OPERATOR(pg_catalog.=) 1 THEN {name}
+                             ELSE {name} OPERATOR(pg_catalog.||) '/'::pg_catalog.text
+                                  OPERATOR(pg_catalog.||) k::pg_catalog.text END AS slot
               FROM pg_catalog.generate_series(1, {n}) k)"
         )
     }
@@ -108,14 +114,19 @@ impl Postgres {
         let name = literal(&self.shared.name);
         format!(
             "SELECT max_holders FROM {leases}
-             WHERE (name = {name} OR pg_catalog.starts_with(name, {name} || '/'))
-               AND holder IS NOT NULL AND expires_at > now() AND max_holders <> {n}
+             WHERE (name OPERATOR(pg_catalog.=) {name}
+                    OR pg_catalog.starts_with(name, {name} OPERATOR(pg_catalog.||) '/'::pg_catalog.text))
+               AND holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+               AND max_holders OPERATOR(pg_catalog.<>) {n}
              UNION ALL
              SELECT max_holders FROM {waiters}
-             WHERE name = {name} AND id <> {waiter} AND expires_at > now() AND max_holders <> {n}
+             WHERE name OPERATOR(pg_catalog.=) {name} AND id OPERATOR(pg_catalog.<>) {waiter}
+               AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now() AND max_holders OPERATOR(pg_catalog.<>) {n}
              LIMIT 1",
             leases = self.leases(),
             waiters = self.qualified(&self.shared.waiters),
+            n = int8(i64::from(n)),
+            waiter = int8(waiter),
         )
     }
 
@@ -152,71 +163,85 @@ impl Postgres {
             "GREATEST(({high}) OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
                       pg_catalog.nextval({tokens}::pg_catalog.regclass))"
         );
+        let (ttl, n, waiter) = (int8(ttl), int8(i64::from(n)), int8(waiter));
+        let expiry = expiry_sql(&ttl);
+        let expires_us = "(EXTRACT(EPOCH FROM l.expires_at) OPERATOR(pg_catalog.*) \
+                          1000000::pg_catalog.numeric)::pg_catalog.int8";
         let mut sql = String::new();
         // The row NAME, free, for a new name: what the lock is taken on.
         let _ = write!(
             sql,
             "INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms, max_holders)
-             SELECT {name}, NULL, nextval({tokens}), now(), 0, {n}
-             WHERE NOT EXISTS (SELECT 1 FROM {leases} WHERE name = {name})
+             SELECT {name}, NULL, pg_catalog.nextval({tokens}::pg_catalog.regclass), pg_catalog.now(),
+                    0, {n}
+             WHERE NOT EXISTS (SELECT 1 FROM {leases} WHERE name OPERATOR(pg_catalog.=) {name})
              ON CONFLICT (name) DO NOTHING;
-             SELECT 'lock' FROM {leases} WHERE name = {name} FOR NO KEY UPDATE;
+             SELECT 'lock'::pg_catalog.text FROM {leases} WHERE name OPERATOR(pg_catalog.=) {name} FOR NO KEY UPDATE;
              UPDATE {leases} SET max_holders = {n}
-             WHERE name = {name} AND max_holders <> {n} AND NOT EXISTS ({theirs});"
+             WHERE name OPERATOR(pg_catalog.=) {name} AND max_holders OPERATOR(pg_catalog.<>) {n}
+                 AND NOT EXISTS ({theirs});"
         );
         let _ = write!(
             sql,
             "WITH cur AS (
                  SELECT s.k, s.slot, l.name IS NOT NULL AS present, l.holder, l.token,
-                        l.renewals, (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint AS expires_us,
-                        l.ttl_ms
-                 FROM {slots} s LEFT JOIN {leases} l ON l.name = s.slot),
+                        l.renewals, {expires_us} AS expires_us, l.ttl_ms
+                 FROM {slots} s LEFT JOIN {leases} l ON l.name OPERATOR(pg_catalog.=) s.slot),
              theirs AS ({theirs}),
-             free AS (SELECT count(*) AS f FROM cur WHERE holder IS NULL),
-             ahead AS (SELECT count(*) AS a FROM {waiters} w WHERE w.name = {name}
-                       AND ({waiter} = 0 OR w.id < {waiter}) AND w.expires_at > now()),
+             free AS (SELECT pg_catalog.count(*) AS f FROM cur WHERE holder IS NULL),
+             ahead AS (SELECT pg_catalog.count(*) AS a FROM {waiters} w
+                       WHERE w.name OPERATOR(pg_catalog.=) {name}
+                       AND ({waiter} OPERATOR(pg_catalog.=) 0::pg_catalog.int8
+                            OR w.id OPERATOR(pg_catalog.<) {waiter})
+                       AND w.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()),
              pick AS (
                  SELECT slot, present, holder IS NULL AS was_free FROM cur
                  WHERE NOT EXISTS (SELECT 1 FROM theirs)
-                   AND ((holder IS NULL AND (SELECT a FROM ahead) < (SELECT f FROM free))
-                        OR (slot = {r_row} AND holder = {r_holder} AND token = {r_token}
-                            AND renewals = {r_renewals} AND expires_us = {r_expires}))
+                   AND ((holder IS NULL AND (SELECT a FROM ahead) OPERATOR(pg_catalog.<) (SELECT f FROM free))
+                        OR (slot OPERATOR(pg_catalog.=) {r_row} AND holder OPERATOR(pg_catalog.=) {r_holder}
+                            AND token OPERATOR(pg_catalog.=) {r_token}
+                            AND renewals OPERATOR(pg_catalog.=) {r_renewals}
+                            AND expires_us OPERATOR(pg_catalog.=) {r_expires}))
                  ORDER BY holder IS NULL DESC, k LIMIT 1),
              upd AS (
                  UPDATE {leases} l SET holder = {ident},
                      token = {next},
-                     renewals = l.renewals + 1,
-                     expires_at = now() + {ttl}::bigint * interval '1 millisecond',
+                     renewals = l.renewals OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                     expires_at = {expiry},
                      ttl_ms = {ttl}, max_holders = {n}
                  FROM pick
-                 WHERE l.name = pick.slot AND pick.present
+                 WHERE l.name OPERATOR(pg_catalog.=) pick.slot AND pick.present
                    AND (l.holder IS NULL
-                        OR (l.holder = {r_holder} AND l.token = {r_token}
-                            AND l.renewals = {r_renewals}
-                            AND (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint = {r_expires}))
+                        OR (l.holder OPERATOR(pg_catalog.=) {r_holder} AND l.token OPERATOR(pg_catalog.=) {r_token}
+                            AND l.renewals OPERATOR(pg_catalog.=) {r_renewals}
+                            AND {expires_us} OPERATOR(pg_catalog.=) {r_expires}))
                  RETURNING l.name, l.token),
              ins AS (
                  INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms, max_holders)
                  SELECT slot, {ident}, {next},
-                        now() + {ttl}::bigint * interval '1 millisecond', {ttl}, {n}
+                        {expiry}, {ttl}, {n}
                  FROM pick WHERE NOT pick.present
                  ON CONFLICT (name) DO NOTHING
                  RETURNING name, token),
              won AS (SELECT name, token FROM upd UNION ALL SELECT name, token FROM ins),
-             told AS (SELECT pg_notify({channel}, 'taken' || chr(10) || {ttl} || chr(10) || {name})
+             told AS (SELECT pg_catalog.pg_notify({channel}, 'taken'::pg_catalog.text
+                          OPERATOR(pg_catalog.||) pg_catalog.chr(10) OPERATOR(pg_catalog.||) {ttl}::pg_catalog.text
+                          OPERATOR(pg_catalog.||) pg_catalog.chr(10) OPERATOR(pg_catalog.||) {name})
                       FROM won),
-             left_line AS (DELETE FROM {waiters} WHERE name = {name} AND id = {waiter}
+             left_line AS (DELETE FROM {waiters}
+                           WHERE name OPERATOR(pg_catalog.=) {name} AND id OPERATOR(pg_catalog.=) {waiter}
                            AND EXISTS (SELECT 1 FROM won)),
              next AS (
-                 SELECT pg_notify({next_channel}, 'free' || chr(10) || {name})
-                 FROM (SELECT id FROM {waiters} WHERE name = {name} AND id <> {waiter}
+                 SELECT pg_catalog.pg_notify({next_channel}, {FREE} OPERATOR(pg_catalog.||) {name})
+                 FROM (SELECT id FROM {waiters}
+                       WHERE name OPERATOR(pg_catalog.=) {name} AND id OPERATOR(pg_catalog.<>) {waiter}
                        ORDER BY id LIMIT 1) nx
                  WHERE EXISTS (SELECT 1 FROM won)
-                   AND (SELECT f FROM free) > (SELECT count(*) FROM pick WHERE was_free))
-             SELECT 'slot', c.slot, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms,
+                   AND (SELECT f FROM free) OPERATOR(pg_catalog.>) (SELECT pg_catalog.count(*) FROM pick WHERE was_free))
+             SELECT 'slot'::pg_catalog.text, c.slot, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms,
                     (SELECT name FROM won), (SELECT token FROM won),
                     (SELECT max_holders FROM theirs LIMIT 1),
-                    (SELECT count(*) FROM told), (SELECT count(*) FROM next), c.present
+                    (SELECT pg_catalog.count(*) FROM told), (SELECT pg_catalog.count(*) FROM next), c.present
              FROM cur c ORDER BY c.k;"
         );
         // The row NAME keeps the name's highest token (for an instance with N = 1, whose
@@ -336,8 +361,9 @@ impl Postgres {
     pub(super) async fn look_slots(&self) -> Result<Duration, StoreError> {
         let sql = format!(
             "SELECT s.slot, l.name IS NOT NULL, l.holder, l.token, l.renewals,
-                    (EXTRACT(EPOCH FROM l.expires_at) * 1000000)::bigint, l.ttl_ms
-             FROM {slots} s LEFT JOIN {leases} l ON l.name = s.slot ORDER BY s.k",
+                    (EXTRACT(EPOCH FROM l.expires_at) OPERATOR(pg_catalog.*) 1000000::pg_catalog.numeric)::pg_catalog.int8,
+                    l.ttl_ms
+             FROM {slots} s LEFT JOIN {leases} l ON l.name OPERATOR(pg_catalog.=) s.slot ORDER BY s.k",
             slots = self.slot_rows_sql(self.shared.max_holders),
             leases = self.leases(),
         );
@@ -368,12 +394,14 @@ impl Postgres {
         let s = &self.shared;
         let sql = format!(
             "WITH gone AS (
-                 UPDATE {leases} SET holder = NULL, expires_at = now()
-                 WHERE name = $5 AND holder = $2 AND token = $3
+                 UPDATE {leases} SET holder = NULL, expires_at = pg_catalog.now()
+                 WHERE name OPERATOR(pg_catalog.=) $5 AND holder OPERATOR(pg_catalog.=) $2
+                     AND token OPERATOR(pg_catalog.=) $3
                  RETURNING 1),
-             first AS (SELECT id FROM {waiters} WHERE name = $1 ORDER BY id LIMIT 1)
-             SELECT pg_notify($4, 'free' || chr(10) || $1)::text,
-                    (SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text FROM first)
+             first AS (SELECT id FROM {waiters} WHERE name OPERATOR(pg_catalog.=) $1 ORDER BY id LIMIT 1)
+             SELECT pg_catalog.pg_notify($4, {FREE} OPERATOR(pg_catalog.||) $1)::pg_catalog.text,
+                    (SELECT pg_catalog.pg_notify({channel}, {FREE} OPERATOR(pg_catalog.||) $1)::pg_catalog.text
+                     FROM first)
              FROM gone",
             leases = self.leases(),
             waiters = self.qualified(&s.waiters),
@@ -400,12 +428,15 @@ impl Postgres {
     pub(super) async fn leave_line(&self, id: i64) -> Result<(), StoreError> {
         let s = &self.shared;
         let sql = format!(
-            "WITH gone AS (DELETE FROM {waiters} WHERE name = $1 AND id = $2 RETURNING 1),
-                  next AS (SELECT id FROM {waiters} WHERE name = $1 AND id <> $2
+            "WITH gone AS (DELETE FROM {waiters}
+                           WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.=) $2
+                           RETURNING 1),
+                  next AS (SELECT id FROM {waiters}
+                           WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.<>) $2
                            ORDER BY id LIMIT 1)
-             SELECT pg_notify({channel}, 'free' || chr(10) || $1)::text
+             SELECT pg_catalog.pg_notify({channel}, {FREE} OPERATOR(pg_catalog.||) $1)::pg_catalog.text
              FROM next
-             WHERE EXISTS (SELECT 1 FROM {slots} s LEFT JOIN {leases} l ON l.name = s.slot
+             WHERE EXISTS (SELECT 1 FROM {slots} s LEFT JOIN {leases} l ON l.name OPERATOR(pg_catalog.=) s.slot
                            WHERE l.holder IS NULL)",
             waiters = self.qualified(&s.waiters),
             leases = self.leases(),
@@ -422,8 +453,10 @@ impl Postgres {
     /// token) first, and the N the row `NAME` says (1 without it).
     pub(super) async fn read_holders(&self) -> Result<(Vec<Leader>, u32), StoreError> {
         let sql = format!(
-            "SELECT name, holder, token, expires_at > now(), max_holders FROM {}
-             WHERE name = $1 OR pg_catalog.starts_with(name, $1 || '/')
+            "SELECT name, holder, token, expires_at OPERATOR(pg_catalog.>) pg_catalog.now(), max_holders
+             FROM {}
+             WHERE name OPERATOR(pg_catalog.=) $1
+                OR pg_catalog.starts_with(name, $1 OPERATOR(pg_catalog.||) '/'::pg_catalog.text)
              ORDER BY token",
             self.leases()
         );
@@ -544,8 +577,9 @@ mod tests {
 
     #[test]
     fn literals_mean_the_same_whatever_the_server_says() {
-        assert_eq!(literal(r"it's \n"), r"E'it''s \\n'");
-        assert_eq!(literal_opt(None), "NULL");
+        assert_eq!(literal(r"it's \n"), r"E'it''s \\n'::pg_catalog.text");
+        assert_eq!(literal_opt(None), "NULL::pg_catalog.text");
+        assert_eq!(number_opt(Some(-5)), "'-5'::pg_catalog.int8");
         assert_eq!(clamp_n(0), 1);
         assert_eq!(clamp_n(5000), 1000);
         assert_eq!(lease_of_row("a/2"), "a");

@@ -217,8 +217,10 @@ impl Read for Postgres {
         // The prefix is the table: every row in it is an election.
         // Slot rows (`NAME/k`, with N above 1) are folded into their name's election.
         let sql = format!(
-            "SELECT l.name, l.holder, l.token, l.expires_at > now(),
-                    (SELECT count(*) FROM {waiters} w WHERE w.name = l.name AND w.expires_at > now()),
+            "SELECT l.name, l.holder, l.token, l.expires_at OPERATOR(pg_catalog.>) pg_catalog.now(),
+                    (SELECT pg_catalog.count(*) FROM {waiters} w
+                     WHERE w.name OPERATOR(pg_catalog.=) l.name
+                       AND w.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()),
                     l.max_holders
              FROM {leases} l ORDER BY l.name",
             leases = self.leases(),
@@ -266,8 +268,9 @@ impl Read for Postgres {
 
     async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
         let sql = format!(
-            "SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - now())) * 1000))::bigint, ttl_ms
-             FROM {} WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()",
+            "SELECT {LEFT_MS}, ttl_ms
+             FROM {} WHERE name OPERATOR(pg_catalog.=) $1 AND token OPERATOR(pg_catalog.=) $2
+                 AND holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()",
             self.leases()
         );
         let row_name = self
@@ -287,7 +290,7 @@ impl Read for Postgres {
 impl Records for Postgres {
     async fn read_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let sql = format!(
-            "SELECT value FROM {records} r WHERE key = $1 AND {visible}",
+            "SELECT value FROM {records} r WHERE key OPERATOR(pg_catalog.=) $1 AND {visible}",
             records = self.records(),
             visible = self.visible(),
         );
@@ -307,11 +310,12 @@ impl Records for Postgres {
     ) -> Result<bool, StoreError> {
         let sql = format!(
             "INSERT INTO {records} (key, value, expires_at, lease_name, lease_token)
-             SELECT $1, $2, now() + $3::bigint * interval '1 millisecond', NULL, NULL
+             SELECT $1, $2, {expiry}, NULL, NULL
              {fence}
              ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,
                  expires_at = EXCLUDED.expires_at, lease_name = NULL, lease_token = NULL",
             records = self.records(),
+            expiry = expiry_sql("$3"),
             fence = self.fence(),
         );
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
@@ -331,7 +335,10 @@ impl Records for Postgres {
             .await?;
         if written > 0 {
             // Best effort: records past their retention go.
-            let sql = format!("DELETE FROM {} WHERE expires_at < now()", self.records());
+            let sql = format!(
+                "DELETE FROM {} WHERE expires_at OPERATOR(pg_catalog.<) pg_catalog.now()",
+                self.records()
+            );
             let _ = self
                 .request(|c| async move { unnamed::execute(&c, &sql, &[]).await })
                 .await;
@@ -341,7 +348,8 @@ impl Records for Postgres {
 
     async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
         let sql = format!(
-            "SELECT key, value FROM {records} r WHERE starts_with(key, $1) AND {visible} ORDER BY key",
+            "SELECT key, value FROM {records} r WHERE pg_catalog.starts_with(key, $1) AND {visible}
+             ORDER BY key",
             records = self.records(),
             visible = self.visible(),
         );
@@ -408,12 +416,13 @@ impl Handover for Postgres {
     ) -> Result<bool, StoreError> {
         let sql = format!(
             "INSERT INTO {records} (key, value, expires_at, lease_name, lease_token)
-             SELECT $1, $2, now() + $3::bigint * interval '1 millisecond', NULL, NULL
-             FROM {leases} WHERE name = $4 AND token = $5 AND holder IS NOT NULL
-                 AND expires_at > now() FOR SHARE
+             SELECT $1, $2, {expiry}, NULL, NULL
+             FROM {leases} WHERE name OPERATOR(pg_catalog.=) $4 AND token OPERATOR(pg_catalog.=) $5
+                 AND holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now() FOR SHARE
              ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value,
                  expires_at = EXCLUDED.expires_at, lease_name = NULL, lease_token = NULL",
             records = self.records(),
+            expiry = expiry_sql("$3"),
             leases = self.leases(),
         );
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
@@ -444,20 +453,24 @@ impl Handover for Postgres {
         let (sql, rows) = if lease == name {
             let sql = format!(
                 "WITH gone AS (
-                     UPDATE {} SET holder = NULL, expires_at = now()
-                     WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()
+                     UPDATE {} SET holder = NULL, expires_at = pg_catalog.now()
+                     WHERE name OPERATOR(pg_catalog.=) $1 AND token OPERATOR(pg_catalog.=) $2
+                         AND holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
                      RETURNING 1)
-                 SELECT pg_notify($3, 'free' || chr(10) || $1)::text FROM gone",
+                 SELECT pg_catalog.pg_notify($3, {FREE} OPERATOR(pg_catalog.||) $1)::pg_catalog.text
+                 FROM gone",
                 self.leases()
             );
             (sql, None)
         } else {
             let sql = format!(
                 "WITH gone AS (
-                     UPDATE {} SET holder = NULL, expires_at = now()
-                     WHERE name = $1 AND token = $2 AND holder IS NOT NULL AND expires_at > now()
+                     UPDATE {} SET holder = NULL, expires_at = pg_catalog.now()
+                     WHERE name OPERATOR(pg_catalog.=) $1 AND token OPERATOR(pg_catalog.=) $2
+                         AND holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
                      RETURNING 1)
-                 SELECT pg_notify($3, 'free' || chr(10) || $4)::text FROM gone",
+                 SELECT pg_catalog.pg_notify($3, {FREE} OPERATOR(pg_catalog.||) $4)::pg_catalog.text
+                 FROM gone",
                 self.leases()
             );
             (sql, Some(lease.to_owned()))
@@ -524,10 +537,11 @@ impl Postgres {
     /// that lease row still holds its token.
     fn visible(&self) -> String {
         format!(
-            "(r.expires_at IS NULL OR r.expires_at > now())
+            "(r.expires_at IS NULL OR r.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())
              AND (r.lease_token IS NULL OR EXISTS (
-                 SELECT 1 FROM {} l WHERE l.name = r.lease_name AND l.token = r.lease_token
-                 AND l.holder IS NOT NULL AND l.expires_at > now()))",
+                 SELECT 1 FROM {} l WHERE l.name OPERATOR(pg_catalog.=) r.lease_name
+                 AND l.token OPERATOR(pg_catalog.=) r.lease_token
+                 AND l.holder IS NOT NULL AND l.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()))",
             self.leases()
         )
     }
@@ -557,10 +571,12 @@ impl Keeper for PgKeeper {
         // full TTL, and this renewal changes it (`renewals`). A step of the server's clock
         // (either way) thus neither ends the lease nor keeps a taken one.
         let sql = format!(
-            "UPDATE {} SET expires_at = now() + $4::bigint * interval '1 millisecond', ttl_ms = $4,
-                 renewals = renewals + 1
-             WHERE name = $1 AND holder = $2 AND token = $3",
-            self.backend.leases()
+            "UPDATE {} SET expires_at = {}, ttl_ms = $4,
+                 renewals = renewals OPERATOR(pg_catalog.+) 1::pg_catalog.int8
+             WHERE name OPERATOR(pg_catalog.=) $1 AND holder OPERATOR(pg_catalog.=) $2
+                 AND token OPERATOR(pg_catalog.=) $3",
+            self.backend.leases(),
+            expiry_sql("$4"),
         );
         let renewed = unnamed::execute(
             client,
