@@ -98,6 +98,7 @@ mod faults;
 mod floors;
 mod handover;
 mod hints;
+mod history_checks;
 mod holder_records;
 mod holders;
 mod holders_metrics;

@@ -307,8 +307,13 @@ impl Trial {
         std::fs::read_to_string(self.history_path()).unwrap_or_default()
     }
 
+    /// The records so far, complete lines only: jobs still append to the history, each record
+    /// one write of a whole line, and a last line without its `\n` may be a write caught half
+    /// done (its time cut short).
     pub fn records(&self) -> Vec<Record> {
-        history::parse(&self.history_text()).0
+        let text = self.history_text();
+        let complete = text.rfind('\n').map_or(0, |end| end + 1);
+        history::parse(&text[..complete]).0
     }
 
     /// Waits until a record matching `pred` is in the history, and returns it.
