@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leader_exec_global_optspecs
-    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait max-holders= recampaign hold-at-least= occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
+    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait max-holders= recampaign hold-at-least= allow-long-hold occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_leader_exec_needs_command
@@ -59,6 +59,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l log-format -d '
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s n -l no-wait -d 'Try once: exit 124 at once if another instance leads or is ahead in line'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l recampaign -d 'After leadership is lost, stop the command and campaign again instead of exiting 75'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l allow-long-hold -d 'Accept a --hold-at-least longer than a day'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -443,6 +443,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hold_at_least: Option<Duration>,
 
+    /// Accept a --hold-at-least longer than a day.
+    ///
+    /// Without it such a hold is refused (exit 125) as a likely typo, `10d` for `10m`: every other
+    /// instance would wait, or exit 124, for that long.
+    #[arg(long)]
+    pub allow_long_hold: bool,
+
     /// Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)".
     ///
     /// The leader records the occurrence in the store (etcd, PostgreSQL or ZooKeeper; fenced by

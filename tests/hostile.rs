@@ -171,7 +171,7 @@ fn every_duration_flag_at_its_boundaries() {
     let marker = scratch.path("held");
     let touch = format!("touch '{}'", marker.display());
     let mut args = lease_args(&endpoint, "bound-hold");
-    args.extend(["--hold-at-least", "9000000000s"]);
+    args.extend(["--hold-at-least", "9000000000s", "--allow-long-hold"]);
     let mut held = Instance::start(&args, &["sh".into(), "-c".into(), touch]);
     assert!(wait_for(Duration::from_secs(10), || marker.exists()));
     // Once the command is done and the hold has begun (a TERM before that would go to the
