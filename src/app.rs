@@ -291,6 +291,18 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         crate::assets::write_all(dir)?;
         return Ok(0);
     }
+    if let Subcommand::Completion { shell } = subcommand {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        match out
+            .write_all(&crate::assets::completion(shell))
+            .and_then(|()| out.flush())
+        {
+            // A reader that stopped early (`| head`) wanted no more.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+            _ => return Ok(0),
+        }
+    }
     crate::telemetry::logging::start();
     if let Subcommand::Status(args) = &subcommand
         && args.all
@@ -342,7 +354,9 @@ async fn serve<B: Store>(
             Subcommand::Watch(args) => {
                 commands::watch::watch(backend, scope, args.json, limit, signals).await
             }
-            Subcommand::GenerateAssets { .. } => unreachable!("handled above"),
+            Subcommand::GenerateAssets { .. } | Subcommand::Completion { .. } => {
+                unreachable!("handled above")
+            }
         }
     }
 }

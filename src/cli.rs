@@ -177,7 +177,11 @@ pub fn completion_command() -> clap::Command {
 
 fn with_value_hint(arg: clap::Arg) -> clap::Arg {
     use clap::ValueHint;
-    if arg.get_value_hint() != ValueHint::Unknown || !arg.get_action().takes_values() {
+    // An argument with a fixed set of values (`completion SHELL`) completes those values.
+    if arg.get_value_hint() != ValueHint::Unknown
+        || !arg.get_action().takes_values()
+        || !arg.get_possible_values().is_empty()
+    {
         return arg;
     }
     let names = arg.get_value_names().unwrap_or_default();
@@ -224,7 +228,7 @@ pub fn try_parse() -> Result<Cli, clap::Error> {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign> --lease <NAME> [OPTIONS]",
+    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign> --lease <NAME> [OPTIONS]\n       leader-exec completion <bash|zsh|fish>",
     disable_help_subcommand = true,
     max_term_width = 100
 )]
@@ -280,12 +284,30 @@ pub enum Subcommand {
     /// current leader's (with several holders: no current holder's; nothing asked or deleted),
     /// 3 no leader, 124 no handover within --timeout, 125 error.
     Resign(ResignArgs),
+    /// Print the completion script for SHELL (the one installed under share/ for it).
+    ///
+    /// Under a prefix the shell does not search, load it from the shell's start-up file (bash:
+    /// `source <(leader-exec completion bash)` in ~/.bashrc) or write it where the shell looks
+    /// (zsh: a directory on fpath as _leader-exec; fish: ~/.config/fish/completions/). Exit
+    /// status: 0, 125 for an unknown shell.
+    Completion {
+        /// The shell to complete for.
+        shell: CompletionShell,
+    },
     /// Write the man page and shell completions into DIR (for packaging).
     #[command(hide = true, name = "generate-assets")]
     GenerateAssets {
         /// The directory to write man/ and completions/ into.
         dir: PathBuf,
     },
+}
+
+/// The shells `completion` writes a script for.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Args, Debug)]
