@@ -27,8 +27,9 @@ the lease is revoked at once and the next instance in line takes over.";
 
 /// Shown after `--help`; also the source of the man page's extra sections.
 pub const EXAMPLES: &str = "\
-Run a nightly job from the same crontab line on every host; only one host runs it:
-  leader-exec --lease statement-job --no-wait -- ./send-statements
+Run a nightly job from the same crontab line on every host; only one host runs it (cron's PATH is
+/usr/bin:/bin: name a binary in /usr/local/bin by its full path):
+  0 2 * * *  /usr/local/bin/leader-exec --lease statements --no-wait -- /srv/bin/statements
 
 Keep one copy of a poller running across three hosts (systemd unit with Restart=always):
   leader-exec --lease outbox-relay --recampaign -- /usr/local/bin/outbox-relay
@@ -41,11 +42,11 @@ Check the fencing token before each unit of work in a shell child:
 
 Exactly once per night from every host's crontab, even with skewed clocks (cron turns a bare %
 into a newline, so a crontab line writes it as \\%):
-  0 2 * * *  leader-exec --lease statements --no-wait --hold-at-least 10m \\
-      --occurrence \"statements:$(date +\\%F)\" -- ./send-statements
+  0 2 * * *  /usr/local/bin/leader-exec --lease statements --no-wait --hold-at-least 10m \\
+      --occurrence \"statements:$(date +\\%F)\" -- /srv/bin/send-statements
 
 Who leads, since which token, and the recent occurrences:
-  leader-exec status --lease statement-job
+  leader-exec status --lease statements
 
 Move leadership to the next host in line, from anywhere (the leader stops its command as on TERM,
 releases, and exits 75):
