@@ -42,7 +42,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l wait-timeout -d
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l max-holders -d 'Let up to N instances run COMMAND at once (1-1000): a fleet-wide concurrency limit' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -d 'Keep the lease until this long after acquiring it, even if the command ends sooner' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r -f
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and left without an outcome' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
 skip\t'Treat it as done: exit 0 without running'
 fail\t'Refuse to run and exit 76, so a human (or an alert) decides'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper); afterwards they are deleted, or treated as absent until they are' -r -f

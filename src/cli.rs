@@ -479,13 +479,16 @@ pub struct RunArgs {
     /// its token) before starting COMMAND
     /// and its outcome afterwards. A later leader with the same ID does not run a done
     /// occurrence (exit 0), runs a failed one again, and applies --if-unfinished to one that an
-    /// earlier leader started but never finished. COMMAND gets LEADER_OCCURRENCE.
+    /// earlier leader started and left without a recorded outcome. COMMAND gets
+    /// LEADER_OCCURRENCE.
     #[arg(long, value_name = "ID")]
     pub occurrence: Option<String>,
 
-    /// What to do with an occurrence an earlier leader started and never finished.
+    /// What to do with an occurrence an earlier leader started and left without an outcome.
     ///
-    /// The default refuses (exit 76): the earlier run may have done part of the work, and only
+    /// That run died or lost its lease mid-run, or finished but could not record its outcome
+    /// (its store cut off at the end). The default refuses (exit 76): the earlier run may have
+    /// done part of the work, or all of it, and only
     /// someone who knows the job can say whether running it again is safe. Use `rerun` for
     /// idempotent jobs (they get the earlier leader's token in LEADER_PREVIOUS_TOKEN to resume),
     /// `skip` where a missed run is cheaper than a repeated one.

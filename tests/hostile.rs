@@ -849,7 +849,12 @@ fn the_suggested_recovery_command_is_shell_quoted() {
     let fake = scratch.path("bin");
     std::fs::create_dir_all(&fake).unwrap();
     let etcdctl = fake.join("etcdctl");
-    std::fs::write(&etcdctl, "#!/bin/sh\nprintf '%s\\n' \"$2\"\n").unwrap();
+    // The key is the last argument, after --endpoints and `del`.
+    std::fs::write(
+        &etcdctl,
+        "#!/bin/sh\nfor a in \"$@\"; do last=$a; done\nprintf '%s\\n' \"$last\"\n",
+    )
+    .unwrap();
     std::os::unix::fs::PermissionsExt::set_mode(
         &mut std::fs::metadata(&etcdctl).unwrap().permissions(),
         0o755,

@@ -760,7 +760,11 @@ impl Describe for Etcd {
     }
 
     fn delete_record_hint(&self, key: &str) -> String {
-        format!("etcdctl del {}", crate::escape::shell_quote(key))
+        format!(
+            "etcdctl --endpoints={} del {}",
+            crate::escape::shell_quote(&self.shown()),
+            crate::escape::shell_quote(key)
+        )
     }
 }
 
