@@ -319,3 +319,63 @@ fn the_cron_check_names_a_bare_leader_exec_and_passes_a_path() {
         "    PATH=/usr/local/bin:/usr/bin:/bin\n\n    0 2 * * *  leader-exec --lease a -- x\n";
     assert_eq!(cron_lines_without_a_path(apart).len(), 1);
 }
+
+/// The package's words name every store, and the pages say what is there: the description and
+/// the Debian package's suggestions cover etcd, PostgreSQL and ZooKeeper; docs/etcd.md has no
+/// placeholder and one section per subject; the tarball's install line reads the file where
+/// packaging/tarball.sh writes it.
+#[test]
+fn the_package_and_the_pages_name_every_store_and_real_paths() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo_toml = fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let field = |name: &str| {
+        cargo_toml
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} = ")))
+            .unwrap_or_else(|| panic!("no {name} in Cargo.toml"))
+            .to_owned()
+    };
+    let description = field("description");
+    for store in ["etcd", "PostgreSQL", "ZooKeeper"] {
+        assert!(description.contains(store), "description: {description}");
+    }
+    let suggests = field("suggests");
+    for package in ["etcd-server", "postgresql", "zookeeper"] {
+        assert!(suggests.contains(package), "suggests: {suggests}");
+    }
+
+    let etcd = fs::read_to_string(root.join("docs/etcd.md")).unwrap();
+    assert!(
+        !etcd.contains("to be described"),
+        "docs/etcd.md: a placeholder"
+    );
+    let mut subjects = HashSet::new();
+    for heading in etcd.lines().filter(|l| l.starts_with('#')) {
+        for flag in heading
+            .split(['`', ' ', '(', ')'])
+            .filter(|w| w.starts_with("--"))
+        {
+            assert!(
+                subjects.insert(flag.to_owned()),
+                "docs/etcd.md: two sections on {flag}"
+            );
+        }
+    }
+
+    let tarball_sh = fs::read_to_string(root.join("packaging/tarball.sh")).unwrap();
+    assert!(
+        tarball_sh.contains("dist=$target/dist"),
+        "where tarball.sh writes"
+    );
+    for page in ["README.md", "docs/operations.md"] {
+        let text = fs::read_to_string(root.join(page)).unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(" -xzf ")).collect();
+        assert!(!lines.is_empty(), "{page}: no tarball install line");
+        for line in lines {
+            assert!(
+                line.contains("-xzf target/dist/leader-exec-"),
+                "{page}: the tarball is written to target/dist/: {line}"
+            );
+        }
+    }
+}
