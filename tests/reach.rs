@@ -1,6 +1,7 @@
 //! A store that cannot be reached at start: exit 125 within `--connect-timeout` (plus a small
 //! constant) on every store, ended at once when every endpoint refuses the connection, in one
-//! wording that names the store and the endpoint on every subcommand, and nothing left behind.
+//! wording that names the store and the endpoint on every subcommand, and nothing left behind;
+//! an endpoint that answers as something else than the store meant is named at once.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -144,4 +145,72 @@ pub fn unreachable_stores_are_named_the_same_way_by_every_subcommand<S: Store>()
     // clients that have long exited, which no real network does.
     drop(black_hole);
     assert!(store.held().is_empty(), "left behind: {:?}", store.held());
+}
+
+/// A TCP server on a free loopback port that answers every connection with `answer` and closes
+/// it: an HTTP/1 server where etcd was meant.
+fn answering(answer: &'static [u8]) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = [0u8; 512];
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(answer);
+        }
+    });
+    port
+}
+
+/// An etcd endpoint that is not the store meant ends every form at once, in one line naming the
+/// endpoint and what answers there: `https://` to a plain etcd, an HTTP/1 server, a PostgreSQL
+/// port without a scheme. Before, each waited out `--connect-timeout` and said "did not
+/// answer".
+#[test]
+fn an_endpoint_that_is_not_the_store_meant_is_named_at_once() {
+    let etcd = Etcd::start();
+    let postgres = Postgres::start();
+    let http = answering(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+    let plain = etcd.addr();
+    let cases = [
+        (
+            format!("https://{plain}"),
+            format!("{plain} answers without TLS (a plain etcd?): use http://{plain}"),
+        ),
+        (
+            format!("http://127.0.0.1:{http}"),
+            "answered, but not as etcd does (gRPC over HTTP/2): \"HTTP/1.1 404 Not Found\""
+                .to_owned(),
+        ),
+        (
+            format!("127.0.0.1:{}", postgres.port),
+            format!(
+                "PostgreSQL answers at 127.0.0.1:{}, not etcd: give a postgres://",
+                postgres.port
+            ),
+        ),
+    ];
+    for (endpoint, found) in &cases {
+        for (form, args) in every_form(endpoint, "10s") {
+            let (out, took) = timed(&args);
+            let line = failure_line(&out, &format!("{form} {endpoint}"));
+            assert!(
+                line.contains(&format!("etcd at {endpoint}: ")) && line.contains(found.as_str()),
+                "{form} {endpoint}: {line}"
+            );
+            assert!(took < Duration::from_secs(5), "{form} {endpoint}: {took:?}");
+        }
+    }
+    // The endpoint meant still works.
+    let (out, _) = timed(&[
+        "--endpoints",
+        &etcd.endpoint(),
+        "--lease",
+        "reach",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }

@@ -144,14 +144,17 @@ impl Connection {
         let connect_timeout = self.connect_timeout;
         let usage = |e: StoreError| Failure::usage(e.to_string());
         Ok(match &self.target {
-            Target::Etcd(target) => AnyStore::Etcd(Box::new(Etcd::new(
-                etcd::target::open(target).await?,
-                &target.endpoints,
-                scope.election_prefix(),
-                identity,
-                timing.ttl,
-                max_holders,
-            ))),
+            Target::Etcd(target) => AnyStore::Etcd(Box::new(
+                Etcd::new(
+                    etcd::target::open(target).await?,
+                    &target.endpoints,
+                    scope.election_prefix(),
+                    identity,
+                    timing.ttl,
+                    max_holders,
+                )
+                .over_tls(target.tls.is_some()),
+            )),
             Target::Postgres(target) => AnyStore::Postgres(
                 Postgres::new(
                     (**target).clone(),
@@ -196,11 +199,14 @@ impl Connection {
         let lease = scope.map_or("", |s| s.lease.as_str());
         let usage = |e: StoreError| Failure::usage(e.to_string());
         Ok(match &self.target {
-            Target::Etcd(target) => AnyStore::Etcd(Box::new(Etcd::reader(
-                etcd::target::open(target).await?,
-                &target.endpoints,
-                scope.map_or_else(|| prefix.to_owned(), Scope::election_prefix),
-            ))),
+            Target::Etcd(target) => AnyStore::Etcd(Box::new(
+                Etcd::reader(
+                    etcd::target::open(target).await?,
+                    &target.endpoints,
+                    scope.map_or_else(|| prefix.to_owned(), Scope::election_prefix),
+                )
+                .over_tls(target.tls.is_some()),
+            )),
             Target::Postgres(target) => AnyStore::Postgres(
                 Postgres::reader((**target).clone(), prefix, lease, self.connect_timeout)
                     .map_err(usage)?,
@@ -383,6 +389,10 @@ impl Describe for AnyStore {
 
     fn delete_record_hint(&self, key: &str) -> String {
         each!(self, store => store.delete_record_hint(key))
+    }
+
+    fn etcd_tls(&self) -> Option<bool> {
+        each!(self, store => store.etcd_tls())
     }
 }
 

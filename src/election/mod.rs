@@ -462,6 +462,12 @@ pub trait Describe {
 
     /// A command an operator can run to delete record `key` (shown in log messages).
     fn delete_record_hint(&self, key: &str) -> String;
+
+    /// For etcd, whether its endpoints are reached over TLS: a first contact that fails looks
+    /// at what answers there ([`etcd::probe`]). `None` for the other stores.
+    fn etcd_tls(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A store with every capability: what the run form and the subcommands are written against.
@@ -589,6 +595,8 @@ pub struct Reach {
     pub store: &'static str,
     pub shown: String,
     pub addresses: Vec<(String, u16)>,
+    /// See [`Describe::etcd_tls`].
+    pub etcd_tls: Option<bool>,
 }
 
 impl Reach {
@@ -597,7 +605,20 @@ impl Reach {
             store: backend.store_name(),
             shown: backend.shown(),
             addresses: backend.addresses(),
+            etcd_tls: backend.etcd_tls(),
         }
+    }
+
+    /// The whole message when an endpoint plainly answers as something other than the store
+    /// (see [`etcd::probe`]); `None` when the look decides nothing.
+    pub async fn not_the_store(&self) -> Option<String> {
+        let tls = self.etcd_tls?;
+        for (host, port) in &self.addresses {
+            if let Some(found) = etcd::probe::not_etcd(host, *port, tls).await {
+                return Some(format!("{} at {}: {found}", self.store, self.shown));
+            }
+        }
+        None
     }
 
     pub fn refused(&self) -> String {
@@ -646,6 +667,7 @@ where
     let until = tokio::time::Instant::now() + limit;
     let mut backoff = Backoff::new();
     let mut last: Option<String> = None;
+    let mut looked = false;
     let no_answer =
         |last: &Option<String>| StartError::Unreachable(reach.no_answer(limit, last.as_deref()));
     loop {
@@ -668,6 +690,19 @@ where
                 };
                 if refused {
                     return Err(StartError::Unreachable(reach.refused()));
+                }
+                // Once: something that answers, but not as the store does, is not a store slow
+                // to answer (an HTTP/1 server, PostgreSQL, TLS on one side only).
+                if !looked {
+                    looked = true;
+                    let found = tokio::select! {
+                        biased;
+                        () = tokio::time::sleep_until(until) => return Err(no_answer(&last)),
+                        found = reach.not_the_store() => found,
+                    };
+                    if let Some(found) = found {
+                        return Err(StartError::Unreachable(found));
+                    }
                 }
                 // The backoff never outlasts the limit.
                 tokio::select! {
@@ -692,6 +727,7 @@ mod tests {
             shown: "http://192.0.2.1:2379".into(),
             // Nothing to probe: never taken as refused.
             addresses: Vec::new(),
+            etcd_tls: None,
         }
     }
 

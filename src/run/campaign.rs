@@ -60,6 +60,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         let mut backoff = Backoff::new();
         let reach = Reach::of(backend);
         let mut last_error: Option<String> = None;
+        let mut looked = false;
         let timed_out = |last_error: &Option<String>| -> anyhow::Result<Joined> {
             if first {
                 Err(Failure::usage(
@@ -126,6 +127,19 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         };
                         if refused {
                             return Err(Failure::usage(reach.refused()).into());
+                        }
+                        // Once: an endpoint that answers, but not as the store does, is not a
+                        // store slow to answer.
+                        if !looked {
+                            looked = true;
+                            let found = tokio::select! {
+                                biased;
+                                _ = sleep_until_some(&clock, limit) => return timed_out(&last_error),
+                                found = reach.not_the_store() => found,
+                            };
+                            if let Some(found) = found {
+                                return Err(Failure::usage(found).into());
+                            }
                         }
                     }
                     // The backoff never outlasts the limit.

@@ -28,6 +28,7 @@ use etcd_client::{
 };
 
 mod holders;
+pub mod probe;
 pub mod target;
 
 pub use target::Target;
@@ -142,6 +143,8 @@ pub struct Etcd {
     max_holders: u32,
     /// `--endpoints`, as messages show them.
     endpoints: Vec<String>,
+    /// Whether the endpoints are reached over TLS.
+    tls: bool,
 }
 
 impl Etcd {
@@ -157,12 +160,19 @@ impl Etcd {
             max_holders,
             client,
             endpoints: endpoints.to_vec(),
+            tls: false,
             marker_prefix: marker_prefix(&election_prefix),
             election_prefix,
             identity,
             // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
             ttl_seconds: i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX),
         }
+    }
+
+    /// Sets whether the endpoints are reached over TLS (what [`probe::not_etcd`] expects).
+    pub fn over_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// etcd for reading and administration: campaigns for nothing, so it needs no lease TTL
@@ -757,6 +767,10 @@ impl Describe for Etcd {
 
     fn restart_resets_leases(&self) -> bool {
         true
+    }
+
+    fn etcd_tls(&self) -> Option<bool> {
+        Some(self.tls)
     }
 
     fn delete_record_hint(&self, key: &str) -> String {
