@@ -609,6 +609,20 @@ impl Reach {
         }
     }
 
+    /// A fatal answer at first contact, naming where it came from: `STORE: CAUSE` becomes
+    /// `STORE at ENDPOINTS: CAUSE` (a message that names the endpoints already stays as it is).
+    pub fn named(&self, message: &str) -> String {
+        match message
+            .strip_prefix(self.store)
+            .and_then(|m| m.strip_prefix(": "))
+        {
+            Some(cause) if !message.contains(&self.shown) => {
+                format!("{} at {}: {cause}", self.store, self.shown)
+            }
+            _ => message.to_owned(),
+        }
+    }
+
     /// The whole message when an endpoint plainly answers as something other than the store
     /// (see [`etcd::probe`]); `None` when the look decides nothing.
     pub async fn not_the_store(&self) -> Option<String> {
@@ -711,7 +725,11 @@ where
                     () = backoff.sleep() => {}
                 }
             }
-            Err(e) => return Err(StartError::Store(e)),
+            Err(e) => {
+                return Err(StartError::Store(StoreError::Fatal(
+                    reach.named(&e.to_string()),
+                )));
+            }
         }
     }
 }

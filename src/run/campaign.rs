@@ -115,7 +115,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             };
             match result {
                 Ok(candidacy) => return Ok(Joined::Candidacy(candidacy, sent)),
-                Err(StoreError::Fatal(message)) => return Err(Failure::usage(message).into()),
+                Err(StoreError::Fatal(message)) => {
+                    let message = if first {
+                        reach.named(&message)
+                    } else {
+                        message
+                    };
+                    return Err(Failure::usage(message).into());
+                }
                 Err(StoreError::Transient(message)) => {
                     tracing::debug!(event = "campaign-failed", error = %message, "campaign failed; retrying");
                     last_error = Some(message);

@@ -83,6 +83,17 @@ pub fn classify(error: etcd_client::Error) -> StoreError {
     }
     match error {
         Error::GRpcStatus(status) => {
+            // tonic's word for an HTTP answer without gRPC's trailers: an HTTP/2 server that is
+            // not etcd (a proxy or web server on the port), which trying again cannot change.
+            if let Some(code) = status
+                .message()
+                .split("mapped from HTTP status code ")
+                .nth(1)
+            {
+                return StoreError::Fatal(format!(
+                    "etcd: an HTTP server answered with status {code}, not etcd's gRPC (is this etcd's client port?)"
+                ));
+            }
             let message = if status.message().is_empty() {
                 format!("etcd: {}", status.code())
             } else {
