@@ -19,6 +19,9 @@ _leader__exec() {
             leader__exec,check)
                 cmd="leader__exec__subcmd__check"
                 ;;
+            leader__exec,completion)
+                cmd="leader__exec__subcmd__completion"
+                ;;
             leader__exec,resign)
                 cmd="leader__exec__subcmd__resign"
                 ;;
@@ -35,7 +38,7 @@ _leader__exec() {
 
     case "${cmd}" in
         leader__exec)
-            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --max-holders --recampaign --hold-at-least --occurrence --if-unfinished --occurrence-retention --http --metrics-file --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check resign"
+            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --max-holders --recampaign --hold-at-least --allow-long-hold --occurrence --if-unfinished --occurrence-retention --http --metrics-file --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check resign completion"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -92,16 +95,10 @@ _leader__exec() {
                     ;;
                 --kill-signal)
                     COMPREPLY=($(compgen -W "TERM INT HUP QUIT USR1 USR2 KILL" -- "${cur}"))
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 -s)
                     COMPREPLY=($(compgen -W "TERM INT HUP QUIT USR1 USR2 KILL" -- "${cur}"))
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 --kill-after)
@@ -148,9 +145,6 @@ _leader__exec() {
                     ;;
                 --if-unfinished)
                     COMPREPLY=($(compgen -W "rerun skip fail" -- "${cur}"))
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 --occurrence-retention)
@@ -207,9 +201,6 @@ _leader__exec() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 *)
@@ -290,9 +281,79 @@ _leader__exec() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        leader__exec__subcmd__completion)
+            opts="-l -v -q -h --lease --prefix --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help bash zsh fish"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --lease)
+                    COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                -l)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --prefix)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --endpoints)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -380,9 +441,6 @@ _leader__exec() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 *)
@@ -456,9 +514,6 @@ _leader__exec() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 *)
@@ -532,9 +587,6 @@ _leader__exec() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 *)

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leader_exec_global_optspecs
-    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait max-holders= recampaign hold-at-least= occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
+    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait max-holders= recampaign hold-at-least= allow-long-hold occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_leader_exec_needs_command
@@ -42,7 +42,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l wait-timeout -d
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l max-holders -d 'Let up to N instances run COMMAND at once (1-1000): a fleet-wide concurrency limit' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l hold-at-least -d 'Keep the lease until this long after acquiring it, even if the command ends sooner' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence -d 'Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)"' -r -f
-complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and never finished' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -d 'What to do with an occurrence an earlier leader started and left without an outcome' -r -f -a "rerun\t'Run it again; the command gets the old leader\'s token in LEADER_PREVIOUS_TOKEN'
 skip\t'Treat it as done: exit 0 without running'
 fail\t'Refuse to run and exit 76, so a human (or an alert) decides'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper); afterwards they are deleted, or treated as absent until they are' -r -f
@@ -59,6 +59,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l log-format -d '
 json\t'One JSON object per line'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s n -l no-wait -d 'Try once: exit 124 at once if another instance leads or is ahead in line'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l recampaign -d 'After leadership is lost, stop the command and campaign again instead of exiting 75'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l allow-long-hold -d 'Accept a --hold-at-least longer than a day'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -67,6 +68,7 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "status" -d 'Sh
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "watch" -d 'Print one line (or JSON object) per leadership change, until interrupted'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "check" -d 'Exit 0 if TOKEN is the current leader\'s token, 1 if it is not (stale), 125 on error'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "resign" -d 'Hand leadership over to the next instance in line, from any host, without an overlap'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "completion" -d 'Print the completion script for SHELL (the one installed under share/ for it)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
@@ -130,3 +132,17 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l force
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l connect-timeout -d 'How long the first contact with the store may take before leader-exec gives up (exit 125, naming the endpoint); a connection refused on every endpoint ends the wait at once. Later outages are retried (a leader until its renew deadline)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l cacert -d 'CA certificate to verify the store\'s certificate (PEM; etcd and PostgreSQL) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l user -d 'The store\'s user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l password-file -d 'Read the store\'s password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG\'s target=level,... form that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+json\t'One JSON object per line'"
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -s h -l help -d 'Print help (see more with \'--help\')'

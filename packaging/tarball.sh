@@ -15,7 +15,7 @@
 #
 # laid out to be unpacked into PREFIX (default /usr/local, which systemd searches for units):
 #
-#   tar -C /usr/local --strip-components=1 -xzf leader-exec-0.1.0-x86_64-linux.tar.gz
+#   tar -C /usr/local --strip-components=1 -xzf target/dist/leader-exec-0.1.0-x86_64-linux.tar.gz
 #   systemctl daemon-reload
 #
 # The units name PREFIX's paths, so a different PREFIX needs its own tarball (--prefix DIR).

@@ -144,7 +144,7 @@ fn hint(error: &clap::Error, args: &[String]) -> Option<String> {
         .collect();
     if let Some(name) = subcommands
         .iter()
-        .find(|name| unexpected.len() >= 3 && edit_distance(unexpected, name) <= 2)
+        .find(|name| unexpected.len() >= 3 && crate::escape::edit_distance(unexpected, name) <= 2)
     {
         return Some(format!("did you mean the subcommand `{name}`?"));
     }
@@ -158,31 +158,6 @@ fn hint(error: &clap::Error, args: &[String]) -> Option<String> {
     Some(format!(
         "to run it as the command, put -- before it: leader-exec [OPTIONS] --lease NAME -- {unexpected} ..."
     ))
-}
-
-/// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            d[i][j] = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
-            }
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// clap's rendered error as one line: every line before the usage, trimmed and joined.
@@ -291,6 +266,18 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         crate::assets::write_all(dir)?;
         return Ok(0);
     }
+    if let Subcommand::Completion { shell } = subcommand {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        match out
+            .write_all(&crate::assets::completion(shell))
+            .and_then(|()| out.flush())
+        {
+            // A reader that stopped early (`| head`) wanted no more.
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+            _ => return Ok(0),
+        }
+    }
     crate::telemetry::logging::start();
     if let Subcommand::Status(args) = &subcommand
         && args.all
@@ -342,7 +329,9 @@ async fn serve<B: Store>(
             Subcommand::Watch(args) => {
                 commands::watch::watch(backend, scope, args.json, limit, signals).await
             }
-            Subcommand::GenerateAssets { .. } => unreachable!("handled above"),
+            Subcommand::GenerateAssets { .. } | Subcommand::Completion { .. } => {
+                unreachable!("handled above")
+            }
         }
     }
 }

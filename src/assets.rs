@@ -37,20 +37,30 @@ pub fn all() -> io::Result<Vec<(String, Vec<u8>)>> {
         files.push((format!("man/{page_name}.1"), page));
     }
     for (shell, name) in [
-        (Shell::Bash, "leader-exec.bash"),
-        (Shell::Zsh, "_leader-exec"),
-        (Shell::Fish, "leader-exec.fish"),
+        (cli::CompletionShell::Bash, "leader-exec.bash"),
+        (cli::CompletionShell::Zsh, "_leader-exec"),
+        (cli::CompletionShell::Fish, "leader-exec.fish"),
     ] {
-        let mut buffer = Vec::new();
-        clap_complete::generate(shell, &mut cli::completion_command(), BIN_NAME, &mut buffer);
-        match shell {
-            Shell::Bash => buffer = fix_bash_subcommand_names(&buffer),
-            Shell::Fish => buffer = fix_fish_option_values(&buffer),
-            _ => {}
-        }
-        files.push((format!("completions/{name}"), buffer));
+        files.push((format!("completions/{name}"), completion(shell)));
     }
     Ok(files)
+}
+
+/// The completion script for `shell`: the file under `completions/`, and what `leader-exec
+/// completion SHELL` prints.
+pub fn completion(shell: cli::CompletionShell) -> Vec<u8> {
+    let shell = match shell {
+        cli::CompletionShell::Bash => Shell::Bash,
+        cli::CompletionShell::Zsh => Shell::Zsh,
+        cli::CompletionShell::Fish => Shell::Fish,
+    };
+    let mut buffer = Vec::new();
+    clap_complete::generate(shell, &mut cli::completion_command(), BIN_NAME, &mut buffer);
+    match shell {
+        Shell::Bash => fix_bash_subcommand_names(&buffer),
+        Shell::Fish => fix_fish_option_values(&buffer),
+        _ => buffer,
+    }
 }
 
 const BIN_NAME: &str = "leader-exec";
@@ -215,7 +225,11 @@ mod tests {
             .filter_map(|l| l.trim().strip_suffix(')'))
             .filter(|name| name.starts_with("leader__"))
             .collect();
-        assert_eq!(set.len(), 5, "root + status, watch, check, resign: {set:?}");
+        assert_eq!(
+            set.len(),
+            6,
+            "root + status, watch, check, resign, completion: {set:?}"
+        );
         for name in &set {
             assert!(branches.contains(name), "no branch {name}) in {branches:?}");
         }

@@ -27,8 +27,9 @@ the lease is revoked at once and the next instance in line takes over.";
 
 /// Shown after `--help`; also the source of the man page's extra sections.
 pub const EXAMPLES: &str = "\
-Run a nightly job from the same crontab line on every host; only one host runs it:
-  leader-exec --lease statement-job --no-wait -- ./send-statements
+Run a nightly job from the same crontab line on every host; only one host runs it (cron's PATH is
+/usr/bin:/bin: name a binary in /usr/local/bin by its full path):
+  0 2 * * *  /usr/local/bin/leader-exec --lease statements --no-wait -- /srv/bin/statements
 
 Keep one copy of a poller running across three hosts (systemd unit with Restart=always):
   leader-exec --lease outbox-relay --recampaign -- /usr/local/bin/outbox-relay
@@ -41,11 +42,11 @@ Check the fencing token before each unit of work in a shell child:
 
 Exactly once per night from every host's crontab, even with skewed clocks (cron turns a bare %
 into a newline, so a crontab line writes it as \\%):
-  0 2 * * *  leader-exec --lease statements --no-wait --hold-at-least 10m \\
-      --occurrence \"statements:$(date +\\%F)\" -- ./send-statements
+  0 2 * * *  /usr/local/bin/leader-exec --lease statements --no-wait --hold-at-least 10m \\
+      --occurrence \"statements:$(date +\\%F)\" -- /srv/bin/send-statements
 
 Who leads, since which token, and the recent occurrences:
-  leader-exec status --lease statement-job
+  leader-exec status --lease statements
 
 Move leadership to the next host in line, from anywhere (the leader stops its command as on TERM,
 releases, and exits 75):
@@ -185,7 +186,11 @@ pub fn completion_command() -> clap::Command {
 
 fn with_value_hint(arg: clap::Arg) -> clap::Arg {
     use clap::ValueHint;
-    if arg.get_value_hint() != ValueHint::Unknown || !arg.get_action().takes_values() {
+    // An argument with a fixed set of values (`completion SHELL`) completes those values.
+    if arg.get_value_hint() != ValueHint::Unknown
+        || !arg.get_action().takes_values()
+        || !arg.get_possible_values().is_empty()
+    {
         return arg;
     }
     let names = arg.get_value_names().unwrap_or_default();
@@ -232,7 +237,7 @@ pub fn try_parse() -> Result<Cli, clap::Error> {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign> --lease <NAME> [OPTIONS]",
+    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign> --lease <NAME> [OPTIONS]\n       leader-exec completion <bash|zsh|fish>",
     disable_help_subcommand = true,
     max_term_width = 100
 )]
@@ -288,12 +293,30 @@ pub enum Subcommand {
     /// current leader's (with several holders: no current holder's; nothing asked or deleted),
     /// 3 no leader, 124 no handover within --timeout, 125 error.
     Resign(ResignArgs),
+    /// Print the completion script for SHELL (the one installed under share/ for it).
+    ///
+    /// Under a prefix the shell does not search, load it from the shell's start-up file (bash:
+    /// `source <(leader-exec completion bash)` in ~/.bashrc) or write it where the shell looks
+    /// (zsh: a directory on fpath as _leader-exec; fish: ~/.config/fish/completions/). Exit
+    /// status: 0, 125 for an unknown shell.
+    Completion {
+        /// The shell to complete for.
+        shell: CompletionShell,
+    },
     /// Write the man page and shell completions into DIR (for packaging).
     #[command(hide = true, name = "generate-assets")]
     GenerateAssets {
         /// The directory to write man/ and completions/ into.
         dir: PathBuf,
     },
+}
+
+/// The shells `completion` writes a script for.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Args, Debug)]
@@ -451,19 +474,29 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub hold_at_least: Option<Duration>,
 
+    /// Accept a --hold-at-least longer than a day.
+    ///
+    /// Without it such a hold is refused (exit 125) as a likely typo, `10d` for `10m`: every other
+    /// instance would wait, or exit 124, for that long.
+    #[arg(long)]
+    pub allow_long_hold: bool,
+
     /// Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)".
     ///
     /// The leader records the occurrence in the store (etcd, PostgreSQL or ZooKeeper; fenced by
     /// its token) before starting COMMAND
     /// and its outcome afterwards. A later leader with the same ID does not run a done
     /// occurrence (exit 0), runs a failed one again, and applies --if-unfinished to one that an
-    /// earlier leader started but never finished. COMMAND gets LEADER_OCCURRENCE.
+    /// earlier leader started and left without a recorded outcome. COMMAND gets
+    /// LEADER_OCCURRENCE.
     #[arg(long, value_name = "ID")]
     pub occurrence: Option<String>,
 
-    /// What to do with an occurrence an earlier leader started and never finished.
+    /// What to do with an occurrence an earlier leader started and left without an outcome.
     ///
-    /// The default refuses (exit 76): the earlier run may have done part of the work, and only
+    /// That run died or lost its lease mid-run, or finished but could not record its outcome
+    /// (its store cut off at the end). The default refuses (exit 76): the earlier run may have
+    /// done part of the work, or all of it, and only
     /// someone who knows the job can say whether running it again is safe. Use `rerun` for
     /// idempotent jobs (they get the earlier leader's token in LEADER_PREVIOUS_TOKEN to resume),
     /// `skip` where a missed run is cheaper than a repeated one.

@@ -4,7 +4,8 @@
 //! back (identities, occurrence records). Printed raw, an identity holding `ESC ] 0 ; … BEL`
 //! retitles the operator's terminal, `ESC [ 2 J` clears it, `\r` or `\n` forges lines, and a
 //! right-to-left override reorders what follows. Text output therefore shows such data through
-//! [`escape`]; JSON output is escaped by the JSON encoder.
+//! [`escape`]; JSON output is escaped by the JSON encoder. Also [`edit_distance`], for the
+//! did-you-mean hints of messages.
 
 use std::fmt::Write as _;
 
@@ -54,6 +55,31 @@ fn push_char(out: &mut String, c: char) {
 /// backslashes escaped, and this form has none.
 pub fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r#"'"'"'"#))
+}
+
+/// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 #[cfg(test)]

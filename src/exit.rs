@@ -7,8 +7,9 @@ use std::fmt;
 
 /// Leadership was lost and the child was stopped (EX_TEMPFAIL): a service manager should restart us.
 pub const LEADERSHIP_LOST: u8 = 75;
-/// `--if-unfinished fail` refused an occurrence an earlier leader started and never finished: a
-/// human must decide whether running it again is safe (distinct from 125, "misconfigured").
+/// `--if-unfinished fail` refused an occurrence an earlier leader started and has no recorded
+/// outcome (it died mid-run, or finished but could not record it): a human must decide whether
+/// running it again is safe (distinct from 125, "misconfigured").
 pub const UNFINISHED_OCCURRENCE: u8 = 76;
 /// Not acquired: `--no-wait` found a leader, or `--wait-timeout` passed.
 pub const NOT_ACQUIRED: u8 = 124;

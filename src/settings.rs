@@ -20,8 +20,9 @@ pub const MAX_PREFIX: usize = 255;
 pub const MAX_IDENTITY: usize = 1024;
 pub const MAX_OCCURRENCE_ID: usize = 1024;
 
-/// A --hold-at-least longer than this is likely a typo (`10d` for `10m`): warned about.
-pub const HOLD_WARNING: Duration = Duration::from_secs(24 * 3600);
+/// A --hold-at-least longer than this is likely a typo (`10d` for `10m`): refused without
+/// --allow-long-hold.
+pub const LONGEST_HOLD: Duration = Duration::from_secs(24 * 3600);
 
 use crate::election::Scope;
 pub use crate::run::{Settings, Wait};
@@ -119,17 +120,17 @@ impl Settings {
             }
             other => other,
         };
+        if let Some(hold) = run.hold_at_least
+            && hold > LONGEST_HOLD
+            && !run.allow_long_hold
+        {
+            return Err(Failure::usage(format!(
+                "--hold-at-least {} is longer than a day, likely a typo (10d for 10m): this instance would keep the lease, and every other wait or exit 124, that long after it was elected; give a shorter hold, or add --allow-long-hold",
+                humantime::format_duration(hold)
+            )));
+        }
         // From here on every log line names this instance (the warnings below included).
         crate::telemetry::logging::set_context(&lease, &identity);
-        if let Some(hold) = run.hold_at_least
-            && hold > HOLD_WARNING
-        {
-            tracing::warn!(
-                event = "long-hold",
-                "--hold-at-least {} is longer than a day: this instance keeps the lease (and every other instance waits or exits 124) that long after it was elected; running anyway",
-                humantime::format_duration(hold)
-            );
-        }
         let connection = connection(store)?;
         Ok(Settings {
             http,

@@ -120,6 +120,44 @@ fn bash_completes_every_subcommand() {
     );
 }
 
+/// `leader-exec completion SHELL` prints the committed script for that shell, byte for byte,
+/// and bash completes the subcommand and its shells.
+#[test]
+fn the_completion_subcommand_prints_the_committed_script() {
+    for (shell, file) in [
+        ("bash", "leader-exec.bash"),
+        ("zsh", "_leader-exec"),
+        ("fish", "leader-exec.fish"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_leader-exec"))
+            .args(["completion", shell])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.stderr.is_empty(), "{shell}");
+        let committed = std::fs::read(completions_dir().join(file)).unwrap();
+        assert!(
+            out.stdout == committed,
+            "{shell}: differs from completions/{file}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_leader-exec"))
+        .args(["completion", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert_eq!(bash_complete("leader-exec compl"), ["completion"]);
+    let offered = bash_complete("leader-exec completion ");
+    for shell in ["bash", "fish", "zsh"] {
+        assert!(offered.iter().any(|o| o == shell), "{offered:?}");
+    }
+}
+
 #[test]
 fn bash_offers_signal_names_for_kill_signal() {
     let all = ["HUP", "INT", "KILL", "QUIT", "TERM", "USR1", "USR2"];

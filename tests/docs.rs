@@ -234,3 +234,148 @@ fn every_docs_page_is_installed_beside_the_readme() {
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+/// Whether `word` is a crontab time field (`0`, `*/5`, `1-5`, `mon`) or a `@daily` schedule.
+fn schedule_field(word: &str) -> bool {
+    !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "*/,-".contains(c))
+        && (word.chars().any(|c| c.is_ascii_digit() || c == '*')
+            || word.len() == 3 && word.chars().all(|c| c.is_ascii_alphabetic()))
+}
+
+/// Crontab lines of `text` that run a bare `leader-exec`: cron runs them with its own PATH
+/// (Debian's cron: `/usr/bin:/bin`), which does not hold /usr/local/bin, where install.sh and
+/// the tarball put the binary. A line is fine if it names the binary by an absolute path, or if
+/// a `PATH=` line comes before it in the same example (a blank line ends an example).
+fn cron_lines_without_a_path(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut path_set = false;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            path_set = false;
+            continue;
+        }
+        if words[0].starts_with("PATH=") {
+            path_set = true;
+            continue;
+        }
+        let command = if words[0].starts_with('@') {
+            words.get(1)
+        } else if words.len() > 5 && words[..5].iter().all(|w| schedule_field(w)) {
+            words.get(5)
+        } else {
+            None
+        };
+        if command == Some(&"leader-exec") && !path_set {
+            found.push(line.trim().to_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn every_cron_example_names_the_binary_by_its_path_or_sets_path() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = documentation_files(root);
+    files.push(root.join("src/cli.rs"));
+    files.push(root.join("man/leader-exec.1"));
+    let mut bare = Vec::new();
+    let mut examples = 0;
+    for file in &files {
+        let text = fs::read_to_string(file).unwrap();
+        // The man page escapes `-` as `\-`.
+        let text = text.replace("\\-", "-");
+        examples += text
+            .lines()
+            .filter(|l| l.contains("* * *") && l.contains("leader-exec"))
+            .count();
+        for line in cron_lines_without_a_path(&text) {
+            bare.push(format!("{}: {line}", file.display()));
+        }
+    }
+    assert!(examples >= 4, "no cron examples found: is the check blind?");
+    assert!(
+        bare.is_empty(),
+        "cron runs these with PATH=/usr/bin:/bin, without /usr/local/bin: name the binary by its \
+         path, or set PATH= above them (docs/operations.md, Running from cron):\n{}",
+        bare.join("\n")
+    );
+}
+
+#[test]
+fn the_cron_check_names_a_bare_leader_exec_and_passes_a_path() {
+    let bare =
+        "    0 2 * * *  leader-exec --lease a -- /srv/job\n    @daily leader-exec --lease b -- x\n";
+    assert_eq!(cron_lines_without_a_path(bare).len(), 2);
+    let full = "    0 2 * * *  /usr/local/bin/leader-exec --lease a -- /srv/job\n";
+    assert!(cron_lines_without_a_path(full).is_empty());
+    let path = "    PATH=/usr/local/bin:/usr/bin:/bin\n    */5 * * * mon-fri  leader-exec --lease a -- x\n";
+    assert!(cron_lines_without_a_path(path).is_empty());
+    // A PATH= of another example does not count.
+    let apart =
+        "    PATH=/usr/local/bin:/usr/bin:/bin\n\n    0 2 * * *  leader-exec --lease a -- x\n";
+    assert_eq!(cron_lines_without_a_path(apart).len(), 1);
+}
+
+/// The package's words name every store, and the pages say what is there: the description and
+/// the Debian package's suggestions cover etcd, PostgreSQL and ZooKeeper; docs/etcd.md has no
+/// placeholder and one section per subject; the tarball's install line reads the file where
+/// packaging/tarball.sh writes it.
+#[test]
+fn the_package_and_the_pages_name_every_store_and_real_paths() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo_toml = fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let field = |name: &str| {
+        cargo_toml
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} = ")))
+            .unwrap_or_else(|| panic!("no {name} in Cargo.toml"))
+            .to_owned()
+    };
+    let description = field("description");
+    for store in ["etcd", "PostgreSQL", "ZooKeeper"] {
+        assert!(description.contains(store), "description: {description}");
+    }
+    let suggests = field("suggests");
+    for package in ["etcd-server", "postgresql", "zookeeper"] {
+        assert!(suggests.contains(package), "suggests: {suggests}");
+    }
+
+    let etcd = fs::read_to_string(root.join("docs/etcd.md")).unwrap();
+    assert!(
+        !etcd.contains("to be described"),
+        "docs/etcd.md: a placeholder"
+    );
+    let mut subjects = HashSet::new();
+    for heading in etcd.lines().filter(|l| l.starts_with('#')) {
+        for flag in heading
+            .split(['`', ' ', '(', ')'])
+            .filter(|w| w.starts_with("--"))
+        {
+            assert!(
+                subjects.insert(flag.to_owned()),
+                "docs/etcd.md: two sections on {flag}"
+            );
+        }
+    }
+
+    let tarball_sh = fs::read_to_string(root.join("packaging/tarball.sh")).unwrap();
+    assert!(
+        tarball_sh.contains("dist=$target/dist"),
+        "where tarball.sh writes"
+    );
+    for page in ["README.md", "docs/operations.md"] {
+        let text = fs::read_to_string(root.join(page)).unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(" -xzf ")).collect();
+        assert!(!lines.is_empty(), "{page}: no tarball install line");
+        for line in lines {
+            assert!(
+                line.contains("-xzf target/dist/leader-exec-"),
+                "{page}: the tarball is written to target/dist/: {line}"
+            );
+        }
+    }
+}

@@ -80,7 +80,7 @@ pub fn a_leader_behind_a_black_hole_sigkills_a_term_ignoring_group_in_time<S: St
     let proxy = Proxy::start(etcd.addr());
     let scratch = Scratch::new();
     let job = r#"trap '' TERM
-                 sleep 1000 & echo $! >> "$pids"; echo "ready a $! $(date +%s%N)" >> "$h"
+                 sleep 1000 & register a $!; echo "ready a $! $(date +%s%N)" >> "$h"
                  while :; do sleep 0.05; done"#;
     let (mut a, mut b) = leader_behind_proxy(&etcd, &proxy, &scratch, job, "blackhole");
     let child = scratch

@@ -17,7 +17,7 @@ fn stubborn(name: &str) -> String {
     format!(
         r#"trap '' TERM
 sleep 1000 &
-echo $! >> "$pids"
+register {name} $!
 echo "child {name} $! $(date +%s%N)" >> "$h"
 wait"#
     )

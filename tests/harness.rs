@@ -733,13 +733,22 @@ impl Scratch {
         self.path("history")
     }
 
-    /// The history so far.
+    /// The history so far: its complete records (see [`parse_history`]).
     pub fn history(&self) -> Vec<Record> {
-        std::fs::read_to_string(self.history_path())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(Record::parse)
-            .collect()
+        parse_history(&std::fs::read_to_string(self.history_path()).unwrap_or_default())
+    }
+
+    /// Appends `record` to the history as the jobs do, in one write of the whole line: a record
+    /// written in pieces could be read half done, or interleave with a job's.
+    pub fn append(&self, record: &str) {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.history_path())
+            .unwrap()
+            .write_all(format!("{record}\n").as_bytes())
+            .unwrap();
     }
 
     /// Waits until a record of `kind` from `name` is in the history, and returns it.
@@ -777,15 +786,18 @@ impl Scratch {
 
     /// A `sh -c` job that records its start (token, pid, time), checks that no process of an
     /// earlier job is still alive at that instant (recording `overlap` otherwise), runs `body`,
-    /// and records its end. `$h` is the history file and `$pids` the file of every job pid.
+    /// and records its end. `$h` is the history file and `$pids` the file of every job process
+    /// (a body adds its own children with `register NAME PID`, see [`JOB_FUNCTIONS`]).
     pub fn job(&self, name: &str, body: &str) -> Vec<String> {
         let script = format!(
             r#"h='{h}'; pids='{p}'; export h pids
+{JOB_FUNCTIONS}
 echo "start {name} $LEADER_TOKEN $$ $(date +%s%N)" >> "$h"
-for p in $(cat "$pids" 2>/dev/null); do
-  if [ -d "/proc/$p" ] && ! grep -q '^[^)]*) Z' "/proc/$p/stat" 2>/dev/null; then echo "overlap {name} $p $(date +%s%N)" >> "$h"; fi
-done
-echo $$ >> "$pids"
+touch "$pids"
+while read -r n p t; do
+  if started "$p" && [ "$st" = "$t" ]; then echo "overlap {name} $p $(date +%s%N)" >> "$h"; fi
+done < "$pids"
+register {name} $$
 {body}
 echo "end {name} $(date +%s%N)" >> "$h"
 "#,
@@ -794,6 +806,40 @@ echo "end {name} $(date +%s%N)" >> "$h"
         );
         vec!["sh".into(), "-c".into(), script]
     }
+}
+
+/// Shell functions every job script defines before its body, for the overlap checks a job makes
+/// at its start against the processes earlier jobs listed in `$pids` (one `NAME PID START` line
+/// each).
+///
+/// `started PID` succeeds if PID is a live process, not a zombie, and sets `$st` to its start
+/// time (clock ticks since boot, field 22 of /proc/PID/stat), read in one read: a process that
+/// exits between two reads of /proc is not taken for alive. `register NAME PID` appends
+/// `NAME PID START` to `$pids` in one write of a whole line.
+///
+/// A listed process counts as alive only if its pid is live *and* started at the recorded tick:
+/// the kernel hands a freed pid to the next process (pid_max is 32768 on common systems, and a
+/// long test run goes round it), so a pid alone may name a process that is none of the jobs'.
+/// A reader of `$pids` takes only whole lines (`read` fails on a last line without its `\n`,
+/// a write still under way), and a line without all three fields names no process.
+pub const JOB_FUNCTIONS: &str = r#"started() { st=; case $1 in ''|*[!0-9]*) return 1;; esac
+  { read -r s < "/proc/$1/stat"; } 2>/dev/null || return 1
+  s=${s##*) }; set -- $s; [ "$1" != Z ] || return 1; st=${20}; [ -n "$st" ]; }
+register() { started "$2" && echo "$1 $2 $st" >> "$pids"; }"#;
+
+/// The complete lines of `text`, a file that other processes may still be appending to. Every
+/// writer appends a record as one `write` of a whole line ending in `\n`, but a reader may catch
+/// such a write half done (the first bytes of a line visible before the rest, as when a line
+/// crosses a page): a last line without its `\n` is no record yet, and is left to the next read.
+pub fn complete_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split_inclusive('\n')
+        .filter_map(|line| line.strip_suffix('\n'))
+}
+
+/// The records of a history file's text, complete lines only (see [`complete_lines`]): a record
+/// cut short would carry a wrong last field, a time, and so count as an overlap that never was.
+pub fn parse_history(text: &str) -> Vec<Record> {
+    complete_lines(text).filter_map(Record::parse).collect()
 }
 
 /// One line of history: `KIND NAME FIELD...`.

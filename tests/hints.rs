@@ -1,5 +1,6 @@
 //! Common first mistakes get a hint in their one line (exit 125): a command without `--`, a
-//! misspelt subcommand, an endpoint without a port, a PostgreSQL password missing or wrong.
+//! misspelt subcommand, an endpoint without a port or with a misspelt scheme, a PostgreSQL
+//! password missing or wrong.
 
 use std::time::{Duration, Instant};
 
@@ -83,6 +84,35 @@ fn an_endpoint_without_a_port_is_refused_at_once() {
         assert_one_line_125(code, &stderr);
         assert!(
             stderr.contains("has no port") && stderr.contains("http://127.0.0.1:2379"),
+            "{endpoint}: {stderr}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2), "{endpoint}");
+    }
+}
+
+/// A scheme typo is refused at once in one line naming the nearest scheme, whichever store it
+/// is nearest to (not only etcd's form), without trying to connect anywhere.
+#[test]
+fn a_scheme_typo_names_the_nearest_scheme_at_once() {
+    for (endpoint, meant) in [
+        ("postgre://postgres@127.0.0.1:5432/postgres", "postgres://"),
+        ("zookeeper://127.0.0.1:2181", "zk://"),
+        ("htp://127.0.0.1:2379", "http://"),
+    ] {
+        let started = Instant::now();
+        let (code, stderr) = run(&[
+            "--lease",
+            "x",
+            "--endpoints",
+            endpoint,
+            "--connect-timeout",
+            "3s",
+            "--",
+            "true",
+        ]);
+        assert_one_line_125(code, &stderr);
+        assert!(
+            stderr.contains(&format!("did you mean {meant}")) && stderr.contains(endpoint),
             "{endpoint}: {stderr}"
         );
         assert!(started.elapsed() < Duration::from_secs(2), "{endpoint}");

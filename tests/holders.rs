@@ -18,17 +18,18 @@ pub fn holder_args<'a>(endpoint: &'a str, lease: &'a str, n: &'a str) -> Vec<&'a
 
 /// A `sh -c` job for holders: records `start NAME TOKEN PID MAX_HOLDERS NS`, and `overlap NAME
 /// COUNT NS` if at that instant `$LEADER_MAX_HOLDERS` or more earlier jobs still have a process
-/// alive (zombies aside; `$pids` lists `NAME PID` lines, a job may add its own children); runs
-/// `body`; records `end NAME NS`.
+/// alive (zombies aside; `$pids` lists `NAME PID START` lines, a job may add its own children
+/// with `register NAME PID`, see `JOB_FUNCTIONS`); runs `body`; records `end NAME NS`.
 pub fn holder_job(scratch: &Scratch, name: &str, body: &str) -> Vec<String> {
     let script = format!(
         r#"h='{h}'; pids='{p}'; export h pids
+{JOB_FUNCTIONS}
 echo "start {name} $LEADER_TOKEN $$ $LEADER_MAX_HOLDERS $(date +%s%N)" >> "$h"
-alive=$(touch "$pids"; while read -r n p; do
-  if [ -d "/proc/$p" ] && ! grep -q '^[^)]*) Z' "/proc/$p/stat" 2>/dev/null; then echo "$n"; fi
+alive=$(touch "$pids"; while read -r n p t; do
+  if started "$p" && [ "$st" = "$t" ]; then echo "$n"; fi
 done < "$pids" | sort -u | wc -l)
 if [ "$alive" -ge "$LEADER_MAX_HOLDERS" ]; then echo "overlap {name} $alive $(date +%s%N)" >> "$h"; fi
-echo "{name} $$" >> "$pids"
+register {name} $$
 {body}
 echo "end {name} $(date +%s%N)" >> "$h"
 "#,
@@ -538,8 +539,7 @@ pub fn a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds<S: Store>(
     let endpoint = store.endpoint();
     let args = holder_args(&endpoint, "crash", "2");
     // a's command leaves a grandchild, listed with the pids every later start checks.
-    let orphan =
-        r#"sleep 1000 & echo "a $!" >> "$pids"; echo "ready a $! $(date +%s%N)" >> "$h"; wait"#;
+    let orphan = r#"sleep 1000 & register a $!; echo "ready a $! $(date +%s%N)" >> "$h"; wait"#;
     let mut a = Instance::start(&args, &holder_job(&scratch, "a", orphan));
     let ready = scratch
         .wait_record("ready", "a", Duration::from_secs(10))
@@ -565,12 +565,7 @@ pub fn a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds<S: Store>(
     assert_eq!(a.wait(Duration::from_secs(5)), Some(-1));
     // a's command records no end of its own: the instant it was seen gone (at or after the
     // real one) stands in.
-    use std::io::Write;
-    let mut history = std::fs::OpenOptions::new()
-        .append(true)
-        .open(scratch.history_path())
-        .unwrap();
-    writeln!(history, "end a {}", now_ns()).unwrap();
+    scratch.append(&format!("end a {}", now_ns()));
     // c holds once a's claim is gone on the server (its start checked that none of a's
     // processes was alive: no `overlap` record).
     assert_eq!(c.wait(Duration::from_secs(20)), Some(0), "{}", c.stderr());

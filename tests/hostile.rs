@@ -171,7 +171,7 @@ fn every_duration_flag_at_its_boundaries() {
     let marker = scratch.path("held");
     let touch = format!("touch '{}'", marker.display());
     let mut args = lease_args(&endpoint, "bound-hold");
-    args.extend(["--hold-at-least", "9000000000s"]);
+    args.extend(["--hold-at-least", "9000000000s", "--allow-long-hold"]);
     let mut held = Instance::start(&args, &["sh".into(), "-c".into(), touch]);
     assert!(wait_for(Duration::from_secs(10), || marker.exists()));
     // Once the command is done and the hold has begun (a TERM before that would go to the
@@ -885,7 +885,12 @@ fn the_suggested_recovery_command_is_shell_quoted() {
     let fake = scratch.path("bin");
     std::fs::create_dir_all(&fake).unwrap();
     let etcdctl = fake.join("etcdctl");
-    std::fs::write(&etcdctl, "#!/bin/sh\nprintf '%s\\n' \"$2\"\n").unwrap();
+    // The key is the last argument, after --endpoints and `del`.
+    std::fs::write(
+        &etcdctl,
+        "#!/bin/sh\nfor a in \"$@\"; do last=$a; done\nprintf '%s\\n' \"$last\"\n",
+    )
+    .unwrap();
     std::os::unix::fs::PermissionsExt::set_mode(
         &mut std::fs::metadata(&etcdctl).unwrap().permissions(),
         0o755,

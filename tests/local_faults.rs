@@ -21,7 +21,7 @@ while :; do sleep 0.05; done"#;
 /// overlap check looks at it too.
 const STUBBORN: &str = r#"trap '' TERM
 sleep 1000 &
-echo $! >> "$pids"
+register a $!
 echo "child a $! $(date +%s%N)" >> "$h"
 wait"#;
 

@@ -1,6 +1,7 @@
 //! A store that cannot be reached at start: exit 125 within `--connect-timeout` (plus a small
 //! constant) on every store, ended at once when every endpoint refuses the connection, in one
-//! wording that names the store and the endpoint on every subcommand, and nothing left behind.
+//! wording that names the store and the endpoint on every subcommand, and nothing left behind;
+//! an endpoint that answers as something else than the store meant is named at once.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -144,4 +145,133 @@ pub fn unreachable_stores_are_named_the_same_way_by_every_subcommand<S: Store>()
     // clients that have long exited, which no real network does.
     drop(black_hole);
     assert!(store.held().is_empty(), "left behind: {:?}", store.held());
+}
+
+/// A TCP server on a free loopback port that answers every connection with `answer` and closes
+/// it: an HTTP/1 server where etcd was meant.
+fn answering(answer: &'static [u8]) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = [0u8; 512];
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(answer);
+        }
+    });
+    port
+}
+
+/// An HTTP/2 server (cleartext) on a free loopback port that answers every request with status
+/// 404 and no gRPC trailers, as a web server or proxy on the port would.
+fn http2_not_found() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut preface = [0u8; 24];
+                if stream.read_exact(&mut preface).is_err() {
+                    return;
+                }
+                let _ = stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+                let mut header = [0u8; 9];
+                while stream.read_exact(&mut header).is_ok() {
+                    let length = u32::from_be_bytes([0, header[0], header[1], header[2]]);
+                    let mut payload = vec![0u8; length as usize];
+                    if stream.read_exact(&mut payload).is_err() {
+                        return;
+                    }
+                    let stream_id = &header[5..9];
+                    match (header[3], header[4] & 1) {
+                        // SETTINGS: acknowledged.
+                        (4, 0) => {
+                            let _ = stream.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]);
+                        }
+                        // HEADERS: `:status 404` (static table entry 13), END_STREAM | END_HEADERS.
+                        (1, _) => {
+                            let mut frame = vec![0, 0, 1, 1, 0x05];
+                            frame.extend_from_slice(stream_id);
+                            frame.push(0x8d);
+                            let _ = stream.write_all(&frame);
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// An HTTP/2 server that answers 404 where etcd was meant: every form ends at once in one line
+/// naming the endpoint and the status, not a bare "grpc-status header missing".
+#[test]
+fn an_http2_server_answering_404_is_named_with_its_endpoint() {
+    let endpoint = format!("http://127.0.0.1:{}", http2_not_found());
+    for (form, args) in every_form(&endpoint, "10s") {
+        let (out, took) = timed(&args);
+        let line = failure_line(&out, form);
+        assert!(
+            line.contains(&format!("etcd at {endpoint}: "))
+                && line.contains("an HTTP server answered with status 404"),
+            "{form}: {line}"
+        );
+        assert!(took < Duration::from_secs(5), "{form}: {took:?}");
+    }
+}
+
+/// An etcd endpoint that is not the store meant ends every form at once, in one line naming the
+/// endpoint and what answers there: `https://` to a plain etcd, an HTTP/1 server, a PostgreSQL
+/// port without a scheme. Before, each waited out `--connect-timeout` and said "did not
+/// answer".
+#[test]
+fn an_endpoint_that_is_not_the_store_meant_is_named_at_once() {
+    let etcd = Etcd::start();
+    let postgres = Postgres::start();
+    let http = answering(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+    let plain = etcd.addr();
+    let cases = [
+        (
+            format!("https://{plain}"),
+            format!("{plain} answers without TLS (a plain etcd?): use http://{plain}"),
+        ),
+        (
+            format!("http://127.0.0.1:{http}"),
+            "answered, but not as etcd does (gRPC over HTTP/2): \"HTTP/1.1 404 Not Found\""
+                .to_owned(),
+        ),
+        (
+            format!("127.0.0.1:{}", postgres.port),
+            format!(
+                "PostgreSQL answers at 127.0.0.1:{}, not etcd: give a postgres://",
+                postgres.port
+            ),
+        ),
+    ];
+    for (endpoint, found) in &cases {
+        for (form, args) in every_form(endpoint, "10s") {
+            let (out, took) = timed(&args);
+            let line = failure_line(&out, &format!("{form} {endpoint}"));
+            assert!(
+                line.contains(&format!("etcd at {endpoint}: ")) && line.contains(found.as_str()),
+                "{form} {endpoint}: {line}"
+            );
+            assert!(took < Duration::from_secs(5), "{form} {endpoint}: {took:?}");
+        }
+    }
+    // The endpoint meant still works.
+    let (out, _) = timed(&[
+        "--endpoints",
+        &etcd.endpoint(),
+        "--lease",
+        "reach",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }

@@ -301,15 +301,42 @@ fn quiet_levels_do_what_the_help_says() {
     assert!(stderr.starts_with("leader-exec: "), "{stderr}");
 }
 
-/// A --hold-at-least longer than a day warns in one line and runs; TERM ends the hold.
+/// A --hold-at-least longer than a day (`10d` meant as `10m`) is a usage error, one line, before
+/// anything is written to the store; with --allow-long-hold it runs and holds, and TERM ends the
+/// hold.
 #[test]
-fn a_hold_longer_than_a_day_warns_and_runs() {
+fn a_hold_longer_than_a_day_is_refused_unless_allowed() {
     let etcd = Etcd::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     let mut args = lease_args(&endpoint, "long-hold");
     args.retain(|a| *a != "-v");
     args.extend(["--identity", "host-h:1", "--hold-at-least", "10days"]);
+    let ran = scratch.path("ran");
+    let mut refused = Instance::start(&args, &["touch".into(), path_str(&ran)]);
+    // Bounded: a hold that is not refused lasts the ten days.
+    let code = refused.wait(Duration::from_secs(5));
+    let stderr = refused.stderr();
+    assert_eq!(code, Some(125), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--hold-at-least 10days is longer than a day")
+            && stderr.contains("--allow-long-hold"),
+        "{stderr}"
+    );
+    assert!(!ran.exists());
+    assert!(etcd.keys("/leader-exec/").is_empty());
+    // A day exactly is no typo.
+    let mut day = lease_args(&endpoint, "day-hold");
+    day.extend(["--hold-at-least", "1day", "--no-wait"]);
+    let mut d = Instance::start(&day, &scratch.job("d", "true"));
+    scratch
+        .wait_record("end", "d", Duration::from_secs(10))
+        .expect("a day's hold ran");
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(d.wait(Duration::from_secs(5)), Some(0), "{}", d.stderr());
+
+    args.push("--allow-long-hold");
     let mut a = Instance::start(&args, &scratch.job("a", "true"));
     scratch
         .wait_record("end", "a", Duration::from_secs(10))
@@ -317,12 +344,7 @@ fn a_hold_longer_than_a_day_warns_and_runs() {
     assert!(a.running(), "{}", a.stderr());
     a.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(a.wait(Duration::from_secs(5)), Some(0), "{}", a.stderr());
-    let stderr = a.stderr();
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("leader-exec[host-h:1]") && stderr.contains("longer than a day"),
-        "{stderr}"
-    );
+    assert_eq!(a.stderr(), "");
 }
 
 /// TERM while the command runs under --hold-at-least stops it and exits with its status: the
@@ -333,7 +355,13 @@ fn term_while_the_command_runs_skips_the_hold() {
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     let mut args = lease_args(&endpoint, "term-hold");
-    args.extend(["--identity", "host-t:1", "--hold-at-least", "10days"]);
+    args.extend([
+        "--identity",
+        "host-t:1",
+        "--hold-at-least",
+        "10days",
+        "--allow-long-hold",
+    ]);
     let mut a = Instance::start(&args, &scratch.job("a", "sleep 30"));
     scratch
         .wait_record("start", "a", Duration::from_secs(10))

@@ -14,7 +14,7 @@ fn grandchild_job(scratch: &Scratch, name: &str) -> Vec<String> {
               trap "echo term grandchild \$(date +%s%N) >> $h; exit 0" TERM
               echo "ready grandchild $$ $(date +%s%N)" >> "$h"
               while :; do sleep 0.05; done' &
-           gc=$!; echo $gc >> "$pids"
+           gc=$!; register grandchild $gc
            # The job's own shell survives USR1 (a handler, so the grandchild starts with the
            # default disposition) and keeps waiting for the grandchild; TERM kills it.
            trap : USR1
@@ -68,7 +68,7 @@ fn term_escalates_to_sigkill_after_the_grace() {
     let job = scratch.job(
         "stubborn",
         r#"trap '' TERM
-           sleep 1000 & echo $! >> "$pids"; echo "ready stubborn $! $(date +%s%N)" >> "$h"
+           sleep 1000 & register stubborn $!; echo "ready stubborn $! $(date +%s%N)" >> "$h"
            while :; do sleep 0.05; done"#,
     );
     let mut instance = Instance::start(&lease_args(&etcd.endpoint(), "stubborn"), &job);

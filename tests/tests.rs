@@ -62,6 +62,7 @@ store_independent! {
     handover::resign_ends_a_hold_at_least,
     // An occurrence runs once.
     cron::six_staggered_hosts_run_an_occurrence_once,
+    cron::an_unfinished_occurrence_is_refused_with_a_hint_that_works,
     // Bad input.
     input::malformed_flags_are_one_line_and_125,
     // An unreachable store at start: bounded, named, ended early by a refusal.
@@ -101,6 +102,7 @@ mod faults;
 mod floors;
 mod handover;
 mod hints;
+mod history_checks;
 mod holder_records;
 mod holders;
 mod holders_metrics;

@@ -16,11 +16,12 @@ use crate::harness::*;
 fn job(scratch: &Scratch, name: &str, body: &str) -> Vec<String> {
     let script = format!(
         r#"h='{h}'; pids='{p}'
-echo $$ >> "$pids"
+{JOB_FUNCTIONS}
+register {name} $$
 live=""
-for p in $(cat "$pids"); do
-  if [ "$p" != $$ ] && [ -d "/proc/$p" ] && ! grep -q '^[^)]*) Z' "/proc/$p/stat" 2>/dev/null; then live="$live,$p"; fi
-done
+while read -r n p t; do
+  if [ "$p" != $$ ] && started "$p" && [ "$st" = "$t" ]; then live="$live,$p"; fi
+done < "$pids"
 echo "start {name} $LEADER_TOKEN $$ $LEADER_MAX_HOLDERS live=$live $(date +%s%N)" >> "$h"
 {body}
 echo "end {name} $(date +%s%N)" >> "$h"

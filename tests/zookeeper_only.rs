@@ -764,3 +764,51 @@ fn an_ensemble_losing_its_leader_keeps_one_command_at_a_time() {
         began.elapsed()
     );
 }
+
+#[test]
+fn a_chroot_that_does_not_exist_is_125_naming_it_for_status_as_for_a_run() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let endpoint = format!("{}/typo", zk.endpoint());
+    let one_line_125 = |args: &[&str]| {
+        let out = leader_exec().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("the chroot /typo of") && stderr.contains("does not exist"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains("create '/typo'"), "{args:?}: {stderr}");
+    };
+    let run = scratch.path("ran");
+    let run = run.to_str().unwrap();
+    one_line_125(&[
+        "--endpoints",
+        &endpoint,
+        "--lease",
+        "job",
+        "--",
+        "touch",
+        run,
+    ]);
+    assert!(!scratch.path("ran").exists());
+    // A monitor reading a typo'd chroot is told so, not "no leader".
+    for command in [
+        &["status", "--lease", "job"][..],
+        &["status", "--all"],
+        &["check", "--lease", "job", "--token", "1"],
+        &["watch", "--lease", "job"],
+        &["resign", "--lease", "job"],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--endpoints", &endpoint]);
+        one_line_125(&args);
+    }
+    // Below a chroot that exists, an election nobody stands in is still "no leader".
+    let out = leader_exec()
+        .args(["status", "--lease", "job", "--endpoints", &zk.endpoint()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+}

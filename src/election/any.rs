@@ -30,6 +30,44 @@ pub struct Connection {
     target: Target,
 }
 
+/// The schemes `--endpoints` takes, and the store each selects.
+const SCHEMES: [(&str, &str); 5] = [
+    ("http", "etcd"),
+    ("https", "etcd"),
+    ("postgres", "PostgreSQL"),
+    ("postgresql", "PostgreSQL"),
+    ("zk", "ZooKeeper"),
+];
+
+/// The refusal of an endpoint whose `SCHEME://` is none of [`SCHEMES`], naming the nearest one.
+/// Without it, a typo (`postgre://`, `zookeeper://`) falls through to etcd, whose message
+/// suggests only the etcd form.
+fn unknown_scheme(endpoint: &str) -> Option<String> {
+    let (scheme, _) = endpoint.split_once("://")?;
+    let lower = scheme.to_ascii_lowercase();
+    if SCHEMES.iter().any(|(known, _)| *known == lower) {
+        return None;
+    }
+    // A store's own name, or a common short form of it, means that store.
+    let (nearest, store) = if lower.starts_with("zoo") || lower.starts_with("zk") {
+        SCHEMES[4]
+    } else if ["pg", "postg", "psql"].iter().any(|p| lower.starts_with(p)) {
+        SCHEMES[2]
+    } else if lower.starts_with("etcd") {
+        SCHEMES[0]
+    } else {
+        *SCHEMES
+            .iter()
+            .min_by_key(|(known, _)| crate::escape::edit_distance(&lower, known))
+            .expect("not empty")
+    };
+    Some(format!(
+        "--endpoints: '{}' has the unknown scheme {}://; did you mean {nearest}:// ({store})? The schemes are http:// and https:// (etcd), postgres:// (PostgreSQL), zk:// (ZooKeeper)",
+        redact_password(endpoint).escape_debug(),
+        scheme.escape_debug()
+    ))
+}
+
 #[derive(Clone, Debug)]
 enum Target {
     /// No scheme, `http://`, `https://`.
@@ -81,6 +119,9 @@ impl Connection {
         if endpoints.is_empty() {
             return Err(Failure::usage("--endpoints is empty"));
         }
+        if let Some(refusal) = endpoints.iter().find_map(|e| unknown_scheme(e)) {
+            return Err(Failure::usage(refusal));
+        }
         let connect_timeout = args.connect_timeout;
         let target = if endpoints
             .iter()
@@ -112,14 +153,17 @@ impl Connection {
         let connect_timeout = self.connect_timeout;
         let usage = |e: StoreError| Failure::usage(e.to_string());
         Ok(match &self.target {
-            Target::Etcd(target) => AnyStore::Etcd(Box::new(Etcd::new(
-                etcd::target::open(target).await?,
-                &target.endpoints,
-                scope.election_prefix(),
-                identity,
-                timing.ttl,
-                max_holders,
-            ))),
+            Target::Etcd(target) => AnyStore::Etcd(Box::new(
+                Etcd::new(
+                    etcd::target::open(target).await?,
+                    &target.endpoints,
+                    scope.election_prefix(),
+                    identity,
+                    timing.ttl,
+                    max_holders,
+                )
+                .over_tls(target.tls.is_some()),
+            )),
             Target::Postgres(target) => AnyStore::Postgres(
                 Postgres::new(
                     (**target).clone(),
@@ -164,11 +208,14 @@ impl Connection {
         let lease = scope.map_or("", |s| s.lease.as_str());
         let usage = |e: StoreError| Failure::usage(e.to_string());
         Ok(match &self.target {
-            Target::Etcd(target) => AnyStore::Etcd(Box::new(Etcd::reader(
-                etcd::target::open(target).await?,
-                &target.endpoints,
-                scope.map_or_else(|| prefix.to_owned(), Scope::election_prefix),
-            ))),
+            Target::Etcd(target) => AnyStore::Etcd(Box::new(
+                Etcd::reader(
+                    etcd::target::open(target).await?,
+                    &target.endpoints,
+                    scope.map_or_else(|| prefix.to_owned(), Scope::election_prefix),
+                )
+                .over_tls(target.tls.is_some()),
+            )),
             Target::Postgres(target) => AnyStore::Postgres(
                 Postgres::reader((**target).clone(), prefix, lease, self.connect_timeout)
                     .map_err(usage)?,
@@ -352,6 +399,10 @@ impl Describe for AnyStore {
     fn delete_record_hint(&self, key: &str) -> String {
         each!(self, store => store.delete_record_hint(key))
     }
+
+    fn etcd_tls(&self) -> Option<bool> {
+        each!(self, store => store.etcd_tls())
+    }
 }
 
 #[cfg(test)]
@@ -367,6 +418,31 @@ mod tests {
                 Target::ZooKeeper(_) => "ZooKeeper",
             }),
             Err(failure) => Err(failure.to_string()),
+        }
+    }
+
+    /// A scheme that is none of the stores' is refused, naming the nearest scheme and its store
+    /// (not only etcd's form), without showing a password.
+    #[test]
+    fn a_scheme_typo_names_the_nearest_scheme() {
+        for (endpoints, meant) in [
+            ("postgre://u@db1:5432/ops", "postgres:// (PostgreSQL)"),
+            ("pgsql://u:hunter2@db1/ops", "postgres:// (PostgreSQL)"),
+            ("postgress://db1/ops", "postgres:// (PostgreSQL)"),
+            ("zookeeper://a:2181", "zk:// (ZooKeeper)"),
+            ("ZooKeeper://a:2181/ops", "zk:// (ZooKeeper)"),
+            ("htp://a:2379", "http:// (etcd)"),
+            ("htps://a:2379", "https:// (etcd)"),
+            ("etcd://a:2379", "http:// (etcd)"),
+            ("http://a:2379,zookeper://b:2181", "zk:// (ZooKeeper)"),
+        ] {
+            let refused = store_of(endpoints).unwrap_err();
+            assert!(
+                refused.contains(&format!("did you mean {meant}?"))
+                    && refused.contains("unknown scheme"),
+                "{endpoints}: {refused}"
+            );
+            assert!(!refused.contains("hunter2"), "{refused}");
         }
     }
 

@@ -462,6 +462,12 @@ pub trait Describe {
 
     /// A command an operator can run to delete record `key` (shown in log messages).
     fn delete_record_hint(&self, key: &str) -> String;
+
+    /// For etcd, whether its endpoints are reached over TLS: a first contact that fails looks
+    /// at what answers there ([`etcd::probe`]). `None` for the other stores.
+    fn etcd_tls(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A store with every capability: what the run form and the subcommands are written against.
@@ -589,6 +595,8 @@ pub struct Reach {
     pub store: &'static str,
     pub shown: String,
     pub addresses: Vec<(String, u16)>,
+    /// See [`Describe::etcd_tls`].
+    pub etcd_tls: Option<bool>,
 }
 
 impl Reach {
@@ -597,7 +605,34 @@ impl Reach {
             store: backend.store_name(),
             shown: backend.shown(),
             addresses: backend.addresses(),
+            etcd_tls: backend.etcd_tls(),
         }
+    }
+
+    /// A fatal answer at first contact, naming where it came from: `STORE: CAUSE` becomes
+    /// `STORE at ENDPOINTS: CAUSE` (a message that names the endpoints already stays as it is).
+    pub fn named(&self, message: &str) -> String {
+        match message
+            .strip_prefix(self.store)
+            .and_then(|m| m.strip_prefix(": "))
+        {
+            Some(cause) if !message.contains(&self.shown) => {
+                format!("{} at {}: {cause}", self.store, self.shown)
+            }
+            _ => message.to_owned(),
+        }
+    }
+
+    /// The whole message when an endpoint plainly answers as something other than the store
+    /// (see [`etcd::probe`]); `None` when the look decides nothing.
+    pub async fn not_the_store(&self) -> Option<String> {
+        let tls = self.etcd_tls?;
+        for (host, port) in &self.addresses {
+            if let Some(found) = etcd::probe::not_etcd(host, *port, tls).await {
+                return Some(format!("{} at {}: {found}", self.store, self.shown));
+            }
+        }
+        None
     }
 
     pub fn refused(&self) -> String {
@@ -646,6 +681,7 @@ where
     let until = tokio::time::Instant::now() + limit;
     let mut backoff = Backoff::new();
     let mut last: Option<String> = None;
+    let mut looked = false;
     let no_answer =
         |last: &Option<String>| StartError::Unreachable(reach.no_answer(limit, last.as_deref()));
     loop {
@@ -669,6 +705,19 @@ where
                 if refused {
                     return Err(StartError::Unreachable(reach.refused()));
                 }
+                // Once: something that answers, but not as the store does, is not a store slow
+                // to answer (an HTTP/1 server, PostgreSQL, TLS on one side only).
+                if !looked {
+                    looked = true;
+                    let found = tokio::select! {
+                        biased;
+                        () = tokio::time::sleep_until(until) => return Err(no_answer(&last)),
+                        found = reach.not_the_store() => found,
+                    };
+                    if let Some(found) = found {
+                        return Err(StartError::Unreachable(found));
+                    }
+                }
                 // The backoff never outlasts the limit.
                 tokio::select! {
                     biased;
@@ -676,7 +725,11 @@ where
                     () = backoff.sleep() => {}
                 }
             }
-            Err(e) => return Err(StartError::Store(e)),
+            Err(e) => {
+                return Err(StartError::Store(StoreError::Fatal(
+                    reach.named(&e.to_string()),
+                )));
+            }
         }
     }
 }
@@ -692,6 +745,7 @@ mod tests {
             shown: "http://192.0.2.1:2379".into(),
             // Nothing to probe: never taken as refused.
             addresses: Vec::new(),
+            etcd_tls: None,
         }
     }
 

@@ -60,6 +60,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         let mut backoff = Backoff::new();
         let reach = Reach::of(backend);
         let mut last_error: Option<String> = None;
+        let mut looked = false;
         let timed_out = |last_error: &Option<String>| -> anyhow::Result<Joined> {
             if first {
                 Err(Failure::usage(
@@ -114,7 +115,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             };
             match result {
                 Ok(candidacy) => return Ok(Joined::Candidacy(candidacy, sent)),
-                Err(StoreError::Fatal(message)) => return Err(Failure::usage(message).into()),
+                Err(StoreError::Fatal(message)) => {
+                    let message = if first {
+                        reach.named(&message)
+                    } else {
+                        message
+                    };
+                    return Err(Failure::usage(message).into());
+                }
                 Err(StoreError::Transient(message)) => {
                     tracing::debug!(event = "campaign-failed", error = %message, "campaign failed; retrying");
                     last_error = Some(message);
@@ -126,6 +134,19 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         };
                         if refused {
                             return Err(Failure::usage(reach.refused()).into());
+                        }
+                        // Once: an endpoint that answers, but not as the store does, is not a
+                        // store slow to answer.
+                        if !looked {
+                            looked = true;
+                            let found = tokio::select! {
+                                biased;
+                                _ = sleep_until_some(&clock, limit) => return timed_out(&last_error),
+                                found = reach.not_the_store() => found,
+                            };
+                            if let Some(found) = found {
+                                return Err(Failure::usage(found).into());
+                            }
                         }
                     }
                     // The backoff never outlasts the limit.

@@ -83,7 +83,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 crate::telemetry::metrics::occurrence(
                     crate::telemetry::metrics::OccurrenceOutcome::Refused,
                 );
-                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and never finished; not running it (--if-unfinished fail); to run it again: {}", backend.delete_record_hint(&occurrence.key));
+                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and has no recorded outcome: that run died or lost its lease mid-run, or finished but could not record it (its store cut off at the end); not running it (--if-unfinished fail); to run it again: {}", backend.delete_record_hint(&occurrence.key));
                 return Ok(Begun::Exit(exit::UNFINISHED_OCCURRENCE));
             }
             Decision::TokenWentBackwards(newer) => {
@@ -184,7 +184,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     crate::telemetry::metrics::occurrence(
                         crate::telemetry::metrics::OccurrenceOutcome::Unrecorded,
                     );
-                    tracing::error!(event = "occurrence-unrecorded", occurrence = id, token = candidacy.token, error = %e, "could not record the outcome of occurrence {id}; it stays 'started'");
+                    tracing::error!(event = "occurrence-unrecorded", occurrence = id, token = candidacy.token, error = %e, "could not record the outcome of occurrence {id}; it stays 'started', and a later leader with the same ID takes it for a run that never finished (--if-unfinished decides)");
                     return Finished::Unrecorded;
                 }
             }

@@ -99,18 +99,23 @@ fn job_script(history: &Path, pids: &Path, name: &str, kind: JobKind) -> String 
     let beat_loop = format!(
         r#"for ((i = 0; i < 2400; i++)); do echo "beat $n {NOW}" >> "$h"; sleep 0.05; done"#
     );
+    // `$pids` lists `PID START` lines, START the process's start time (clock ticks since boot,
+    // field 22 of /proc/PID/stat): a listed pid counts as alive only while it names the process
+    // that was listed, since the kernel hands a freed pid to the next process (pid_max is 32768
+    // on common systems, and a loaded machine goes round it within minutes).
     let mut script = format!(
         r#"h='{h}'; pids='{p}'; n='{name}'
+register() {{ local stat f; {{ read -r stat < "/proc/$1/stat"; }} 2>/dev/null || return 0; f=(${{stat##*) }}); echo "$1 ${{f[19]}}" >> "$pids"; }}
 echo "start $n $LEADER_TOKEN $$ {NOW}" >> "$h"
 if [ -f "$pids" ]; then
-  while read -r p; do
+  while read -r p t; do
     if {{ read -r stat < "/proc/$p/stat"; }} 2>/dev/null; then
-      rest=${{stat##*)}}
-      if [[ $rest != " Z"* ]]; then echo "overlap $n $p {NOW}" >> "$h"; fi
+      f=(${{stat##*) }})
+      if [[ ${{f[0]}} != Z && ${{f[19]}} == "$t" ]]; then echo "overlap $n $p {NOW}" >> "$h"; fi
     fi
   done < "$pids"
 fi
-echo $$ >> "$pids"
+register $$
 "#,
         h = history.display(),
         p = pids.display(),
@@ -118,7 +123,7 @@ echo $$ >> "$pids"
     let grandchild = |ignore_term: bool| {
         format!(
             r#"( {trap}{beat_loop} ) &
-echo "spawn $n $! {NOW}" >> "$h"; echo $! >> "$pids"
+echo "spawn $n $! {NOW}" >> "$h"; register $!
 "#,
             trap = if ignore_term { "trap '' TERM; " } else { "" },
         )
@@ -307,8 +312,13 @@ impl Trial {
         std::fs::read_to_string(self.history_path()).unwrap_or_default()
     }
 
+    /// The records so far, complete lines only: jobs still append to the history, each record
+    /// one write of a whole line, and a last line without its `\n` may be a write caught half
+    /// done (its time cut short).
     pub fn records(&self) -> Vec<Record> {
-        history::parse(&self.history_text()).0
+        let text = self.history_text();
+        let complete = text.rfind('\n').map_or(0, |end| end + 1);
+        history::parse(&text[..complete]).0
     }
 
     /// Waits until a record matching `pred` is in the history, and returns it.

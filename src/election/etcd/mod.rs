@@ -28,6 +28,7 @@ use etcd_client::{
 };
 
 mod holders;
+pub mod probe;
 pub mod target;
 
 pub use target::Target;
@@ -82,6 +83,17 @@ pub fn classify(error: etcd_client::Error) -> StoreError {
     }
     match error {
         Error::GRpcStatus(status) => {
+            // tonic's word for an HTTP answer without gRPC's trailers: an HTTP/2 server that is
+            // not etcd (a proxy or web server on the port), which trying again cannot change.
+            if let Some(code) = status
+                .message()
+                .split("mapped from HTTP status code ")
+                .nth(1)
+            {
+                return StoreError::Fatal(format!(
+                    "etcd: an HTTP server answered with status {code}, not etcd's gRPC (is this etcd's client port?)"
+                ));
+            }
             let message = if status.message().is_empty() {
                 format!("etcd: {}", status.code())
             } else {
@@ -142,6 +154,8 @@ pub struct Etcd {
     max_holders: u32,
     /// `--endpoints`, as messages show them.
     endpoints: Vec<String>,
+    /// Whether the endpoints are reached over TLS.
+    tls: bool,
 }
 
 impl Etcd {
@@ -157,12 +171,19 @@ impl Etcd {
             max_holders,
             client,
             endpoints: endpoints.to_vec(),
+            tls: false,
             marker_prefix: marker_prefix(&election_prefix),
             election_prefix,
             identity,
             // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
             ttl_seconds: i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX),
         }
+    }
+
+    /// Sets whether the endpoints are reached over TLS (what [`probe::not_etcd`] expects).
+    pub fn over_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// etcd for reading and administration: campaigns for nothing, so it needs no lease TTL
@@ -759,8 +780,16 @@ impl Describe for Etcd {
         true
     }
 
+    fn etcd_tls(&self) -> Option<bool> {
+        Some(self.tls)
+    }
+
     fn delete_record_hint(&self, key: &str) -> String {
-        format!("etcdctl del {}", crate::escape::shell_quote(key))
+        format!(
+            "etcdctl --endpoints={} del {}",
+            crate::escape::shell_quote(&self.shown()),
+            crate::escape::shell_quote(key)
+        )
     }
 }
 

@@ -116,6 +116,7 @@ pub async fn open(target: &Target) -> Result<Client, Failure> {
         store: "etcd",
         shown: shown_endpoints(&target.endpoints),
         addresses: super::addresses(&target.endpoints),
+        etcd_tls: Some(target.tls.is_some()),
     };
     match first_contact(&reach, target.connect_timeout, || connect(target)).await {
         Ok(client) => Ok(client),

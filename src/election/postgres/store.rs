@@ -521,8 +521,25 @@ impl Describe for Postgres {
     }
 
     fn delete_record_hint(&self, key: &str) -> String {
+        // The URL as psql takes it: without leader-exec's own parameters, which libpq refuses.
+        let shown = self.shown();
+        let url = match shown.split_once('?') {
+            Some((base, query)) => {
+                let kept: Vec<&str> = query
+                    .split('&')
+                    .filter(|pair| !pair.starts_with("leader_exec_"))
+                    .collect();
+                if kept.is_empty() {
+                    base.to_owned()
+                } else {
+                    format!("{base}?{}", kept.join("&"))
+                }
+            }
+            None => shown,
+        };
         format!(
-            "psql -c {}",
+            "psql {} -c {}",
+            crate::escape::shell_quote(&url),
             crate::escape::shell_quote(&format!(
                 "DELETE FROM {} WHERE key = {}",
                 self.records(),

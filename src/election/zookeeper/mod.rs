@@ -873,6 +873,32 @@ impl ZooKeeper {
         self.session.lock().expect("not poisoned").clone()
     }
 
+    /// The URL's chroot (`/PATH`), or "" without one.
+    fn chroot(&self) -> &str {
+        let connect = &self.target.connect;
+        connect.find('/').map_or("", |i| &connect[i..])
+    }
+
+    /// Err naming the chroot if the URL has one and it does not exist. Every path this client
+    /// reads is below the chroot, so below a missing one an election reads as one nobody stands
+    /// in: a reader would report "no leader" for a typo in the URL.
+    async fn chroot_exists(&self, client: &zk::Client) -> Result<(), StoreError> {
+        if self.chroot().is_empty() {
+            return Ok(());
+        }
+        match client.check_stat("/").await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(StoreError::Fatal(format!(
+                "ZooKeeper: the chroot {} of {} does not exist; create it first (/usr/share/zookeeper/bin/zkCli.sh -server {} create {})",
+                self.chroot(),
+                self.target.shown,
+                crate::escape::shell_quote(self.connect_string_hosts()),
+                crate::escape::shell_quote(self.chroot())
+            ))),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
     fn connect_string_hosts(&self) -> &str {
         self.target
             .connect

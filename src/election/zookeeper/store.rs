@@ -48,10 +48,7 @@ impl Campaign for ZooKeeper {
             {
                 if e == zk::Error::NoNode {
                     // mkdir creates everything below the chroot, never the chroot itself.
-                    return Err(StoreError::Fatal(format!(
-                        "ZooKeeper: the chroot of {} does not exist; create it first (/usr/share/zookeeper/bin/zkCli.sh -server HOST:PORT create PATH)",
-                        self.target.shown
-                    )));
+                    self.chroot_exists(&client).await?;
                 }
                 let e = classify(e);
                 if !e.is_transient() {
@@ -276,6 +273,10 @@ impl Read for ZooKeeper {
     async fn read_election(&self) -> Result<Observation, StoreError> {
         let synced = self.synced(&self.election).await?;
         let line = Self::holders_of(&synced, &self.election).await?;
+        if line.revision == 0 {
+            // No election node: nobody stands in line, or the URL's chroot is not there.
+            self.chroot_exists(&synced.0).await?;
+        }
         Ok(Observation {
             holders: line.holders,
             max_holders: line.max_holders,
@@ -396,7 +397,10 @@ impl Read for ZooKeeper {
         let client = &synced.0;
         let mut names = match client.list_children(base).await {
             Ok(names) => names,
-            Err(zk::Error::NoNode) => return Ok(Vec::new()),
+            Err(zk::Error::NoNode) => {
+                self.chroot_exists(client).await?;
+                return Ok(Vec::new());
+            }
             Err(e) => return Err(classify(e)),
         };
         names.sort();
@@ -654,15 +658,10 @@ impl Describe for ZooKeeper {
 
     fn delete_record_hint(&self, key: &str) -> String {
         let path = self.path_of(key);
-        let chroot = self
-            .target
-            .connect
-            .find('/')
-            .map_or("", |i| &self.target.connect[i..]);
         format!(
             "/usr/share/zookeeper/bin/zkCli.sh -server {} delete {}",
             crate::escape::shell_quote(self.connect_string_hosts()),
-            crate::escape::shell_quote(&format!("{chroot}{path}"))
+            crate::escape::shell_quote(&format!("{}{path}", self.chroot()))
         )
     }
 }
