@@ -244,6 +244,12 @@ async fn lead_or_wait(
     supervisor: &mut supervisor::Handle,
     mut signals: Signals,
 ) -> anyhow::Result<u8> {
+    // Before the store is opened: a stop during the splay leaves nothing behind.
+    if let Some(splay) = settings.splay
+        && let Some(signal) = crate::run::splay::wait(splay, &mut signals).await
+    {
+        return Ok(128 + signal as u8);
+    }
     let t = &settings.timing;
     let timing = LeaseTiming {
         ttl: t.ttl,

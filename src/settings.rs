@@ -131,7 +131,10 @@ impl Settings {
             );
         }
         let connection = connection(store)?;
+        let (max_runtime, splay) = bounds_from_args(run.max_runtime, run.splay)?;
         Ok(Settings {
+            max_runtime,
+            splay,
             http,
             metrics_file,
             lease,
@@ -148,6 +151,20 @@ impl Settings {
             command: run.command,
         })
     }
+}
+
+/// `--max-runtime` and `--splay`. A zero bound would stop every command as it starts: refused.
+/// A zero splay is no splay.
+fn bounds_from_args(
+    max_runtime: Option<Duration>,
+    splay: Option<Duration>,
+) -> Result<(Option<Duration>, Option<Duration>), Failure> {
+    if max_runtime.is_some_and(|d| d.is_zero()) {
+        return Err(Failure::usage(
+            "--max-runtime must be more than 0 (leave it out for no bound)",
+        ));
+    }
+    Ok((max_runtime, splay.filter(|d| !d.is_zero())))
 }
 
 pub fn validate_lease_name(name: Option<&str>) -> Result<String, Failure> {

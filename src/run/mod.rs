@@ -44,6 +44,7 @@ mod lead;
 mod occurrence;
 mod release;
 mod settings;
+pub mod splay;
 mod stop;
 mod supervise;
 #[cfg(test)]
@@ -87,6 +88,8 @@ enum Phase {
         until: Duration,
         /// Since when it leads, for `status`.
         since: std::time::SystemTime,
+        /// `--max-runtime` stopped the command: the hold ends in [`Then::MaxRuntime`].
+        max_runtime: bool,
     },
     /// Leadership was lost while the command ran: stop its group.
     SteppingDown(SteppingDown),
@@ -125,6 +128,8 @@ enum Then {
     Lost,
     /// `resign` asked for a handover, and the command's group is gone.
     HandedOver,
+    /// `--max-runtime` stopped the command, and its group is gone: exit 79, or campaign again.
+    MaxRuntime,
     /// Campaign again after `--retry-period` (our place in line was lost).
     Recampaign,
 }
@@ -268,7 +273,12 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         )
                         .await
                     }
-                    Phase::Holding { code, until, since } => {
+                    Phase::Holding {
+                        code,
+                        until,
+                        since,
+                        max_runtime,
+                    } => {
                         let leader = leader.get().expect("elected");
                         match self
                             .hold(
@@ -281,6 +291,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                             )
                             .await
                         {
+                            Held::Over if max_runtime => self.ran_too_long(),
                             Held::Over => End::release_at_exit(Then::Exit(code)),
                             // Asked to stop during the hold: leave the lease to expire.
                             Held::Stopped => End::leave_to_expire(Then::Exit(code)),
@@ -338,6 +349,16 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     give_up_at = wait_limit(clock.now());
                 }
                 Then::Lost => return Ok(exit::LEADERSHIP_LOST),
+                Then::MaxRuntime if self.settings.recampaign => {
+                    // As after a handover: the next instance in line goes first.
+                    tracing::info!(
+                        event = "recampaigning",
+                        "stopped at --max-runtime; campaigning again after --retry-period (--recampaign)"
+                    );
+                    tokio::time::sleep(self.settings.timing.retry_period).await;
+                    give_up_at = wait_limit(clock.now());
+                }
+                Then::MaxRuntime => return Ok(exit::MAX_RUNTIME),
             }
         }
     }
@@ -355,6 +376,16 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             End::release(Then::HandedOver)
         } else {
             End::release_at_exit(Then::HandedOver)
+        }
+    }
+
+    /// The end of a `--max-runtime` stop, once the command's whole group is gone (and any
+    /// `--hold-at-least` is over): released as after a handover.
+    fn ran_too_long(&self) -> Phase {
+        if self.settings.recampaign {
+            End::release(Then::MaxRuntime)
+        } else {
+            End::release_at_exit(Then::MaxRuntime)
         }
     }
 }

@@ -50,6 +50,7 @@ leader_exec_renewal_duration_seconds       histogram  renewal round trips
 leader_exec_last_renewal_age_seconds       gauge    since the last successful renewal was sent
 leader_exec_deadline_remaining_seconds     gauge    until the local renew deadline
 leader_exec_command_starts_total           counter  command starts
+leader_exec_max_runtime_stops_total        counter  commands stopped at --max-runtime
 leader_exec_last_exit_code                 gauge    the command's last exit status
 leader_exec_occurrences_total{outcome}     counter  started, done, failed, already_done, skipped,
                                                     refused, unrecorded
@@ -192,6 +193,7 @@ pub struct Metrics {
     renewals: [Counter; 4],
     renewal_latency: Histogram,
     command_starts: Counter,
+    max_runtime_stops: Counter,
     occurrences: [Counter; 7],
     fenced_rejected: Counter,
     /// Wall-clock time this run started.
@@ -289,6 +291,12 @@ impl Metrics {
             "Times the command was started",
             command_starts.clone(),
         );
+        let max_runtime_stops = Counter::default();
+        registry.register(
+            "max_runtime_stops",
+            "Times the command was stopped because it ran for --max-runtime",
+            max_runtime_stops.clone(),
+        );
         let occurrences = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
             "occurrences",
@@ -328,6 +336,7 @@ impl Metrics {
             renewals,
             renewal_latency,
             command_starts,
+            max_runtime_stops,
             occurrences,
             fenced_rejected,
             started_at: SystemTime::now(),
@@ -614,6 +623,13 @@ pub fn command_ended(code: Option<u8>) {
             .store(i64::from(code), Ordering::Relaxed);
     }
     m.state.command_running.store(false, Ordering::Relaxed);
+    changed();
+}
+
+/// The command ran for `--max-runtime`: its stop begins.
+pub fn max_runtime_reached() {
+    let Some(m) = METRICS.get() else { return };
+    m.max_runtime_stops.inc();
     changed();
 }
 
