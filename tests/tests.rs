@@ -85,6 +85,11 @@ store_independent! {
     holders_ops::resign_ends_one_holders_hold_at_least,
     holders_ops::resign_names_a_frozen_holder_and_force_removes_it_alone,
     holders_ops::watch_with_several_holders_survives_a_store_restart,
+    // --max-runtime and --splay.
+    limits::max_runtime_stops_a_term_ignoring_group_and_frees_the_lease,
+    limits::a_command_that_ends_before_max_runtime_is_unaffected,
+    limits::term_during_splay_exits_at_once_and_leaves_the_store_untouched,
+    limits::splay_delays_each_start_by_a_different_amount_below_the_bound,
 }
 
 mod ambiguous;
@@ -104,6 +109,7 @@ mod holders_metrics;
 mod holders_ops;
 mod hostile;
 mod input;
+mod limits;
 mod local_faults;
 mod log_filter;
 mod metrics;
