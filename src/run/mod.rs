@@ -15,6 +15,10 @@
 //!  exit, or Campaigning again (--recampaign, a lost place in line)
 //! ```
 //!
+//! `--max-runtime` is a timer of the leading phase: when it fires, the command gets the stop a
+//! forwarded TERM starts; once the group is gone the hold applies, then release and exit 79 (or
+//! campaign again). `--splay` happens before the store is opened (`splay.rs`).
+//!
 //! A handover asked for by `resign` is the stop a forwarded TERM starts (`--kill-signal`,
 //! `--kill-after`, SIGKILL), with the lease renewed until the group is gone; then release,
 //! exit 75 (or campaign again). Every stop of the command's group goes through one path,
