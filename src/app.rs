@@ -250,6 +250,14 @@ async fn lead_or_wait(
     {
         return Ok(128 + signal as u8);
     }
+    // The first check runs while the store is opened; the first campaign waits for its pass.
+    let health =
+        match settings.health.clone() {
+            Some(check) => Some(crate::run::health::Checker::start(check).map_err(|e| {
+                Failure::usage(format!("cannot start the health-check thread: {e}"))
+            })?),
+            None => None,
+        };
     let t = &settings.timing;
     let timing = LeaseTiming {
         ttl: t.ttl,
@@ -268,7 +276,7 @@ async fn lead_or_wait(
             settings.max_holders,
         )
         .await?;
-    lead_with(settings, &store, supervisor, &mut signals).await
+    lead_with(settings, &store, supervisor, &mut signals, health).await
 }
 
 async fn lead_with<B: Store>(
@@ -276,6 +284,7 @@ async fn lead_with<B: Store>(
     backend: &B,
     supervisor: &mut supervisor::Handle,
     signals: &mut Signals,
+    health: Option<crate::run::health::Checker>,
 ) -> anyhow::Result<u8> {
     Runner {
         settings,
@@ -283,6 +292,7 @@ async fn lead_with<B: Store>(
         clock: BootClock,
         supervisor,
         signals,
+        health,
     }
     .run()
     .await

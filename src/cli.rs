@@ -497,6 +497,29 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_SPLAY", value_parser = parse_duration, allow_hyphen_values = true)]
     pub splay: Option<Duration>,
 
+    /// A health check, run with /bin/sh -c; an unhealthy instance neither stands in line nor leads
+    ///
+    /// Runs every --health-interval in a process group of its own, its output discarded, killed
+    /// at --health-timeout (a failure). The first campaign waits for a check to pass; after
+    /// --health-retries failures in a row a waiter leaves the line (and rejoins once a check
+    /// passes), and a leader hands over as on `resign`: its command is stopped as on TERM, the
+    /// lease released, exit 75 (or, with --recampaign, campaign again once healthy). A check
+    /// never delays a renewal or a step-down.
+    #[arg(long, value_name = "CMD", env = "LEADER_EXEC_HEALTH_CMD")]
+    pub health_cmd: Option<String>,
+
+    /// Time between health checks.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_HEALTH_INTERVAL", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true, requires = "health_cmd")]
+    pub health_interval: Duration,
+
+    /// How long one health check may run before it is killed and counted as failed.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_HEALTH_TIMEOUT", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true, requires = "health_cmd")]
+    pub health_timeout: Duration,
+
+    /// Failed health checks in a row that make the instance unhealthy (1-100).
+    #[arg(long, value_name = "N", env = "LEADER_EXEC_HEALTH_RETRIES", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100), requires = "health_cmd")]
+    pub health_retries: u32,
+
     /// Serve GET /metrics, /leader and /healthz over HTTP on this address [default: off]
     ///
     /// An IP address and port (127.0.0.1:9464, [::1]:9464, 0.0.0.0:9464 for every interface) or

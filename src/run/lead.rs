@@ -245,7 +245,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         stop = Some(Stop::begin(self.supervisor, settings.kill_signal, clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
                         crate::telemetry::metrics::stop_requested();
                     }
-                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "resign asked for a handover; stopping the command");
+                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "a handover was asked for (resign, or --health-cmd failing); stopping the command");
                     notify::status(&format!("handing over lease {} (token {})", settings.lease, candidacy.token));
                 }
                 // `--max-runtime`: the stop a forwarded TERM starts, with --kill-signal (signal
@@ -391,7 +391,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     return Held::Over;
                 }
                 () = &mut handover => {
-                    tracing::warn!(event = "handing-over", token = candidacy.token, "resign asked for a handover during --hold-at-least");
+                    tracing::warn!(event = "handing-over", token = candidacy.token, "a handover was asked for (resign, or --health-cmd failing) during --hold-at-least");
                     return Held::HandOver;
                 }
                 _ = clock.sleep_until(until) => return Held::Over,

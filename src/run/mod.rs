@@ -44,6 +44,7 @@
 //!   starts at the deadline has the group dead before the lease can end.
 
 mod campaign;
+pub mod health;
 mod lead;
 mod occurrence;
 mod release;
@@ -56,7 +57,7 @@ mod tests;
 
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, sleep_until_some};
 use crate::election::{Candidacy, Store};
 use crate::exit;
 use crate::leader::renewal::{Deadline, keep_renewing};
@@ -76,6 +77,8 @@ pub struct Runner<'a, B: Store, C: Clock, S: Supervise> {
     pub clock: C,
     pub supervisor: &'a mut S,
     pub signals: &'a mut Signals,
+    /// `--health-cmd`'s verdicts.
+    pub health: Option<health::Checker>,
 }
 
 /// Where a candidacy is. Each phase's function returns the next phase; [`Runner::run`] holds
@@ -171,6 +174,10 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         let mut give_up_at = wait_limit(self.clock.now());
         let mut first = true;
         loop {
+            // Only a healthy instance stands in line (`--health-cmd`).
+            if let Some(code) = self.wait_healthy(give_up_at).await {
+                return Ok(code);
+            }
             let (candidacy, confirmed, mut phase) = match self.join(first, give_up_at).await? {
                 Joined::Candidacy(candidacy, confirmed) => {
                     (candidacy, confirmed, Phase::Campaigning)
@@ -223,6 +230,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             let scope = self.settings.scope();
             let max_holders = self.settings.max_holders;
             let retry_period = self.settings.timing.retry_period;
+            let health = self.health.clone();
+            // A handover is asked for by `resign`, or by --health-cmd failing --health-retries
+            // times in a row; either is the same stop.
             let handover = async {
                 let leader: &Candidacy = leader.get().expect("polled only once leading");
                 let handover_key = crate::leader::published::holder_handover_key(
@@ -230,9 +240,19 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     max_holders,
                     leader.token,
                 );
-                backend
-                    .handover_requested(leader, &handover_key, retry_period)
-                    .await
+                tokio::select! {
+                    () = backend.handover_requested(leader, &handover_key, retry_period) => {}
+                    verdict = health::unhealthy(health.as_ref()) => {
+                        // Only queued (the log never blocks): the group is signalled next.
+                        tracing::warn!(
+                            event = "unhealthy",
+                            token = leader.token,
+                            failures = verdict.failures,
+                            "the health check failed {} times in a row; handing over",
+                            verdict.failures
+                        );
+                    }
+                }
             };
             tokio::pin!(handover);
             let mut led = false;
@@ -380,6 +400,40 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             End::release(Then::HandedOver)
         } else {
             End::release_at_exit(Then::HandedOver)
+        }
+    }
+
+    /// `--health-cmd`: waits until the instance is healthy before it joins the line. `Some` is
+    /// the exit code when it gives up first: TERM/INT/HUP/QUIT (128+N), `--wait-timeout`, or,
+    /// with `--no-wait`, a first verdict that is not healthy (124).
+    async fn wait_healthy(&mut self, give_up_at: Option<Duration>) -> Option<u8> {
+        let checker = self.health.clone()?;
+        if checker.healthy() {
+            return None;
+        }
+        tracing::info!(
+            event = "waiting-for-health",
+            "waiting for the health check to pass before campaigning"
+        );
+        let clock = self.clock.clone();
+        let no_wait = self.settings.wait == Wait::No;
+        tokio::select! {
+            _ = checker.until(true) => None,
+            verdict = checker.decided(), if no_wait => {
+                if verdict.healthy {
+                    return None;
+                }
+                tracing::info!(event = "not-acquired", "the health check failed (--no-wait)");
+                Some(exit::NOT_ACQUIRED)
+            }
+            signal = campaign::wait_for_withdrawal(self.signals) => {
+                tracing::info!(event = "withdrawn", signal = signal.as_str(), "stopped while waiting for the health check");
+                Some(128 + signal as u8)
+            }
+            _ = sleep_until_some(&clock, give_up_at) => {
+                tracing::info!(event = "not-acquired", "--wait-timeout passed while waiting for the health check");
+                Some(exit::NOT_ACQUIRED)
+            }
         }
     }
 

@@ -38,6 +38,8 @@ pub struct Settings {
     pub max_runtime: Option<Duration>,
     /// `--splay`: a random delay in [0, this) before the first campaign.
     pub splay: Option<Duration>,
+    /// `--health-cmd` and its timing.
+    pub health: Option<super::health::HealthCheck>,
     pub occurrence: Option<Occurrence>,
     pub connection: Connection,
     pub command: Vec<OsString>,

@@ -54,6 +54,7 @@ fn settings() -> Settings {
         hold_at_least: None,
         max_runtime: None,
         splay: None,
+        health: None,
         occurrence: None,
         connection: Connection::parse(flags).expect("the default endpoint parses"),
         command: vec!["job".into()],
@@ -207,9 +208,28 @@ struct Ran {
 async fn run(
     settings: Settings,
     script: Script,
-    mut group: FakeGroup,
+    group: FakeGroup,
     signals: Vec<(Duration, Signal)>,
 ) -> Ran {
+    run_checked(settings, script, group, signals, None).await
+}
+
+/// [`run`] with a `--health-cmd` whose verdicts start as `healthy` and change at the instants
+/// given.
+async fn run_checked(
+    settings: Settings,
+    script: Script,
+    mut group: FakeGroup,
+    signals: Vec<(Duration, Signal)>,
+    health: Option<(bool, Vec<(Duration, bool)>)>,
+) -> Ran {
+    let (checker, verdicts) = match health {
+        Some((healthy, verdicts)) => {
+            let (checker, send) = super::health::Checker::scripted(healthy);
+            (Some(checker), Some((send, verdicts)))
+        }
+        None => (None, None),
+    };
     let fake = Fake::new(script);
     let origin = tokio::time::Instant::now();
     let (mut intake, send) = Signals::scripted();
@@ -220,6 +240,19 @@ async fn run(
         clock: TokioClock::new(),
         supervisor: &mut group,
         signals: &mut intake,
+        health: checker,
+    };
+    let checks = async move {
+        if let Some((send, verdicts)) = verdicts {
+            for (at, healthy) in verdicts {
+                tokio::time::sleep_until(origin + at).await;
+                let failures = u32::from(!healthy) * 3;
+                send.send_replace(super::health::Verdict { healthy, failures });
+            }
+            // Kept open: a closed channel would read as a checker that is gone.
+            std::future::pending::<()>().await;
+        }
+        std::future::pending::<()>().await
     };
     let sender = async move {
         for (at, signal) in signals {
@@ -231,6 +264,7 @@ async fn run(
     let result = tokio::select! {
         result = tokio::time::timeout(600 * S, runner.run()) => result.expect("the run ended within 600 s"),
         () = sender => unreachable!(),
+        () = checks => unreachable!(),
     };
     let ended = origin.elapsed();
     let (code, message) = match result {
@@ -718,4 +752,77 @@ async fn a_loss_during_a_max_runtime_stop_is_a_step_down() {
     );
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
     assert_eq!(ran.releases, [6 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unhealthy_leader_hands_over_through_the_stop_path_and_exits_75() {
+    let ran = run_checked(
+        settings(),
+        Script::default(),
+        FakeGroup::new(Dies::OnKill),
+        vec![],
+        Some((true, vec![(5 * S, false)])),
+    )
+    .await;
+    assert_eq!(
+        ran.signals,
+        [(5 * S, Signal::SIGTERM), (9 * S, Signal::SIGKILL)]
+    );
+    assert_eq!(ran.releases, [9 * S + DYING]);
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_campaign_waits_for_a_passing_check() {
+    let group = FakeGroup::new(Dies::OnTerm).exits_after(S, 0);
+    let ran = run_checked(
+        settings(),
+        Script::default(),
+        group,
+        vec![],
+        Some((false, vec![(3 * S, true)])),
+    )
+    .await;
+    assert_eq!(ran.fake.times(Call::Campaign), [3 * S]);
+    assert_eq!(ran.spawned, Some(3 * S));
+    assert_eq!(ran.code, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unhealthy_waiter_leaves_the_line_and_rejoins_once_healthy() {
+    let script = Script {
+        check_turn: behind(),
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.wait = Wait::Until(15 * S);
+    let ran = run_checked(
+        settings,
+        script,
+        FakeGroup::new(Dies::OnTerm),
+        vec![],
+        Some((true, vec![(4 * S, false), (10 * S, true)])),
+    )
+    .await;
+    assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO, 10 * S]);
+    assert_eq!(ran.releases, [4 * S, 15 * S]);
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+    assert_eq!(ran.spawned, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_wait_with_a_failing_first_check_exits_124_without_campaigning() {
+    let mut settings = settings();
+    settings.wait = Wait::No;
+    let ran = run_checked(
+        settings,
+        Script::default(),
+        FakeGroup::new(Dies::OnTerm),
+        vec![],
+        Some((false, vec![(S, false)])),
+    )
+    .await;
+    assert!(ran.fake.times(Call::Campaign).is_empty());
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+    assert_eq!(ran.ended, S);
 }
