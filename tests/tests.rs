@@ -90,6 +90,9 @@ store_independent! {
     limits::a_command_that_ends_before_max_runtime_is_unaffected,
     limits::term_during_splay_exits_at_once_and_leaves_the_store_untouched,
     limits::splay_delays_each_start_by_a_different_amount_below_the_bound,
+    // --health-cmd.
+    health::an_unhealthy_instance_never_stands_in_line_and_a_failing_leader_hands_over,
+    health::a_hanging_check_does_not_delay_the_step_down_when_the_store_is_cut_off,
 }
 
 mod ambiguous;
@@ -102,6 +105,7 @@ mod exit_codes;
 mod faults;
 mod floors;
 mod handover;
+mod health;
 mod hints;
 mod holder_records;
 mod holders;
