@@ -50,14 +50,16 @@ pub fn an_unhealthy_instance_never_stands_in_line_and_a_failing_leader_hands_ove
         .fields[0]
         .parse()
         .unwrap();
+    let b_sick = path_str(&scratch.path("b-sick"));
+    let b_check = format!("test ! -e '{b_sick}'");
     let mut b = Instance::start(
-        &health_args(&endpoint, "healthy", "true"),
+        &health_args(&endpoint, "healthy", &b_check),
         &scratch.job("b", "true"),
     );
-    let mut c = Instance::start(
-        &health_args(&endpoint, "healthy", "false"),
-        &scratch.job("c", "true"),
-    );
+    let c_file = path_str(&scratch.path("c.prom"));
+    let mut c_args = health_args(&endpoint, "healthy", "false");
+    c_args.extend(["--metrics-file", &c_file]);
+    let mut c = Instance::start(&c_args, &scratch.job("c", "true"));
     assert!(
         wait_for(Duration::from_secs(10), || store.claims("healthy") == 2),
         "{}: b did not join the line: {}",
@@ -68,6 +70,27 @@ pub fn an_unhealthy_instance_never_stands_in_line_and_a_failing_leader_hands_ove
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(store.claims("healthy"), 2, "{}", c.stderr());
     assert!(c.running());
+    let text = std::fs::read_to_string(scratch.path("c.prom")).unwrap();
+    assert_eq!(
+        crate::metrics::sample(&text, "leader_exec_healthy", ""),
+        Some(0.0),
+        "{text}"
+    );
+    // b leaves the line while its check fails, and rejoins once it passes.
+    std::fs::write(&b_sick, "").unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || store.claims("healthy") == 1),
+        "{}: b stayed in line: {}",
+        S::NAME,
+        b.stderr()
+    );
+    std::fs::remove_file(&b_sick).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || store.claims("healthy") == 2),
+        "{}: b did not rejoin: {}",
+        S::NAME,
+        b.stderr()
+    );
 
     std::fs::write(&sick, "").unwrap();
     // Two failures 200 ms apart, then TERM (ignored), SIGKILL --kill-after (1 s) later.

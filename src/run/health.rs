@@ -137,6 +137,7 @@ fn check_forever(check: &HealthCheck, send: &watch::Sender<Verdict>) {
             }
         }
         healthy = now_healthy;
+        crate::telemetry::metrics::health(healthy);
         send.send_replace(Verdict { healthy, failures });
         std::thread::sleep(check.interval);
     }
