@@ -235,6 +235,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         supervisor.shutdown();
         result
     });
+    crate::run::health::stop_checks();
     telemetry.finish(&result);
     result
 }

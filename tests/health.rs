@@ -118,8 +118,12 @@ pub fn a_hanging_check_does_not_delay_the_step_down_when_the_store_is_cut_off<S:
     let scratch = Scratch::new();
     let proxied = store.endpoint_via(&proxy);
     let hang = path_str(&scratch.path("hang"));
-    // Hangs (past its 5 s timeout) once `hang` exists.
-    let check = format!("if [ -e '{hang}' ]; then sleep 1000; fi");
+    let checks = scratch.path("checks");
+    // Hangs (past its 5 s timeout) once `hang` exists, its pid and its child's recorded.
+    let check = format!(
+        "if [ -e '{hang}' ]; then sleep 1000 & echo \"$$ $!\" >> '{}'; wait; fi",
+        checks.display()
+    );
     let mut args = lease_args(&proxied, "hung");
     args.extend([
         "--health-cmd",
@@ -150,4 +154,16 @@ while :; do sleep 0.05; done"#;
         S::NAME
     );
     assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+    // The hanging check does not outlive leader-exec.
+    let pids: Vec<i32> = std::fs::read_to_string(&checks)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(!pids.is_empty());
+    assert!(
+        wait_for(Duration::from_secs(2), || pids.iter().all(|&p| !alive(p))),
+        "{}: a health check outlived leader-exec: {pids:?}",
+        S::NAME
+    );
 }

@@ -28,6 +28,40 @@ pub struct HealthCheck {
 /// How long the checker sleeps between looks at a running check.
 const POLL: Duration = Duration::from_millis(10);
 
+/// The check running now, if any, and whether checks are over (leader-exec is exiting).
+/// Spawning, reaping and killing all happen under this lock, so a group id read here always
+/// names a check's group whose leader is not yet reaped (its pid cannot be reused).
+struct Running {
+    pid: Option<i32>,
+    stopped: bool,
+}
+
+static RUNNING: std::sync::Mutex<Running> = std::sync::Mutex::new(Running {
+    pid: None,
+    stopped: false,
+});
+
+fn running() -> std::sync::MutexGuard<'static, Running> {
+    RUNNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// SIGKILL to a check's whole process group (never the command's).
+fn kill_group(pid: i32) {
+    let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+}
+
+/// leader-exec is exiting: the check running now is killed with its group, and no other
+/// starts, so that no check outlives leader-exec.
+pub fn stop_checks() {
+    let mut running = running();
+    running.stopped = true;
+    if let Some(pid) = running.pid.take() {
+        kill_group(pid);
+    }
+}
+
 /// The verdict, as the runtime thread reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Verdict {
@@ -109,7 +143,7 @@ fn check_forever(check: &HealthCheck, send: &watch::Sender<Verdict>) {
     let mut failures: u32 = 0;
     let mut passed_once = false;
     let mut healthy = false;
-    while !send.is_closed() {
+    while !send.is_closed() && !running().stopped {
         match check_once(check) {
             Outcome::Passed => {
                 failures = 0;
@@ -145,6 +179,10 @@ fn check_forever(check: &HealthCheck, send: &watch::Sender<Verdict>) {
 
 /// Runs the check once, bounded by its timeout.
 fn check_once(check: &HealthCheck) -> Outcome {
+    let mut slot = running();
+    if slot.stopped {
+        return Outcome::Failed("leader-exec is exiting".into());
+    }
     let child = Command::new("/bin/sh")
         .arg("-c")
         .arg(&check.command)
@@ -157,26 +195,37 @@ fn check_once(check: &HealthCheck) -> Outcome {
         Ok(child) => child,
         Err(e) => return Outcome::Failed(format!("cannot run /bin/sh: {e}")),
     };
-    let group = Pid::from_raw(child.id() as i32);
+    let pid = child.id() as i32;
+    slot.pid = Some(pid);
+    drop(slot);
     let deadline = Instant::now() + check.timeout;
     loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Outcome::Passed,
-            Ok(Some(status)) => return Outcome::Failed(status.to_string()),
+        let mut slot = running();
+        let outcome = match child.try_wait() {
+            Ok(Some(status)) if status.success() => Outcome::Passed,
+            Ok(Some(status)) => Outcome::Failed(status.to_string()),
+            // Killed by `stop_checks` meanwhile.
+            Ok(None) if slot.stopped => Outcome::Failed("leader-exec is exiting".into()),
             Ok(None) if Instant::now() >= deadline => {
                 // Before reaping: the unreaped shell keeps its pid, so the group id still
                 // names this check's group and no other.
-                let _ = killpg(group, Signal::SIGKILL);
+                kill_group(pid);
                 let _ = child.wait();
-                return Outcome::Failed(format!(
+                Outcome::Failed(format!(
                     "no answer within --health-timeout {}; its process group was killed",
                     humantime::format_duration(check.timeout)
-                ));
+                ))
             }
-            Ok(None) => std::thread::sleep(POLL),
+            Ok(None) => {
+                drop(slot);
+                std::thread::sleep(POLL);
+                continue;
+            }
             // Reaped by someone else (leader-exec reaps orphans once its supervisor is gone).
-            Err(e) => return Outcome::Failed(format!("lost track of the check: {e}")),
-        }
+            Err(e) => Outcome::Failed(format!("lost track of the check: {e}")),
+        };
+        slot.pid = None;
+        return outcome;
     }
 }
 
