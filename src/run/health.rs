@@ -183,14 +183,16 @@ fn check_once(check: &HealthCheck) -> Outcome {
     if slot.stopped {
         return Outcome::Failed("leader-exec is exiting".into());
     }
-    let child = Command::new("/bin/sh")
+    let mut command = Command::new("/bin/sh");
+    command
         .arg("-c")
         .arg(&check.command)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .process_group(0)
-        .spawn();
+        .process_group(0);
+    crate::leader::supervisor::without_credentials(&mut command);
+    let child = command.spawn();
     let mut child = match child {
         Ok(child) => child,
         Err(e) => return Outcome::Failed(format!("cannot run /bin/sh: {e}")),
