@@ -279,6 +279,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                                         "elected, but the lease is past its renew deadline; campaigning again"
                                     );
                                     End::release(Then::Recampaign)
+                                } else if self.health.as_ref().is_some_and(|h| !h.healthy()) {
+                                    // The turn came in the same instant as the failing verdict:
+                                    // an unhealthy instance does not start the command.
+                                    tracing::warn!(
+                                        event = "left-line",
+                                        "elected, but the health check fails; leaving the line until it passes"
+                                    );
+                                    End::release(Then::Recampaign)
                                 } else {
                                     led = true;
                                     Phase::Leading
