@@ -52,7 +52,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
-        mut handover: Pin<&mut impl Future<Output = ()>>,
+        mut handover: Pin<&mut impl Future<Output = &'static str>>,
     ) -> Phase {
         let settings = self.settings;
         let clock = self.clock.clone();
@@ -239,13 +239,13 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 // A handover is the stop a forwarded TERM starts, with --kill-signal: signal
                 // the group first, log after; the claim stays ours (renewed as ever) until the
                 // group is gone, so the next leader cannot start beside any of it.
-                () = &mut handover, if !handing_over => {
+                why = &mut handover, if !handing_over => {
                     handing_over = true;
                     if stop.is_none() {
                         stop = Some(Stop::begin(self.supervisor, settings.kill_signal, clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
                         crate::telemetry::metrics::stop_requested();
                     }
-                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "a handover was asked for (resign, or --health-cmd failing); stopping the command");
+                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "{why}; stopping the command");
                     notify::status(&format!("handing over lease {} (token {})", settings.lease, candidacy.token));
                 }
                 // `--max-runtime`: the stop a forwarded TERM starts, with --kill-signal (signal
@@ -335,7 +335,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
-        mut handover: Pin<&mut impl Future<Output = ()>>,
+        mut handover: Pin<&mut impl Future<Output = &'static str>>,
         until: Duration,
         since: SystemTime,
     ) -> Held {
@@ -390,8 +390,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     tracing::warn!(event = "hold-ended", token = candidacy.token, "our election key was deleted during --hold-at-least");
                     return Held::Over;
                 }
-                () = &mut handover => {
-                    tracing::warn!(event = "handing-over", token = candidacy.token, "a handover was asked for (resign, or --health-cmd failing) during --hold-at-least");
+                why = &mut handover => {
+                    tracing::warn!(event = "handing-over", token = candidacy.token, "{why} during --hold-at-least");
                     return Held::HandOver;
                 }
                 _ = clock.sleep_until(until) => return Held::Over,

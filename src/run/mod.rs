@@ -240,17 +240,13 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     max_holders,
                     leader.token,
                 );
+                // Why, for the log line that follows the signal.
                 tokio::select! {
-                    () = backend.handover_requested(leader, &handover_key, retry_period) => {}
-                    verdict = health::unhealthy(health.as_ref()) => {
-                        // Only queued (the log never blocks): the group is signalled next.
-                        tracing::warn!(
-                            event = "unhealthy",
-                            token = leader.token,
-                            failures = verdict.failures,
-                            "the health check failed {} times in a row; handing over",
-                            verdict.failures
-                        );
+                    () = backend.handover_requested(leader, &handover_key, retry_period) => {
+                        "resign asked for a handover"
+                    }
+                    _ = health::unhealthy(health.as_ref()) => {
+                        "the health check failed --health-retries times in a row (--health-cmd)"
                     }
                 }
             };

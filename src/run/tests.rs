@@ -826,28 +826,3 @@ async fn no_wait_with_a_failing_first_check_exits_124_without_campaigning() {
     assert_eq!(ran.code, exit::NOT_ACQUIRED);
     assert_eq!(ran.ended, S);
 }
-
-#[tokio::test(start_paused = true)]
-async fn a_turn_that_comes_with_a_failing_check_does_not_start_the_command() {
-    // The turn and the failing verdict at the same instant (2 s); healthy again at 6 s, then
-    // behind another until --wait-timeout.
-    let mut check_turn = VecDeque::from([Step::After(2 * S, Ok(Turn::Leading { token: 7 }))]);
-    check_turn.extend(behind());
-    let script = Script {
-        check_turn,
-        ..Script::default()
-    };
-    let mut settings = settings();
-    settings.wait = Wait::Until(10 * S);
-    let ran = run_checked(
-        settings,
-        script,
-        FakeGroup::new(Dies::OnTerm),
-        vec![],
-        Some((true, vec![(2 * S, false), (6 * S, true)])),
-    )
-    .await;
-    assert_eq!(ran.spawned, None, "the command started while unhealthy");
-    assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO, 6 * S]);
-    assert_eq!(ran.code, exit::NOT_ACQUIRED);
-}
