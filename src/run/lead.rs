@@ -29,7 +29,7 @@ enum Why {
     OnItsOwn,
     /// TERM or INT asked for a stop.
     Asked,
-    /// `resign` asked for a handover.
+    /// A handover was asked for (`resign`, or the health check failing).
     HandOver,
     /// `--max-runtime` passed.
     MaxRuntime,

@@ -17,7 +17,9 @@
 //!
 //! `--max-runtime` is a timer of the leading phase: when it fires, the command gets the stop a
 //! forwarded TERM starts; once the group is gone the hold applies, then release and exit 79 (or
-//! campaign again). `--splay` happens before the store is opened (`splay.rs`).
+//! campaign again). `--splay` happens before the store is opened (`splay.rs`). `--health-cmd`'s
+//! verdict is read from memory (`health.rs`): a gate before each join, an arm of the wait for our
+//! turn (leave the line), and a second source of the handover request (a leader hands over).
 //!
 //! A handover asked for by `resign` is the stop a forwarded TERM starts (`--kill-signal`,
 //! `--kill-after`, SIGKILL), with the lease renewed until the group is gone; then release,
