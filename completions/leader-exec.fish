@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_leader_exec_global_optspecs
-    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait max-holders= recampaign hold-at-least= allow-long-hold occurrence= if-unfinished= occurrence-retention= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
+    string join \n l/lease= prefix= identity= ttl= renew-deadline= retry-period= s/kill-signal= k/kill-after= wait-timeout= n/no-wait max-holders= recampaign hold-at-least= allow-long-hold occurrence= if-unfinished= occurrence-retention= max-runtime= splay= health-cmd= health-interval= health-timeout= health-retries= http= metrics-file= endpoints= connect-timeout= cacert= cert= key= user= password-file= v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_leader_exec_needs_command
@@ -46,6 +46,12 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -l if-unfinished -
 skip\t'Treat it as done: exit 0 without running'
 fail\t'Refuse to run and exit 76, so a human (or an alert) decides'"
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l occurrence-retention -d 'How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper); afterwards they are deleted, or treated as absent until they are' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l max-runtime -d 'Stop the command this long after it started, as on TERM, and exit 79 [default: no bound]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l splay -d 'Wait a random time in [0, DUR) before the first campaign [default: 0]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l health-cmd -d 'A health check, run with /bin/sh -c; an unhealthy instance neither stands in line nor leads' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l health-interval -d 'Time between health checks' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l health-timeout -d 'How long one health check may run before it is killed and counted as failed' -r -f
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -l health-retries -d 'Failed health checks in a row that make the instance unhealthy (1-100)' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l http -d 'Serve GET /metrics, /leader and /healthz over HTTP on this address [default: off]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l metrics-file -d 'Write the metrics and this run\'s outcome to FILE (node_exporter textfile format)' -r -F
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f

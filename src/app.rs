@@ -210,6 +210,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         supervisor.shutdown();
         result
     });
+    crate::run::health::stop_checks();
     telemetry.finish(&result);
     result
 }
@@ -219,6 +220,20 @@ async fn lead_or_wait(
     supervisor: &mut supervisor::Handle,
     mut signals: Signals,
 ) -> anyhow::Result<u8> {
+    // Before the store is opened: a stop during the splay leaves nothing behind.
+    if let Some(splay) = settings.splay
+        && let Some(signal) = crate::run::splay::wait(splay, &mut signals).await
+    {
+        return Ok(128 + signal as u8);
+    }
+    // The first check runs while the store is opened; the first campaign waits for its pass.
+    let health =
+        match settings.health.clone() {
+            Some(check) => Some(crate::run::health::Checker::start(check).map_err(|e| {
+                Failure::usage(format!("cannot start the health-check thread: {e}"))
+            })?),
+            None => None,
+        };
     let t = &settings.timing;
     let timing = LeaseTiming {
         ttl: t.ttl,
@@ -237,7 +252,7 @@ async fn lead_or_wait(
             settings.max_holders,
         )
         .await?;
-    lead_with(settings, &store, supervisor, &mut signals).await
+    lead_with(settings, &store, supervisor, &mut signals, health).await
 }
 
 async fn lead_with<B: Store>(
@@ -245,6 +260,7 @@ async fn lead_with<B: Store>(
     backend: &B,
     supervisor: &mut supervisor::Handle,
     signals: &mut Signals,
+    health: Option<crate::run::health::Checker>,
 ) -> anyhow::Result<u8> {
     Runner {
         settings,
@@ -252,6 +268,7 @@ async fn lead_with<B: Store>(
         clock: BootClock,
         supervisor,
         signals,
+        health,
     }
     .run()
     .await

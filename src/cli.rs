@@ -96,6 +96,7 @@ N        the command ran and exited with status N
          (EX_TEMPFAIL: restart us)
 76       --if-unfinished fail refused an occurrence an earlier leader started and never
          finished: a human must decide whether to run it again
+79       --max-runtime passed: the command was stopped (as on TERM) and the lease released
 124      not acquired: --no-wait found a leader, or --wait-timeout passed
 125      leader-exec itself failed: usage or configuration error, the store unreachable at
          start (refused, or no answer within --connect-timeout), TLS or authentication error,
@@ -512,6 +513,47 @@ pub struct RunArgs {
     /// afterwards they are deleted, or treated as absent until they are.
     #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, allow_hyphen_values = true, requires = "occurrence")]
     pub occurrence_retention: Duration,
+
+    /// Stop the command this long after it started, as on TERM, and exit 79 [default: no bound]
+    ///
+    /// For a job that may hang: a hung command would otherwise keep the lease, renewed, forever.
+    /// The stop is the one TERM starts (--kill-signal to the command's process group, SIGKILL
+    /// after --kill-after); once the group is gone the lease is released (after --hold-at-least,
+    /// if given) and leader-exec exits 79, or campaigns again with --recampaign. An --occurrence
+    /// stopped this way stays unfinished: --if-unfinished decides the next run. Not 0.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_MAX_RUNTIME", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub max_runtime: Option<Duration>,
+
+    /// Wait a random time in [0, DUR) before the first campaign [default: 0]
+    ///
+    /// Spreads a fleet whose timers or crontabs fire at the same instant, so that the store
+    /// does not get every campaign at once. Nothing is contacted meanwhile: TERM, INT, HUP or
+    /// QUIT during the delay exit 128+N at once.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_SPLAY", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub splay: Option<Duration>,
+
+    /// A health check, run with /bin/sh -c; an unhealthy instance neither stands in line nor leads
+    ///
+    /// Runs every --health-interval in a process group of its own, its output discarded, killed
+    /// at --health-timeout (a failure). The first campaign waits for a check to pass; after
+    /// --health-retries failures in a row a waiter leaves the line (and rejoins once a check
+    /// passes), and a leader hands over as on `resign`: its command is stopped as on TERM, the
+    /// lease released, exit 75 (or, with --recampaign, campaign again once healthy). A check
+    /// never delays a renewal or a step-down.
+    #[arg(long, value_name = "CMD", env = "LEADER_EXEC_HEALTH_CMD")]
+    pub health_cmd: Option<String>,
+
+    /// Time between health checks.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_HEALTH_INTERVAL", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true, requires = "health_cmd")]
+    pub health_interval: Duration,
+
+    /// How long one health check may run before it is killed and counted as failed.
+    #[arg(long, value_name = "DUR", env = "LEADER_EXEC_HEALTH_TIMEOUT", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true, requires = "health_cmd")]
+    pub health_timeout: Duration,
+
+    /// Failed health checks in a row that make the instance unhealthy (1-100).
+    #[arg(long, value_name = "N", env = "LEADER_EXEC_HEALTH_RETRIES", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100), requires = "health_cmd")]
+    pub health_retries: u32,
 
     /// Serve GET /metrics, /leader and /healthz over HTTP on this address [default: off]
     ///

@@ -11,6 +11,9 @@ pub const LEADERSHIP_LOST: u8 = 75;
 /// outcome (it died mid-run, or finished but could not record it): a human must decide whether
 /// running it again is safe (distinct from 125, "misconfigured").
 pub const UNFINISHED_OCCURRENCE: u8 = 76;
+/// `--max-runtime` passed: the command was stopped as on TERM and the lease released. Outside
+/// sysexits' 64-78 and the shell's 126-255, and used by no other outcome of leader-exec.
+pub const MAX_RUNTIME: u8 = 79;
 /// Not acquired: `--no-wait` found a leader, or `--wait-timeout` passed.
 pub const NOT_ACQUIRED: u8 = 124;
 /// leader-exec itself failed: usage or configuration error, store unreachable at start, TLS/auth error.

@@ -132,7 +132,17 @@ impl Settings {
         // From here on every log line names this instance (the warnings below included).
         crate::telemetry::logging::set_context(&lease, &identity);
         let connection = connection(store)?;
+        let (max_runtime, splay) = bounds_from_args(run.max_runtime, run.splay)?;
+        let health = health_from_args(
+            run.health_cmd,
+            run.health_interval,
+            run.health_timeout,
+            run.health_retries,
+        )?;
         Ok(Settings {
+            max_runtime,
+            splay,
+            health,
             http,
             metrics_file,
             lease,
@@ -149,6 +159,48 @@ impl Settings {
             command: run.command,
         })
     }
+}
+
+/// `--max-runtime` and `--splay`. A zero bound would stop every command as it starts: refused.
+/// A zero splay is no splay.
+fn bounds_from_args(
+    max_runtime: Option<Duration>,
+    splay: Option<Duration>,
+) -> Result<(Option<Duration>, Option<Duration>), Failure> {
+    if max_runtime.is_some_and(|d| d.is_zero()) {
+        return Err(Failure::usage(
+            "--max-runtime must be more than 0 (leave it out for no bound)",
+        ));
+    }
+    Ok((max_runtime, splay.filter(|d| !d.is_zero())))
+}
+
+/// `--health-cmd` and its timing. Zero durations would run checks back to back or kill each as
+/// it starts: refused.
+fn health_from_args(
+    command: Option<String>,
+    interval: Duration,
+    timeout: Duration,
+    retries: u32,
+) -> Result<Option<crate::run::health::HealthCheck>, Failure> {
+    let Some(command) = command else {
+        return Ok(None);
+    };
+    if command.trim().is_empty() {
+        return Err(Failure::usage("--health-cmd must not be empty"));
+    }
+    if interval.is_zero() {
+        return Err(Failure::usage("--health-interval must be more than 0"));
+    }
+    if timeout.is_zero() {
+        return Err(Failure::usage("--health-timeout must be more than 0"));
+    }
+    Ok(Some(crate::run::health::HealthCheck {
+        command,
+        interval,
+        timeout,
+        retries,
+    }))
 }
 
 pub fn validate_lease_name(name: Option<&str>) -> Result<String, Failure> {

@@ -429,7 +429,8 @@ fn the_floor_checks_catch_what_they_guard() {
 /// SIGKILL reaches the command's group from one place: the run floor's stop path
 /// (`run/stop.rs`, `Stop::kill`, through the supervisor handle). The supervisor itself
 /// (`leader/supervisor.rs`) keeps its own last resorts — the group killed when leader-exec dies
-/// or shuts down — and test doubles are not counted.
+/// or shuts down — and test doubles are not counted. `run/health.rs` kills the process group of
+/// a `--health-cmd` check at its timeout: the check's own group, never the command's.
 #[test]
 fn sigkill_is_sent_from_one_place() {
     let mut senders = Vec::new();
@@ -469,7 +470,7 @@ fn sigkill_is_sent_from_one_place() {
     }
     assert_eq!(
         senders,
-        ["src/run/stop.rs: 1"],
+        ["src/run/health.rs: 1", "src/run/stop.rs: 1"],
         "SIGKILL sent from more than one place"
     );
 }

@@ -66,6 +66,31 @@ pub fn malformed_flags_are_one_line_and_125<S: Store>() {
         &with(&["--lease", "x", "--kill-signal", "TERMINATE", "--", "true"]),
         "TERMINATE",
     );
+    assert_usage_error(
+        &with(&["--lease", "x", "--max-runtime", "0", "--", "true"]),
+        "--max-runtime",
+    );
+    assert_usage_error(
+        &with(&["--lease", "x", "--splay", "-1s", "--", "true"]),
+        "--splay",
+    );
+    assert_usage_error(
+        &with(&[
+            "--lease",
+            "x",
+            "--health-cmd",
+            "true",
+            "--health-interval",
+            "0",
+            "--",
+            "true",
+        ]),
+        "--health-interval",
+    );
+    assert_usage_error(
+        &with(&["--lease", "x", "--health-timeout", "1s", "--", "true"]),
+        "--health-cmd",
+    );
     assert_usage_error(&with(&["--lease", "", "--", "true"]), "--lease");
     assert_usage_error(&with(&["--lease", "a/b", "--", "true"]), "'/'");
     assert_usage_error(

@@ -89,6 +89,14 @@ store_independent! {
     holders_ops::resign_ends_one_holders_hold_at_least,
     holders_ops::resign_names_a_frozen_holder_and_force_removes_it_alone,
     holders_ops::watch_with_several_holders_survives_a_store_restart,
+    // --max-runtime and --splay.
+    limits::max_runtime_stops_a_term_ignoring_group_and_frees_the_lease,
+    limits::a_command_that_ends_before_max_runtime_is_unaffected,
+    limits::term_during_splay_exits_at_once_and_leaves_the_store_untouched,
+    limits::splay_delays_each_start_by_a_different_amount_below_the_bound,
+    // --health-cmd.
+    health::an_unhealthy_instance_never_stands_in_line_and_a_failing_leader_hands_over,
+    health::a_hanging_check_does_not_delay_the_step_down_when_the_store_is_cut_off,
 }
 
 mod ambiguous;
@@ -101,6 +109,7 @@ mod exit_codes;
 mod faults;
 mod floors;
 mod handover;
+mod health;
 mod hints;
 mod history_checks;
 mod holder_records;
@@ -109,6 +118,7 @@ mod holders_metrics;
 mod holders_ops;
 mod hostile;
 mod input;
+mod limits;
 mod local_faults;
 mod log_filter;
 mod metrics;

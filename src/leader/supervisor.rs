@@ -455,6 +455,46 @@ impl Handle {
     }
 }
 
+/// Takes out of `command`'s environment what leader-exec consumed: the command (and a
+/// `--health-cmd` check) gets no credential of leader-exec's.
+pub fn without_credentials(command: &mut std::process::Command) {
+    // What leader-exec consumed is not the command's: the store password, and systemd's
+    // notification socket (systemd's own convention; the notifications are leader-exec's).
+    command.env_remove("LEADER_EXEC_PASSWORD");
+    command.env_remove(crate::notify::NOTIFY_SOCKET);
+    // `ETCDCTL_USER=NAME:PASS` (read as `--user`) keeps its user name only, as an endpoint
+    // keeps its host: which user is no secret, its password is leader-exec's. A value that
+    // is not text cannot be split and goes.
+    match std::env::var("ETCDCTL_USER") {
+        Ok(value) => {
+            if let Some((name, _)) = value.split_once(':') {
+                command.env("ETCDCTL_USER", name);
+            }
+        }
+        Err(std::env::VarError::NotUnicode(_)) => {
+            command.env_remove("ETCDCTL_USER");
+        }
+        Err(std::env::VarError::NotPresent) => {}
+    }
+    // The endpoints stay (the command may run `leader-exec check`), without any password
+    // they hold: the command gets no credential of leader-exec's. A value that is not text
+    // cannot be redacted and goes.
+    for name in ["LEADER_EXEC_ENDPOINTS", "ETCDCTL_ENDPOINTS"] {
+        match std::env::var(name) {
+            Ok(value) => {
+                let shown = crate::redact::redact_password(&value);
+                if shown != value {
+                    command.env(name, shown);
+                }
+            }
+            Err(std::env::VarError::NotUnicode(_)) => {
+                command.env_remove(name);
+            }
+            Err(std::env::VarError::NotPresent) => {}
+        }
+    }
+}
+
 /// The children of `pid`, from /proc/PID/task/PID/children.
 fn children_of(pid: i32) -> Vec<i32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
@@ -741,41 +781,7 @@ impl<'a> Supervisor<'a> {
     fn spawn(&mut self, env: &[(&str, &str)]) -> Result<(), ()> {
         let mut command = std::process::Command::new(&self.command[0]);
         command.args(&self.command[1..]);
-        // What leader-exec consumed is not the command's: the store password, and systemd's
-        // notification socket (systemd's own convention; the notifications are leader-exec's).
-        command.env_remove("LEADER_EXEC_PASSWORD");
-        command.env_remove(crate::notify::NOTIFY_SOCKET);
-        // `ETCDCTL_USER=NAME:PASS` (read as `--user`) keeps its user name only, as an endpoint
-        // keeps its host: which user is no secret, its password is leader-exec's. A value that
-        // is not text cannot be split and goes.
-        match std::env::var("ETCDCTL_USER") {
-            Ok(value) => {
-                if let Some((name, _)) = value.split_once(':') {
-                    command.env("ETCDCTL_USER", name);
-                }
-            }
-            Err(std::env::VarError::NotUnicode(_)) => {
-                command.env_remove("ETCDCTL_USER");
-            }
-            Err(std::env::VarError::NotPresent) => {}
-        }
-        // The endpoints stay (the command may run `leader-exec check`), without any password
-        // they hold: the command gets no credential of leader-exec's. A value that is not text
-        // cannot be redacted and goes.
-        for name in ["LEADER_EXEC_ENDPOINTS", "ETCDCTL_ENDPOINTS"] {
-            match std::env::var(name) {
-                Ok(value) => {
-                    let shown = crate::redact::redact_password(&value);
-                    if shown != value {
-                        command.env(name, shown);
-                    }
-                }
-                Err(std::env::VarError::NotUnicode(_)) => {
-                    command.env_remove(name);
-                }
-                Err(std::env::VarError::NotPresent) => {}
-            }
-        }
+        without_credentials(&mut command);
         command.envs(env.iter().copied());
         // Its own process group, so that stopping it reaches everything it started.
         command.process_group(0);

@@ -269,6 +269,11 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     tracing::info!(event = "not-acquired", "--wait-timeout passed; withdrawing the candidacy");
                     return Waited::End(End::release(Then::NotAcquired));
                 }
+                // Campaigns again once a check passes (the gate before joining).
+                verdict = super::health::unhealthy(self.health.as_ref()) => {
+                    tracing::warn!(event = "left-line", failures = verdict.failures, "the health check failed {} times in a row; leaving the line until it passes", verdict.failures);
+                    return Waited::End(End::release(Then::Recampaign));
+                }
             }
         }
     }

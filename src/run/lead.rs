@@ -22,6 +22,19 @@ use crate::leader::supervisor::{self, Event};
 use crate::notify;
 use crate::signals;
 
+/// Why the command's group ended while the claim was proven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Why {
+    /// On its own.
+    OnItsOwn,
+    /// TERM or INT asked for a stop.
+    Asked,
+    /// A handover was asked for (`resign`, or the health check failing).
+    HandOver,
+    /// `--max-runtime` passed.
+    MaxRuntime,
+}
+
 /// How `--hold-at-least` ended.
 pub(super) enum Held {
     /// The hold is over or leadership was lost: release and exit with the command's status.
@@ -39,7 +52,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
-        mut handover: Pin<&mut impl Future<Output = ()>>,
+        mut handover: Pin<&mut impl Future<Output = &'static str>>,
     ) -> Phase {
         let settings = self.settings;
         let clock = self.clock.clone();
@@ -111,6 +124,10 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             let e = Failure::usage(format!("cannot reach the supervisor: {e}"));
             return End::release(Then::Fail(e.into()));
         }
+        // `--max-runtime` counts from the start asked for; a timer in the loop below, so it can
+        // never delay a renewal or a step-down.
+        let runtime_bound = settings.max_runtime.map(|bound| clock.now() + bound);
+        let mut ran_too_long = false;
         // For `status`: since when it leads, and that the command runs. Written beside the
         // start, never before it.
         let state = published::State::new(
@@ -161,8 +178,17 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         status = Some(child);
                     }
                     Ok(Event::GroupEmpty) => {
+                        let why = if handing_over {
+                            Why::HandOver
+                        } else if ran_too_long {
+                            Why::MaxRuntime
+                        } else if stop.is_some() {
+                            Why::Asked
+                        } else {
+                            Why::OnItsOwn
+                        };
                         return self
-                            .command_ended(candidacy, &record, status, handing_over, stop.is_some(), (acquired, since))
+                            .command_ended(candidacy, &record, status, why, (acquired, since))
                             .await;
                     }
                     Err(e) => {
@@ -195,26 +221,41 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     match stopping.on_due(self.supervisor, clock.now()) {
                         None => {}
                         Some(Stopped::Gone) if handing_over => return self.handed_over(candidacy),
+                        Some(Stopped::Gone) if ran_too_long => {
+                            return self
+                                .command_ended(candidacy, &record, status, Why::MaxRuntime, (acquired, since))
+                                .await;
+                        }
                         Some(Stopped::Gone) => {
                             let killed = ChildStatus::Signaled(Signal::SIGKILL as i32);
                             return End::release_at_exit(Then::Exit(status.unwrap_or(killed).code()));
                         }
                         Some(Stopped::Stuck) => {
-                            return End::leave_to_expire(Then::Exit(128 + Signal::SIGKILL as u8));
+                            let code = if ran_too_long { exit::MAX_RUNTIME } else { 128 + Signal::SIGKILL as u8 };
+                            return End::leave_to_expire(Then::Exit(code));
                         }
                     }
                 }
                 // A handover is the stop a forwarded TERM starts, with --kill-signal: signal
                 // the group first, log after; the claim stays ours (renewed as ever) until the
                 // group is gone, so the next leader cannot start beside any of it.
-                () = &mut handover, if !handing_over => {
+                why = &mut handover, if !handing_over => {
                     handing_over = true;
                     if stop.is_none() {
                         stop = Some(Stop::begin(self.supervisor, settings.kill_signal, clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
                         crate::telemetry::metrics::stop_requested();
                     }
-                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "resign asked for a handover; stopping the command");
+                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "{why}; stopping the command");
                     notify::status(&format!("handing over lease {} (token {})", settings.lease, candidacy.token));
+                }
+                // `--max-runtime`: the stop a forwarded TERM starts, with --kill-signal (signal
+                // first, log after). Not once a stop is under way: that stop goes on as it is.
+                _ = sleep_until_some(&clock, runtime_bound), if stop.is_none() => {
+                    ran_too_long = true;
+                    stop = Some(Stop::begin(self.supervisor, settings.kill_signal, clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
+                    crate::telemetry::metrics::max_runtime_reached();
+                    tracing::warn!(event = "max-runtime", token = candidacy.token, signal = settings.kill_signal.as_str(), "the command ran for --max-runtime; stopping it");
+                    notify::status(&format!("stopping the command at --max-runtime (lease {}, token {})", settings.lease, candidacy.token));
                 }
                 () = &mut announce, if !announced => announced = true,
             }
@@ -233,13 +274,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         candidacy: &Candidacy,
         record: &Option<Record>,
         status: Option<ChildStatus>,
-        handing_over: bool,
-        stop_asked: bool,
+        why: Why,
         (acquired, since): (Duration, SystemTime),
     ) -> Phase {
         let code = status.map_or(exit::FAILURE, ChildStatus::code);
         crate::telemetry::metrics::command_ended(status.map(ChildStatus::code));
-        if let Some(started) = record {
+        // A command stopped at --max-runtime did not finish: its record stays `started`, and
+        // the next run of the occurrence applies --if-unfinished.
+        if let Some(started) = record.as_ref().filter(|_| why != Why::MaxRuntime) {
             match self.finish_occurrence(candidacy, started, code).await {
                 Finished::Recorded => {}
                 Finished::Rejected => return End::release(Then::Exit(exit::LEADERSHIP_LOST)),
@@ -248,14 +290,22 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 Finished::Unrecorded => {}
             }
         }
-        if handing_over {
+        if why == Why::HandOver {
             return self.handed_over(candidacy);
+        }
+        if why == Why::MaxRuntime {
+            tracing::warn!(
+                event = "max-runtime-stopped",
+                token = candidacy.token,
+                status = code,
+                "the command's process group is gone (stopped at --max-runtime)"
+            );
         }
         match self.settings.hold_at_least {
             // A stop asked for while the command ran (TERM, INT) is not followed by
             // --hold-at-least: as during the hold, leader-exec exits and leaves the lease to
             // expire on its own.
-            Some(_) if stop_asked => {
+            Some(_) if why == Why::Asked => {
                 tracing::info!(
                     event = "hold-ended",
                     token = candidacy.token,
@@ -263,11 +313,18 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 );
                 End::leave_to_expire(Then::Exit(code))
             }
+            // --max-runtime keeps the hold: the lease is still proven and nobody asked to stop.
             Some(hold) => Phase::Holding {
-                code,
+                code: if why == Why::MaxRuntime {
+                    exit::MAX_RUNTIME
+                } else {
+                    code
+                },
                 until: acquired + hold,
                 since,
+                max_runtime: why == Why::MaxRuntime,
             },
+            None if why == Why::MaxRuntime => self.ran_too_long(),
             None => End::release_at_exit(Then::Exit(code)),
         }
     }
@@ -278,7 +335,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
-        mut handover: Pin<&mut impl Future<Output = ()>>,
+        mut handover: Pin<&mut impl Future<Output = &'static str>>,
         until: Duration,
         since: SystemTime,
     ) -> Held {
@@ -333,8 +390,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     tracing::warn!(event = "hold-ended", token = candidacy.token, "our election key was deleted during --hold-at-least");
                     return Held::Over;
                 }
-                () = &mut handover => {
-                    tracing::warn!(event = "handing-over", token = candidacy.token, "resign asked for a handover during --hold-at-least");
+                why = &mut handover => {
+                    tracing::warn!(event = "handing-over", token = candidacy.token, "{why} during --hold-at-least");
                     return Held::HandOver;
                 }
                 _ = clock.sleep_until(until) => return Held::Over,

@@ -15,6 +15,12 @@
 //!  exit, or Campaigning again (--recampaign, a lost place in line)
 //! ```
 //!
+//! `--max-runtime` is a timer of the leading phase: when it fires, the command gets the stop a
+//! forwarded TERM starts; once the group is gone the hold applies, then release and exit 79 (or
+//! campaign again). `--splay` happens before the store is opened (`splay.rs`). `--health-cmd`'s
+//! verdict is read from memory (`health.rs`): a gate before each join, an arm of the wait for our
+//! turn (leave the line), and a second source of the handover request (a leader hands over).
+//!
 //! A handover asked for by `resign` is the stop a forwarded TERM starts (`--kill-signal`,
 //! `--kill-after`, SIGKILL), with the lease renewed until the group is gone; then release,
 //! exit 75 (or campaign again). Every stop of the command's group goes through one path,
@@ -40,10 +46,12 @@
 //!   starts at the deadline has the group dead before the lease can end.
 
 mod campaign;
+pub mod health;
 mod lead;
 mod occurrence;
 mod release;
 mod settings;
+pub mod splay;
 mod stop;
 mod supervise;
 #[cfg(test)]
@@ -51,7 +59,7 @@ mod tests;
 
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, sleep_until_some};
 use crate::election::{Candidacy, Store};
 use crate::exit;
 use crate::leader::renewal::{Deadline, keep_renewing};
@@ -71,6 +79,8 @@ pub struct Runner<'a, B: Store, C: Clock, S: Supervise> {
     pub clock: C,
     pub supervisor: &'a mut S,
     pub signals: &'a mut Signals,
+    /// `--health-cmd`'s verdicts.
+    pub health: Option<health::Checker>,
 }
 
 /// Where a candidacy is. Each phase's function returns the next phase; [`Runner::run`] holds
@@ -87,6 +97,8 @@ enum Phase {
         until: Duration,
         /// Since when it leads, for `status`.
         since: std::time::SystemTime,
+        /// `--max-runtime` stopped the command: the hold ends in [`Then::MaxRuntime`].
+        max_runtime: bool,
     },
     /// Leadership was lost while the command ran: stop its group.
     SteppingDown(SteppingDown),
@@ -125,6 +137,8 @@ enum Then {
     Lost,
     /// `resign` asked for a handover, and the command's group is gone.
     HandedOver,
+    /// `--max-runtime` stopped the command, and its group is gone: exit 79, or campaign again.
+    MaxRuntime,
     /// Campaign again after `--retry-period` (our place in line was lost).
     Recampaign,
 }
@@ -162,6 +176,10 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         let mut give_up_at = wait_limit(self.clock.now());
         let mut first = true;
         loop {
+            // Only a healthy instance stands in line (`--health-cmd`).
+            if let Some(code) = self.wait_healthy(give_up_at).await {
+                return Ok(code);
+            }
             let (candidacy, confirmed, mut phase) = match self.join(first, give_up_at).await? {
                 Joined::Candidacy(candidacy, confirmed) => {
                     (candidacy, confirmed, Phase::Campaigning)
@@ -214,6 +232,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             let scope = self.settings.scope();
             let max_holders = self.settings.max_holders;
             let retry_period = self.settings.timing.retry_period;
+            let health = self.health.clone();
+            // A handover is asked for by `resign`, or by --health-cmd failing --health-retries
+            // times in a row; either is the same stop.
             let handover = async {
                 let leader: &Candidacy = leader.get().expect("polled only once leading");
                 let handover_key = crate::leader::published::holder_handover_key(
@@ -221,9 +242,15 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     max_holders,
                     leader.token,
                 );
-                backend
-                    .handover_requested(leader, &handover_key, retry_period)
-                    .await
+                // Why, for the log line that follows the signal.
+                tokio::select! {
+                    () = backend.handover_requested(leader, &handover_key, retry_period) => {
+                        "resign asked for a handover"
+                    }
+                    _ = health::unhealthy(health.as_ref()) => {
+                        "the health check failed --health-retries times in a row (--health-cmd)"
+                    }
+                }
             };
             tokio::pin!(handover);
             let mut led = false;
@@ -250,6 +277,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                                         "elected, but the lease is past its renew deadline; campaigning again"
                                     );
                                     End::release(Then::Recampaign)
+                                } else if self.health.as_ref().is_some_and(|h| !h.healthy()) {
+                                    // The turn came in the same instant as the failing verdict:
+                                    // an unhealthy instance does not start the command.
+                                    tracing::warn!(
+                                        event = "left-line",
+                                        "elected, but the health check fails; leaving the line until it passes"
+                                    );
+                                    End::release(Then::Recampaign)
                                 } else {
                                     led = true;
                                     Phase::Leading
@@ -268,7 +303,12 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         )
                         .await
                     }
-                    Phase::Holding { code, until, since } => {
+                    Phase::Holding {
+                        code,
+                        until,
+                        since,
+                        max_runtime,
+                    } => {
                         let leader = leader.get().expect("elected");
                         match self
                             .hold(
@@ -281,6 +321,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                             )
                             .await
                         {
+                            Held::Over if max_runtime => self.ran_too_long(),
                             Held::Over => End::release_at_exit(Then::Exit(code)),
                             // Asked to stop during the hold: leave the lease to expire.
                             Held::Stopped => End::leave_to_expire(Then::Exit(code)),
@@ -339,6 +380,16 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     give_up_at = wait_limit(clock.now());
                 }
                 Then::Lost => return Ok(exit::LEADERSHIP_LOST),
+                Then::MaxRuntime if self.settings.recampaign => {
+                    // As after a handover: the next instance in line goes first.
+                    tracing::info!(
+                        event = "recampaigning",
+                        "stopped at --max-runtime; campaigning again after --retry-period (--recampaign)"
+                    );
+                    tokio::time::sleep(self.settings.timing.retry_period).await;
+                    give_up_at = wait_limit(clock.now());
+                }
+                Then::MaxRuntime => return Ok(exit::MAX_RUNTIME),
             }
         }
     }
@@ -356,6 +407,50 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             End::release(Then::HandedOver)
         } else {
             End::release_at_exit(Then::HandedOver)
+        }
+    }
+
+    /// `--health-cmd`: waits until the instance is healthy before it joins the line. `Some` is
+    /// the exit code when it gives up first: TERM/INT/HUP/QUIT (128+N), `--wait-timeout`, or,
+    /// with `--no-wait`, a first verdict that is not healthy (124).
+    async fn wait_healthy(&mut self, give_up_at: Option<Duration>) -> Option<u8> {
+        let checker = self.health.clone()?;
+        if checker.healthy() {
+            return None;
+        }
+        tracing::info!(
+            event = "waiting-for-health",
+            "waiting for the health check to pass before campaigning"
+        );
+        let clock = self.clock.clone();
+        let no_wait = self.settings.wait == Wait::No;
+        tokio::select! {
+            _ = checker.until(true) => None,
+            verdict = checker.decided(), if no_wait => {
+                if verdict.healthy {
+                    return None;
+                }
+                tracing::info!(event = "not-acquired", "the health check failed (--no-wait)");
+                Some(exit::NOT_ACQUIRED)
+            }
+            signal = campaign::wait_for_withdrawal(self.signals) => {
+                tracing::info!(event = "withdrawn", signal = signal.as_str(), "stopped while waiting for the health check");
+                Some(128 + signal as u8)
+            }
+            _ = sleep_until_some(&clock, give_up_at) => {
+                tracing::info!(event = "not-acquired", "--wait-timeout passed while waiting for the health check");
+                Some(exit::NOT_ACQUIRED)
+            }
+        }
+    }
+
+    /// The end of a `--max-runtime` stop, once the command's whole group is gone (and any
+    /// `--hold-at-least` is over): released as after a handover.
+    fn ran_too_long(&self) -> Phase {
+        if self.settings.recampaign {
+            End::release(Then::MaxRuntime)
+        } else {
+            End::release_at_exit(Then::MaxRuntime)
         }
     }
 }

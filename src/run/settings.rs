@@ -34,6 +34,12 @@ pub struct Settings {
     /// `--max-holders`: up to this many instances hold at once (1: a single leader).
     pub max_holders: u32,
     pub hold_at_least: Option<Duration>,
+    /// `--max-runtime`: the command is stopped (as on TERM) this long after it started.
+    pub max_runtime: Option<Duration>,
+    /// `--splay`: a random delay in [0, this) before the first campaign.
+    pub splay: Option<Duration>,
+    /// `--health-cmd` and its timing.
+    pub health: Option<super::health::HealthCheck>,
     pub occurrence: Option<Occurrence>,
     pub connection: Connection,
     pub command: Vec<OsString>,

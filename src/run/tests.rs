@@ -52,6 +52,9 @@ fn settings() -> Settings {
         wait: Wait::Forever,
         recampaign: false,
         hold_at_least: None,
+        max_runtime: None,
+        splay: None,
+        health: None,
         occurrence: None,
         connection: Connection::parse(flags).expect("the default endpoint parses"),
         command: vec!["job".into()],
@@ -221,9 +224,28 @@ struct Ran {
 async fn run(
     settings: Settings,
     script: Script,
-    mut group: FakeGroup,
+    group: FakeGroup,
     signals: Vec<(Duration, Signal)>,
 ) -> Ran {
+    run_checked(settings, script, group, signals, None).await
+}
+
+/// [`run`] with a `--health-cmd` whose verdicts start as `healthy` and change at the instants
+/// given.
+async fn run_checked(
+    settings: Settings,
+    script: Script,
+    mut group: FakeGroup,
+    signals: Vec<(Duration, Signal)>,
+    health: Option<(bool, Vec<(Duration, bool)>)>,
+) -> Ran {
+    let (checker, verdicts) = match health {
+        Some((healthy, verdicts)) => {
+            let (checker, send) = super::health::Checker::scripted(healthy);
+            (Some(checker), Some((send, verdicts)))
+        }
+        None => (None, None),
+    };
     let fake = Fake::new(script);
     let origin = tokio::time::Instant::now();
     let (mut intake, send) = Signals::scripted();
@@ -234,6 +256,19 @@ async fn run(
         clock: TokioClock::new(),
         supervisor: &mut group,
         signals: &mut intake,
+        health: checker,
+    };
+    let checks = async move {
+        if let Some((send, verdicts)) = verdicts {
+            for (at, healthy) in verdicts {
+                tokio::time::sleep_until(origin + at).await;
+                let failures = u32::from(!healthy) * 3;
+                send.send_replace(super::health::Verdict { healthy, failures });
+            }
+            // Kept open: a closed channel would read as a checker that is gone.
+            std::future::pending::<()>().await;
+        }
+        std::future::pending::<()>().await
     };
     let sender = async move {
         for (at, signal) in signals {
@@ -245,6 +280,7 @@ async fn run(
     let result = tokio::select! {
         result = tokio::time::timeout(600 * S, runner.run()) => result.expect("the run ended within 600 s"),
         () = sender => unreachable!(),
+        () = checks => unreachable!(),
     };
     let ended = origin.elapsed();
     let (code, message) = match result {
@@ -660,4 +696,187 @@ async fn a_mismatch_met_after_waiting_in_line_also_releases_and_exits_125() {
     assert_eq!(ran.releases, [300 * MS]);
     assert_eq!(ran.spawned, None);
     assert!(ran.signals.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_runtime_takes_the_stop_path_of_term_and_exits_79_once_the_group_is_gone() {
+    // A command that ignores TERM: --kill-signal at the bound, SIGKILL --kill-after later,
+    // released once the group is gone.
+    let mut settings = settings();
+    settings.max_runtime = Some(30 * S);
+    let ran = run(
+        settings,
+        Script::default(),
+        FakeGroup::new(Dies::OnKill),
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        ran.signals,
+        [(30 * S, Signal::SIGTERM), (34 * S, Signal::SIGKILL)]
+    );
+    assert_eq!(ran.code, exit::MAX_RUNTIME);
+    assert_eq!(ran.releases, [34 * S + DYING]);
+    // --kill-signal is the first signal, as on TERM.
+    let mut settings = self::settings();
+    settings.max_runtime = Some(30 * S);
+    settings.kill_signal = Signal::SIGKILL;
+    let ran = run(
+        settings,
+        Script::default(),
+        FakeGroup::new(Dies::OnKill),
+        vec![],
+    )
+    .await;
+    assert_eq!(ran.signals, [(30 * S, Signal::SIGKILL)]);
+    assert_eq!(ran.code, exit::MAX_RUNTIME);
+    assert_eq!(ran.releases, [30 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_that_ends_before_max_runtime_is_unaffected() {
+    let mut settings = settings();
+    settings.max_runtime = Some(30 * S);
+    let group = FakeGroup::new(Dies::OnTerm).exits_after(3 * S, 4);
+    let ran = run(settings, Script::default(), group, vec![]).await;
+    assert_eq!(ran.code, 4);
+    assert!(ran.signals.is_empty(), "{:?}", ran.signals);
+    assert_eq!(ran.releases, [3 * S]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_runtime_keeps_the_hold() {
+    let mut settings = settings();
+    settings.max_runtime = Some(5 * S);
+    settings.hold_at_least = Some(60 * S);
+    let ran = run(
+        settings,
+        Script::default(),
+        FakeGroup::new(Dies::OnTerm),
+        vec![],
+    )
+    .await;
+    assert_eq!(ran.signals, [(5 * S, Signal::SIGTERM)]);
+    assert_eq!(ran.releases, [60 * S], "held until --hold-at-least");
+    assert_eq!(ran.code, exit::MAX_RUNTIME);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_runtime_with_recampaign_campaigns_again() {
+    // Leading from 0, stopped at 5 s; the second candidacy waits behind another until
+    // --wait-timeout passes.
+    let mut check_turn = VecDeque::from([Step::now(Ok(Turn::Leading { token: 7 }))]);
+    check_turn.extend(behind());
+    let script = Script {
+        check_turn,
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.max_runtime = Some(5 * S);
+    settings.recampaign = true;
+    settings.wait = Wait::Until(5 * S);
+    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
+    assert_eq!(ran.signals, [(5 * S, Signal::SIGTERM)]);
+    // Again after --retry-period, behind the next in line.
+    assert_eq!(
+        ran.fake.times(Call::Campaign),
+        [Duration::ZERO, 7 * S + DYING]
+    );
+    assert_eq!(ran.releases, [5 * S + DYING, 12 * S + DYING]);
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loss_during_a_max_runtime_stop_is_a_step_down() {
+    // Stopped at 5 s (TERM ignored, grace until 9 s); the lease is reported gone at 6 s.
+    let script = Script {
+        renew: renewals(vec![
+            Step::now(Ok(Renewal::Alive)),
+            Step::now(Ok(Renewal::Alive)),
+            Step::now(Ok(Renewal::Expired)),
+        ]),
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.max_runtime = Some(5 * S);
+    let ran = run(settings, script, FakeGroup::new(Dies::OnKill), vec![]).await;
+    assert_eq!(
+        ran.signals,
+        [(5 * S, Signal::SIGTERM), (6 * S, Signal::SIGKILL)]
+    );
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    assert_eq!(ran.releases, [6 * S + DYING]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unhealthy_leader_hands_over_through_the_stop_path_and_exits_75() {
+    let ran = run_checked(
+        settings(),
+        Script::default(),
+        FakeGroup::new(Dies::OnKill),
+        vec![],
+        Some((true, vec![(5 * S, false)])),
+    )
+    .await;
+    assert_eq!(
+        ran.signals,
+        [(5 * S, Signal::SIGTERM), (9 * S, Signal::SIGKILL)]
+    );
+    assert_eq!(ran.releases, [9 * S + DYING]);
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_campaign_waits_for_a_passing_check() {
+    let group = FakeGroup::new(Dies::OnTerm).exits_after(S, 0);
+    let ran = run_checked(
+        settings(),
+        Script::default(),
+        group,
+        vec![],
+        Some((false, vec![(3 * S, true)])),
+    )
+    .await;
+    assert_eq!(ran.fake.times(Call::Campaign), [3 * S]);
+    assert_eq!(ran.spawned, Some(3 * S));
+    assert_eq!(ran.code, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unhealthy_waiter_leaves_the_line_and_rejoins_once_healthy() {
+    let script = Script {
+        check_turn: behind(),
+        ..Script::default()
+    };
+    let mut settings = settings();
+    settings.wait = Wait::Until(15 * S);
+    let ran = run_checked(
+        settings,
+        script,
+        FakeGroup::new(Dies::OnTerm),
+        vec![],
+        Some((true, vec![(4 * S, false), (10 * S, true)])),
+    )
+    .await;
+    assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO, 10 * S]);
+    assert_eq!(ran.releases, [4 * S, 15 * S]);
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+    assert_eq!(ran.spawned, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_wait_with_a_failing_first_check_exits_124_without_campaigning() {
+    let mut settings = settings();
+    settings.wait = Wait::No;
+    let ran = run_checked(
+        settings,
+        Script::default(),
+        FakeGroup::new(Dies::OnTerm),
+        vec![],
+        Some((false, vec![(S, false)])),
+    )
+    .await;
+    assert!(ran.fake.times(Call::Campaign).is_empty());
+    assert_eq!(ran.code, exit::NOT_ACQUIRED);
+    assert_eq!(ran.ended, S);
 }

@@ -50,7 +50,9 @@ leader_exec_renewal_duration_seconds       histogram  renewal round trips
 leader_exec_last_renewal_age_seconds       gauge    since the last successful renewal was sent
 leader_exec_deadline_remaining_seconds     gauge    until the local renew deadline
 leader_exec_command_starts_total           counter  command starts
+leader_exec_max_runtime_stops_total        counter  commands stopped at --max-runtime
 leader_exec_last_exit_code                 gauge    the command's last exit status
+leader_exec_healthy                        gauge    --health-cmd: 1 healthy, 0 not (absent without)
 leader_exec_occurrences_total{outcome}     counter  started, done, failed, already_done, skipped,
                                                     refused, unrecorded
 leader_exec_fenced_writes_rejected_total   counter  occurrence writes refused by the fence
@@ -169,6 +171,8 @@ struct State {
     led_once: AtomicBool,
     /// TERM or INT asked the current leadership to stop the command.
     stop_requested: AtomicBool,
+    /// `--health-cmd`'s verdict: 1 healthy, 0 not; -1 without a check.
+    healthy: AtomicI64,
 }
 
 /// Fixed facts the endpoints report.
@@ -192,6 +196,7 @@ pub struct Metrics {
     renewals: [Counter; 4],
     renewal_latency: Histogram,
     command_starts: Counter,
+    max_runtime_stops: Counter,
     occurrences: [Counter; 7],
     fenced_rejected: Counter,
     /// Wall-clock time this run started.
@@ -252,6 +257,7 @@ impl Metrics {
             last_exit_code: AtomicI64::new(-1),
             led_once: AtomicBool::new(false),
             stop_requested: AtomicBool::new(false),
+            healthy: AtomicI64::new(-1),
         });
         registry.register_collector(Box::new(StateCollector(state.clone())));
 
@@ -288,6 +294,12 @@ impl Metrics {
             "command_starts",
             "Times the command was started",
             command_starts.clone(),
+        );
+        let max_runtime_stops = Counter::default();
+        registry.register(
+            "max_runtime_stops",
+            "Times the command was stopped because it ran for --max-runtime",
+            max_runtime_stops.clone(),
         );
         let occurrences = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
@@ -328,6 +340,7 @@ impl Metrics {
             renewals,
             renewal_latency,
             command_starts,
+            max_runtime_stops,
             occurrences,
             fenced_rejected,
             started_at: SystemTime::now(),
@@ -523,6 +536,15 @@ impl Collector for StateCollector {
                 seconds(deadline.saturating_sub(now)),
             )?;
         }
+        let healthy = state.healthy.load(Ordering::Relaxed);
+        if healthy >= 0 {
+            gauge(
+                &mut encoder,
+                "healthy",
+                "--health-cmd: 1 while this instance is healthy (it may stand in line and lead), else 0",
+                healthy as f64,
+            )?;
+        }
         let code = state.last_exit_code.load(Ordering::Relaxed);
         if code >= 0 {
             gauge(
@@ -614,6 +636,21 @@ pub fn command_ended(code: Option<u8>) {
             .store(i64::from(code), Ordering::Relaxed);
     }
     m.state.command_running.store(false, Ordering::Relaxed);
+    changed();
+}
+
+/// `--health-cmd`'s verdict changed (or was first given). Called from the checker's thread:
+/// atomics only.
+pub fn health(healthy: bool) {
+    let Some(m) = METRICS.get() else { return };
+    m.state.healthy.store(i64::from(healthy), Ordering::Relaxed);
+    changed();
+}
+
+/// The command ran for `--max-runtime`: its stop begins.
+pub fn max_runtime_reached() {
+    let Some(m) = METRICS.get() else { return };
+    m.max_runtime_stops.inc();
     changed();
 }
 

@@ -1,0 +1,169 @@
+//! `--health-cmd`, on every store: an instance whose check fails never stands in line, a leader
+//! whose check fails hands over as on `resign` (its whole group gone before the next command
+//! starts), and a check that hangs while the store is cut off does not delay the step-down.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::harness::*;
+
+/// Ignores TERM, with a grandchild that ignores it too; the grandchild's pid is recorded as
+/// `child a PID TIME`.
+const STUBBORN: &str = r#"trap '' TERM
+sleep 1000 &
+echo $! >> "$pids"
+echo "child a $! $(date +%s%N)" >> "$h"
+while :; do sleep 0.1; done"#;
+
+fn health_args<'a>(endpoint: &'a str, lease: &'a str, check: &'a str) -> Vec<&'a str> {
+    let mut args = lease_args(endpoint, lease);
+    args.extend([
+        "--health-cmd",
+        check,
+        "--health-interval",
+        "200ms",
+        "--health-timeout",
+        "1s",
+        "--health-retries",
+        "2",
+    ]);
+    args
+}
+
+pub fn an_unhealthy_instance_never_stands_in_line_and_a_failing_leader_hands_over<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let sick = path_str(&scratch.path("a-sick"));
+    let a_check = format!("test ! -e '{sick}'");
+    let mut a = Instance::start(
+        &health_args(&endpoint, "healthy", &a_check),
+        &scratch.job("a", STUBBORN),
+    );
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let grandchild: i32 = scratch
+        .wait_record("child", "a", Duration::from_secs(10))
+        .expect("a's grandchild started")
+        .fields[0]
+        .parse()
+        .unwrap();
+    let b_sick = path_str(&scratch.path("b-sick"));
+    let b_check = format!("test ! -e '{b_sick}'");
+    let mut b = Instance::start(
+        &health_args(&endpoint, "healthy", &b_check),
+        &scratch.job("b", "true"),
+    );
+    let c_file = path_str(&scratch.path("c.prom"));
+    let mut c_args = health_args(&endpoint, "healthy", "false");
+    c_args.extend(["--metrics-file", &c_file]);
+    let mut c = Instance::start(&c_args, &scratch.job("c", "true"));
+    assert!(
+        wait_for(Duration::from_secs(10), || store.claims("healthy") == 2),
+        "{}: b did not join the line: {}",
+        S::NAME,
+        b.stderr()
+    );
+    // c's check never passes: it never joins the line.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(store.claims("healthy"), 2, "{}", c.stderr());
+    assert!(c.running());
+    let text = std::fs::read_to_string(scratch.path("c.prom")).unwrap();
+    assert_eq!(
+        crate::metrics::sample(&text, "leader_exec_healthy", ""),
+        Some(0.0),
+        "{text}"
+    );
+    // b leaves the line while its check fails, and rejoins once it passes.
+    std::fs::write(&b_sick, "").unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || store.claims("healthy") == 1),
+        "{}: b stayed in line: {}",
+        S::NAME,
+        b.stderr()
+    );
+    std::fs::remove_file(&b_sick).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || store.claims("healthy") == 2),
+        "{}: b did not rejoin: {}",
+        S::NAME,
+        b.stderr()
+    );
+
+    std::fs::write(&sick, "").unwrap();
+    // Two failures 200 ms apart, then TERM (ignored), SIGKILL --kill-after (1 s) later.
+    assert_eq!(a.wait(Duration::from_secs(15)), Some(75), "{}", a.stderr());
+    assert!(!alive(a_start.pid()) && !alive(grandchild));
+    assert!(a.stderr().contains("health check failed"), "{}", a.stderr());
+    assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
+    let b_start = scratch.wait_record("start", "b", Duration::ZERO).unwrap();
+    assert!(b_start.token() > a_start.token());
+    assert_one_at_a_time(&scratch.history());
+
+    assert!(scratch.wait_record("start", "c", Duration::ZERO).is_none());
+    c.signal(Signal::SIGTERM);
+    assert_eq!(c.wait(Duration::from_secs(5)), Some(143), "{}", c.stderr());
+    assert!(
+        wait_for(Duration::from_secs(5), || store.held().is_empty()),
+        "left behind: {:?}",
+        store.held()
+    );
+}
+
+pub fn a_hanging_check_does_not_delay_the_step_down_when_the_store_is_cut_off<S: Store>() {
+    let store = S::start();
+    let proxy = Proxy::start(store.addr());
+    let scratch = Scratch::new();
+    let proxied = store.endpoint_via(&proxy);
+    let hang = path_str(&scratch.path("hang"));
+    let checks = scratch.path("checks");
+    // Hangs (past its 5 s timeout) once `hang` exists, its pid and its child's recorded.
+    let check = format!(
+        "if [ -e '{hang}' ]; then sleep 1000 & echo \"$$ $!\" >> '{}'; wait; fi",
+        checks.display()
+    );
+    let mut args = lease_args(&proxied, "hung");
+    args.extend([
+        "--health-cmd",
+        &check,
+        "--health-interval",
+        "100ms",
+        "--health-timeout",
+        "5s",
+    ]);
+    let job = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; exit 0' TERM
+while :; do sleep 0.05; done"#;
+    let mut a = Instance::start(&args, &scratch.job("a", job));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    std::fs::write(&hang, "").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let cut = now_ns();
+    proxy.cut();
+    let term = scratch
+        .wait_record("term", "a", Duration::from_secs(10))
+        .expect("a's command got no signal");
+    // As without a check: at the renew deadline (1.5 s), with slack for load.
+    let after = (term.time() - cut) / 1_000_000;
+    assert!(
+        after <= (RENEW_DEADLINE.as_millis() + 1000),
+        "{}: stepped down {after} ms after the cut",
+        S::NAME
+    );
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+    // The hanging check does not outlive leader-exec.
+    let pids: Vec<i32> = std::fs::read_to_string(&checks)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(!pids.is_empty());
+    assert!(
+        wait_for(Duration::from_secs(2), || pids.iter().all(|&p| !alive(p))),
+        "{}: a health check outlived leader-exec: {pids:?}",
+        S::NAME
+    );
+}
