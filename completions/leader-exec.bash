@@ -35,7 +35,7 @@ _leader__exec() {
 
     case "${cmd}" in
         leader__exec)
-            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --max-holders --recampaign --hold-at-least --occurrence --if-unfinished --occurrence-retention --http --metrics-file --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check resign"
+            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --max-holders --recampaign --contain --hold-at-least --occurrence --if-unfinished --occurrence-retention --http --metrics-file --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check resign"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -127,6 +127,13 @@ _leader__exec() {
                     ;;
                 --max-holders)
                     COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --contain)
+                    COMPREPLY=($(compgen -W "group cgroup" -- "${cur}"))
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi

@@ -2,6 +2,8 @@
 //! supervisor that owns the command's process group, occurrence records and the leader's state
 //! record that `status` shows.
 
+pub mod contain;
+pub mod lookup;
 pub mod occurrence;
 pub mod published;
 pub mod renewal;

@@ -28,7 +28,6 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -41,7 +40,9 @@ use nix::unistd::{ForkResult, Pid, fork, getpid, getppid, setpgid};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::exit::{self, ChildStatus, Failure};
+use crate::exit::{self, ChildStatus};
+use crate::leader::contain::{self, Cgroup};
+pub use crate::leader::lookup::check_command;
 
 /// What the supervisor reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,58 +66,11 @@ pub fn spawn_failure_code(errno: i32) -> u8 {
     }
 }
 
-/// Looks the command up before anything else happens, so that a typo costs no election.
-/// The real exec can still fail later (the file changed); that is reported the same way.
-pub fn check_command(command: &OsString) -> Result<(), Failure> {
-    let shown = command.to_string_lossy();
-    let name = Path::new(command);
-    let executable = |path: &Path| {
-        path.is_file() && nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
-    };
-    if command.is_empty() {
-        return Err(Failure::new(exit::NOT_FOUND, "empty command name"));
-    }
-    if command.as_encoded_bytes().contains(&b'/') {
-        if !name.exists() {
-            return Err(Failure::new(
-                exit::NOT_FOUND,
-                format!("{shown}: no such file or directory"),
-            ));
-        }
-        if !executable(name) {
-            return Err(Failure::new(
-                exit::CANNOT_EXECUTE,
-                format!("{shown}: permission denied (not an executable file)"),
-            ));
-        }
-        return Ok(());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    let mut found_unexecutable = false;
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join(name);
-        if executable(&candidate) {
-            return Ok(());
-        }
-        found_unexecutable |= candidate.exists() && !candidate.is_dir();
-    }
-    if found_unexecutable {
-        Err(Failure::new(
-            exit::CANNOT_EXECUTE,
-            format!("{shown}: permission denied"),
-        ))
-    } else {
-        Err(Failure::new(
-            exit::NOT_FOUND,
-            format!("{shown}: command not found"),
-        ))
-    }
-}
-
 /// A forked supervisor, before the async runtime exists.
 pub struct Forked {
     pid: Pid,
     socket: UnixStream,
+    cgroup: Option<Cgroup>,
 }
 
 /// Forks the supervisor.
@@ -129,7 +83,9 @@ pub struct Forked {
 /// It is called from the main thread, which lives as long as the process: PR_SET_PDEATHSIG fires
 /// when the *thread* that forked exits, not the process, so forking from a short-lived thread
 /// would kill the supervisor (and with it the command) early.
-pub unsafe fn fork_supervisor(command: &[OsString]) -> io::Result<Forked> {
+/// With `cgroup` (`--contain cgroup`) the command runs in that cgroup, and the job ends only when
+/// it is empty.
+pub unsafe fn fork_supervisor(command: &[OsString], cgroup: Option<Cgroup>) -> io::Result<Forked> {
     let (ours, theirs) = UnixStream::pair()?;
     let parent = getpid();
     // SAFETY: single-threaded, per this function's contract.
@@ -143,7 +99,7 @@ pub unsafe fn fork_supervisor(command: &[OsString]) -> io::Result<Forked> {
             // kills the command's group on leader-exec's death.
             let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
             rename_process(parent);
-            let code = Supervisor::new(theirs, command, parent)
+            let code = Supervisor::new(theirs, command, parent, cgroup)
                 .map(|mut s| s.run())
                 .unwrap_or_else(|e| {
                     let _ = writeln!(io::stderr(), "leader-exec: supervisor: {e}");
@@ -156,6 +112,7 @@ pub unsafe fn fork_supervisor(command: &[OsString]) -> io::Result<Forked> {
             Ok(Forked {
                 pid: child,
                 socket: ours,
+                cgroup,
             })
         }
     }
@@ -230,6 +187,8 @@ pub struct Handle {
     spawn_pending: bool,
     /// The supervisor has died (EOF on its socket) or was killed by us.
     gone: bool,
+    /// `--contain cgroup`: the job's cgroup, which SIGKILL and the look at what is left reach too.
+    cgroup: Option<Cgroup>,
 }
 
 /// What is known of the command's process group.
@@ -258,6 +217,7 @@ impl Handle {
             group: None,
             spawn_pending: false,
             gone: false,
+            cgroup: forked.cgroup,
         })
     }
 
@@ -303,6 +263,12 @@ impl Handle {
         if self.group.is_none() && self.spawn_pending {
             self.discover_group();
         }
+        // SIGKILL reaches the whole cgroup too: what left the process group is killed with it.
+        if signal == Signal::SIGKILL
+            && let Some(cgroup) = &self.cgroup
+        {
+            cgroup.kill();
+        }
         if let Some(group) = self.group {
             let _ = killpg(group, signal);
         } else if self.spawn_pending
@@ -331,7 +297,24 @@ impl Handle {
 
     /// What is left of the command's group, looked up in /proc (independent of the supervisor).
     /// Reaps what was reparented to us first: a zombie still counts as a member of its group.
+    ///
+    /// With `--contain cgroup`, once the process group is gone whatever is left in the cgroup
+    /// escaped the group: it is killed here (`cgroup.kill`) and counted until it is gone.
     pub fn group(&mut self) -> Group {
+        match (self.process_group(), self.cgroup.clone()) {
+            (Group::Gone, Some(cgroup)) if cgroup.populated() => {
+                cgroup.kill();
+                self.reap_orphans();
+                match cgroup.pids() {
+                    pids if pids.is_empty() => Group::Gone,
+                    pids => Group::Alive(pids),
+                }
+            }
+            (group, _) => group,
+        }
+    }
+
+    fn process_group(&mut self) -> Group {
         self.reap_orphans();
         if self.group.is_none() && self.spawn_pending {
             self.discover_group();
@@ -419,6 +402,9 @@ impl Handle {
             self.discover_group();
         }
         self.gone = true;
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
+        }
         if let Some(group) = self.group {
             let _ = killpg(group, Signal::SIGKILL);
         }
@@ -443,15 +429,30 @@ impl Handle {
     /// exit in time (stopped) is SIGKILLed.
     pub fn shutdown(mut self) {
         self.writer = None;
+        let cgroup = self.cgroup.take();
         drop(self.lines);
         for _ in 0..100 {
             match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
-                _ => return,
+                _ => return remove_cgroup(cgroup),
             }
         }
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
         let _ = waitpid(self.pid, None);
+        remove_cgroup(cgroup);
+    }
+}
+
+/// leader-exec ends: nothing of the job may outlive it, and the cgroup goes with it. What was
+/// killed and reparented to leader-exec (a subreaper) is reaped.
+fn remove_cgroup(cgroup: Option<Cgroup>) {
+    if let Some(cgroup) = cgroup {
+        cgroup.kill_and_remove(contain::EXIT_WAIT);
+        while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
     }
 }
 
@@ -533,6 +534,8 @@ struct Supervisor<'a> {
     /// group gone in /proc a moment before this process has reaped it): run once idle.
     pending_spawn: Option<String>,
     state: State,
+    /// `--contain cgroup`: the job is over only when this cgroup is empty too.
+    cgroup: Option<Cgroup>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -550,7 +553,12 @@ enum State {
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 
 impl<'a> Supervisor<'a> {
-    fn new(socket: UnixStream, command: &'a [OsString], parent: Pid) -> io::Result<Self> {
+    fn new(
+        socket: UnixStream,
+        command: &'a [OsString],
+        parent: Pid,
+        cgroup: Option<Cgroup>,
+    ) -> io::Result<Self> {
         // Signals arrive through a signalfd, read in the poll loop. TERM, INT and the rest reach
         // us only as bystanders (a terminal's Ctrl-C goes to the whole foreground group);
         // leader-exec decides what the command gets. The child starts with an empty mask again
@@ -584,6 +592,7 @@ impl<'a> Supervisor<'a> {
             input: Vec::new(),
             pending_spawn: None,
             state: State::Idle,
+            cgroup,
         })
     }
 
@@ -671,7 +680,7 @@ impl<'a> Supervisor<'a> {
             };
             // Usually the command was alone in its group: say both in one message, so that
             // leader-exec wakes up once and releases the lease at once (the handover path).
-            if killpg(pid, None) == Err(Errno::ESRCH) {
+            if self.job_gone(pid) {
                 self.state = State::Idle;
                 line.push_str(&format!("empty\t{pid}\n"));
             }
@@ -684,12 +693,28 @@ impl<'a> Supervisor<'a> {
         if let State::Draining(group) = self.state {
             // Reap first: a zombie still counts as a member of its group.
             self.reap()?;
-            if killpg(group, None) == Err(Errno::ESRCH) {
+            if self.job_gone(group) {
                 self.state = State::Idle;
                 self.tell(&format!("empty\t{group}\n"))?;
             }
         }
         Ok(())
+    }
+
+    /// Whether nothing of the job is left: its process group is empty and, with a cgroup, so is
+    /// the cgroup. What is left in the cgroup after the group ended escaped the group; it is
+    /// killed now and looked at again on the next drain poll.
+    fn job_gone(&self, group: Pid) -> bool {
+        if killpg(group, None) != Err(Errno::ESRCH) {
+            return false;
+        }
+        match &self.cgroup {
+            Some(cgroup) if cgroup.populated() => {
+                cgroup.kill();
+                false
+            }
+            _ => true,
+        }
     }
 
     fn tell(&mut self, line: &str) -> Result<(), ()> {
@@ -780,6 +805,16 @@ impl<'a> Supervisor<'a> {
         // Its own process group, so that stopping it reaches everything it started.
         command.process_group(0);
         let supervisor = getpid();
+        // Opened before the fork: between fork and exec there is only the write.
+        let procs = match self.cgroup.as_ref().map(Cgroup::open_procs).transpose() {
+            Ok(procs) => procs,
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(0);
+                return self.tell(&format!(
+                    "failed\t{errno}\tcannot enter the job's cgroup: {e}\n"
+                ));
+            }
+        };
         // SAFETY: only async-signal-safe calls (prctl, getppid, sigprocmask) between fork and exec.
         unsafe {
             command.pre_exec(move || {
@@ -791,6 +826,10 @@ impl<'a> Supervisor<'a> {
                     return Err(io::Error::other("supervisor exited during spawn"));
                 }
                 SigSet::empty().thread_set_mask()?;
+                // Into the job's cgroup before exec: the command never runs outside it.
+                if let Some(procs) = &procs {
+                    contain::enter(procs)?;
+                }
                 Ok(())
             });
         }
@@ -814,14 +853,20 @@ impl<'a> Supervisor<'a> {
     /// wait (bounded) until it is gone.
     fn parent_gone(&mut self) {
         if let State::Running(group) | State::Draining(group) = self.state {
+            if let Some(cgroup) = &self.cgroup {
+                cgroup.kill();
+            }
             let _ = killpg(group, Signal::SIGKILL);
             for _ in 0..500 {
                 let _ = self.reap();
-                if killpg(group, None) == Err(Errno::ESRCH) {
+                if self.job_gone(group) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
+        }
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.remove();
         }
     }
 }
@@ -864,23 +909,5 @@ mod tests {
         assert_eq!(spawn_failure_code(Errno::ENOENT as i32), 127);
         assert_eq!(spawn_failure_code(Errno::EACCES as i32), 126);
         assert_eq!(spawn_failure_code(Errno::ENOEXEC as i32), 126);
-    }
-
-    #[test]
-    fn commands_are_looked_up_on_path() {
-        assert!(check_command(&"sh".into()).is_ok());
-        assert!(check_command(&"/bin/sh".into()).is_ok());
-        assert_eq!(
-            check_command(&"no-such-command-xyz".into())
-                .unwrap_err()
-                .code,
-            127
-        );
-        assert_eq!(
-            check_command(&"/no/such/file".into()).unwrap_err().code,
-            127
-        );
-        assert_eq!(check_command(&"/etc/passwd".into()).unwrap_err().code, 126);
-        assert_eq!(check_command(&"/tmp".into()).unwrap_err().code, 126);
     }
 }
