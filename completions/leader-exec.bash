@@ -133,7 +133,7 @@ _leader__exec() {
                     return 0
                     ;;
                 --contain)
-                    COMPREPLY=($(compgen -W "group cgroup" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "group cgroup pidns" -- "${cur}"))
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi

@@ -8,7 +8,7 @@ use crate::commands;
 use crate::election::Scope;
 use crate::election::{LeaseTiming, Store};
 use crate::exit::{self, Failure};
-use crate::leader::contain::Cgroup;
+use crate::leader::contain::{Cgroup, PidNamespace};
 use crate::leader::supervisor;
 use crate::run::Contain;
 use crate::run::Runner;
@@ -211,11 +211,15 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     // Before the store is contacted: a containment asked for and unavailable is refused before
     // this instance joins the line, never after it has won.
     let cgroup = match settings.contain {
-        Contain::Group => None,
         Contain::Cgroup => Some(Cgroup::create().map_err(Failure::usage)?),
+        Contain::Group | Contain::Pidns => None,
+    };
+    let pidns = match settings.contain {
+        Contain::Pidns => Some(PidNamespace::prepare().map_err(Failure::usage)?),
+        Contain::Group | Contain::Cgroup => None,
     };
     // SAFETY: no thread has been started yet; the runtime is built below.
-    let forked = unsafe { supervisor::fork_supervisor(&settings.command, cgroup) }
+    let forked = unsafe { supervisor::fork_supervisor(&settings.command, cgroup, pidns) }
         .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
     // Threads may start now.
     crate::telemetry::logging::start();

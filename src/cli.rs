@@ -450,8 +450,12 @@ pub struct RunArgs {
     /// processes that left the group (a daemon the command starts ends with it), and the next
     /// holder starts only when the cgroup is empty. Needs root or a delegated cgroup
     /// (Delegate=yes under systemd) and Linux 5.14; unavailable, it is refused with exit 125
-    /// before joining the line. Neither survives leader-exec and its supervisor SIGKILLed
-    /// together: the command dies (its death signal), its other processes run on.
+    /// before joining the line. pidns: also a PID namespace of its own whose PID 1 is the
+    /// supervisor, with its own /proc (the command sees other pids: `ps` shows the job); what
+    /// is left when the group is gone is killed, and when the supervisor dies, even SIGKILLed
+    /// together with leader-exec, the kernel kills every process of the job. Needs root
+    /// (CAP_SYS_ADMIN); refused with 125 otherwise. With group and cgroup, leader-exec and its
+    /// supervisor SIGKILLed together leave the command's other processes running.
     #[arg(
         long,
         value_name = "MODE",

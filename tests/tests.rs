@@ -47,10 +47,13 @@ store_independent! {
     faults::a_store_restart_shorter_than_the_deadline_leaves_the_command_alone,
     // leader-exec SIGKILLed with a grandchild.
     signals::killing_leader_exec_kills_the_whole_group,
-    // --contain: a daemon that left the group, with cgroup and with group; TERM with cgroup.
+    // --contain: a daemon that left the group, with each mode; TERM with cgroup; leader-exec and
+    // its supervisor SIGKILLed together with pidns.
     contain::with_cgroup_a_daemonized_grandchild_is_dead_before_the_next_holder_starts,
     contain::with_group_a_daemonized_grandchild_survives_as_documented,
     contain::with_cgroup_term_kills_a_daemonized_grandchild_before_leader_exec_exits,
+    contain::with_pidns_a_daemonized_grandchild_is_dead_before_the_next_holder_starts,
+    contain::with_pidns_leader_exec_and_its_supervisor_killed_together_leave_nothing_running,
     // status, check, watch.
     operator::status_shows_the_leader_or_exits_3,
     operator::check_tells_current_from_stale_tokens,

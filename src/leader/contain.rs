@@ -201,3 +201,125 @@ fn own_cgroup() -> Option<PathBuf> {
         && !path.to_string_lossy().ends_with(" (deleted)");
     clean.then_some(path)
 }
+
+/// `--contain pidns`: the supervisor is PID 1 of a new PID namespace, the command and everything
+/// it starts live in it, and when the supervisor dies, for any reason (SIGKILL of leader-exec and
+/// the supervisor together included), the kernel SIGKILLs every process of the namespace.
+///
+/// Made by `unshare(CLONE_NEWPID)` in leader-exec just before the supervisor's fork (the next
+/// child is the namespace's init), after which leader-exec joins its own namespace again for its
+/// children (`setns`), so that nothing else it might start lands in the job's namespace.
+pub struct PidNamespace {
+    own: std::os::fd::OwnedFd,
+}
+
+impl PidNamespace {
+    /// The error is one line naming what is missing; it comes before the store is contacted.
+    pub fn prepare() -> Result<PidNamespace, String> {
+        let own = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_CLOEXEC)
+            .open("/proc/self/ns/pid")
+            .map_err(|e| format!("--contain pidns: cannot open /proc/self/ns/pid: {e}"))?;
+        // SAFETY: a plain system call with flags.
+        if unsafe { nix::libc::unshare(nix::libc::CLONE_NEWPID) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(format!(
+                "--contain pidns: cannot create a PID namespace: {e} (needs CAP_SYS_ADMIN: root)"
+            ));
+        }
+        Ok(PidNamespace { own: own.into() })
+    }
+
+    /// In leader-exec after the fork: its later children are born in its own namespace again.
+    pub fn restore(self) -> io::Result<()> {
+        // SAFETY: a valid namespace fd of the kind named.
+        if unsafe { nix::libc::setns(self.own.as_raw_fd(), nix::libc::CLONE_NEWPID) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// In the supervisor, PID 1 of the new namespace: a mount namespace of its own, in which /proc
+/// is the new PID namespace's, so that `ps` in the job shows the job (and /proc/PID names the
+/// pids the command sees). Nothing is mounted or changed outside: the mounts are made private
+/// first, so the new /proc does not propagate to the host.
+pub fn init_pid_namespace() -> io::Result<()> {
+    let check = |what: &str, result: i32| {
+        if result == 0 {
+            Ok(())
+        } else {
+            let e = io::Error::last_os_error();
+            Err(io::Error::new(
+                e.kind(),
+                format!("--contain pidns: {what}: {e}"),
+            ))
+        }
+    };
+    // SAFETY: plain system calls with constant, NUL-terminated arguments.
+    unsafe {
+        check(
+            "cannot create a mount namespace",
+            nix::libc::unshare(nix::libc::CLONE_NEWNS),
+        )?;
+        check(
+            "cannot make the mounts private",
+            nix::libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                nix::libc::MS_REC | nix::libc::MS_PRIVATE,
+                std::ptr::null(),
+            ),
+        )?;
+        check(
+            "cannot mount /proc",
+            nix::libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                nix::libc::MS_NOSUID | nix::libc::MS_NODEV | nix::libc::MS_NOEXEC,
+                std::ptr::null(),
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+/// The pid, in leader-exec's namespace, of the child of `parent` whose pid in the innermost
+/// namespace is `inner` (the last field of `NSpid:` in /proc/PID/status).
+pub fn outer_pid(parent: i32, inner: i32) -> Option<i32> {
+    crate::leader::procfs::children_of(parent)
+        .into_iter()
+        .find(|&pid| {
+            fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|status| {
+                    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+                    line.split_whitespace().last()?.parse::<i32>().ok()
+                })
+                == Some(inner)
+        })
+}
+
+/// The supervisor's first line with `--contain pidns`: `ready`, or `error\tWHY` (read a byte at a
+/// time, so that nothing after it is taken from the socket; bounded, the supervisor may hang).
+pub fn namespace_ready(socket: &std::os::unix::net::UnixStream) -> io::Result<()> {
+    socket.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while std::io::Read::read(&mut &*socket, &mut byte)? == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    socket.set_read_timeout(None)?;
+    match String::from_utf8_lossy(&line).as_ref() {
+        "ready" => Ok(()),
+        other => Err(io::Error::other(
+            other
+                .strip_prefix("error\t")
+                .unwrap_or("--contain pidns: the supervisor did not start")
+                .to_owned(),
+        )),
+    }
+}

@@ -5,7 +5,9 @@
 pub mod contain;
 pub mod lookup;
 pub mod occurrence;
+pub mod procfs;
 pub mod published;
 pub mod renewal;
 pub mod supervisor;
 pub mod timing;
+pub mod title;

@@ -41,8 +41,11 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::exit::{self, ChildStatus};
-use crate::leader::contain::{self, Cgroup};
+use crate::leader::contain::{self, Cgroup, PidNamespace};
 pub use crate::leader::lookup::check_command;
+pub use crate::leader::procfs::members_of;
+use crate::leader::procfs::{children_of, process_group_of, stat_of};
+use crate::leader::title::rename_process;
 
 /// What the supervisor reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +74,7 @@ pub struct Forked {
     pid: Pid,
     socket: UnixStream,
     cgroup: Option<Cgroup>,
+    pidns: bool,
 }
 
 /// Forks the supervisor.
@@ -83,9 +87,15 @@ pub struct Forked {
 /// It is called from the main thread, which lives as long as the process: PR_SET_PDEATHSIG fires
 /// when the *thread* that forked exits, not the process, so forking from a short-lived thread
 /// would kill the supervisor (and with it the command) early.
+///
 /// With `cgroup` (`--contain cgroup`) the command runs in that cgroup, and the job ends only when
-/// it is empty.
-pub unsafe fn fork_supervisor(command: &[OsString], cgroup: Option<Cgroup>) -> io::Result<Forked> {
+/// it is empty. With `pidns` (`--contain pidns`, unshared already) the supervisor is PID 1 of that
+/// namespace; leader-exec waits for its word that the namespace is ready before going on.
+pub unsafe fn fork_supervisor(
+    command: &[OsString],
+    cgroup: Option<Cgroup>,
+    pidns: Option<PidNamespace>,
+) -> io::Result<Forked> {
     let (ours, theirs) = UnixStream::pair()?;
     let parent = getpid();
     // SAFETY: single-threaded, per this function's contract.
@@ -99,7 +109,23 @@ pub unsafe fn fork_supervisor(command: &[OsString], cgroup: Option<Cgroup>) -> i
             // kills the command's group on leader-exec's death.
             let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
             rename_process(parent);
-            let code = Supervisor::new(theirs, command, parent, cgroup)
+            // A parent outside our PID namespace is pid 0 to us.
+            let mut theirs = theirs;
+            let seen_parent = if pidns.is_some() {
+                drop(pidns);
+                let ready = contain::init_pid_namespace();
+                let word = match &ready {
+                    Ok(()) => "ready\n".to_owned(),
+                    Err(e) => format!("error\t{e}\n"),
+                };
+                if theirs.write_all(word.as_bytes()).is_err() || ready.is_err() {
+                    std::process::exit(1);
+                }
+                Pid::from_raw(0)
+            } else {
+                parent
+            };
+            let code = Supervisor::new(theirs, command, seen_parent, cgroup)
                 .map(|mut s| s.run())
                 .unwrap_or_else(|e| {
                     let _ = writeln!(io::stderr(), "leader-exec: supervisor: {e}");
@@ -109,57 +135,30 @@ pub unsafe fn fork_supervisor(command: &[OsString], cgroup: Option<Cgroup>) -> i
         }
         ForkResult::Parent { child } => {
             drop(theirs);
+            let Some(pidns) = pidns else {
+                return Ok(Forked {
+                    pid: child,
+                    socket: ours,
+                    cgroup,
+                    pidns: false,
+                });
+            };
+            let ready = pidns
+                .restore()
+                .and_then(|()| contain::namespace_ready(&ours));
+            if let Err(e) = ready {
+                let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                let _ = waitpid(child, None);
+                return Err(e);
+            }
             Ok(Forked {
                 pid: child,
                 socket: ours,
                 cgroup,
+                pidns: true,
             })
         }
     }
-}
-
-/// The supervisor's name in `ps`, `top` and /proc/PID/comm: it must not match `leader-exec`.
-pub const PROCESS_NAME: &str = "lx-supervisor";
-
-/// Renames the forked supervisor: `comm` (what `pkill` and `killall` match) by PR_SET_NAME, and
-/// the command line (what `pkill -f` and `ps` show) by overwriting the argv area in place, which
-/// also removes a `--user NAME:PASS` from the supervisor's command line. The new command line is
-/// `lx-supervisor PARENT_PID`.
-fn rename_process(parent: Pid) {
-    rewrite_argv(parent);
-    // The name last: whoever finds the process by its new name sees its new command line too.
-    let _ = prctl::set_name(c"lx-supervisor");
-}
-
-fn rewrite_argv(parent: Pid) {
-    let Some((start, end)) = argv_area() else {
-        return;
-    };
-    let title = format!("{PROCESS_NAME} {parent}");
-    let length = end - start;
-    if length == 0 {
-        return;
-    }
-    let mut bytes = vec![0u8; length];
-    let shown = title.len().min(length - 1);
-    bytes[..shown].copy_from_slice(&title.as_bytes()[..shown]);
-    // SAFETY: [start, end) is this process's own argv area as the kernel reports it (the
-    // strings the initial stack holds, writable); nothing in the supervisor reads argv again
-    // (the command was copied before the fork), and the last byte written is a NUL, so the
-    // kernel does not read on into the environment.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, length) };
-}
-
-/// `arg_start` and `arg_end` from /proc/self/stat (fields 48 and 49, counted after the
-/// parenthesised `comm`, which may itself hold spaces and parentheses).
-fn argv_area() -> Option<(usize, usize)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    // The first field after `comm` is field 3 (state).
-    let start: usize = fields.get(48 - 3)?.parse().ok()?;
-    let end: usize = fields.get(49 - 3)?.parse().ok()?;
-    (start != 0 && end > start).then_some((start, end))
 }
 
 /// leader-exec's side of the supervisor.
@@ -189,6 +188,10 @@ pub struct Handle {
     gone: bool,
     /// `--contain cgroup`: the job's cgroup, which SIGKILL and the look at what is left reach too.
     cgroup: Option<Cgroup>,
+    /// `--contain pidns`: the supervisor names pids as its namespace sees them; this is the
+    /// command's group as it names it (`group` is leader-exec's view).
+    pidns: bool,
+    inner_group: Option<i32>,
 }
 
 /// What is known of the command's process group.
@@ -218,6 +221,8 @@ impl Handle {
             spawn_pending: false,
             gone: false,
             cgroup: forked.cgroup,
+            pidns: forked.pidns,
+            inner_group: None,
         })
     }
 
@@ -310,6 +315,25 @@ impl Handle {
                     pids => Group::Alive(pids),
                 }
             }
+            // With a PID namespace every process of the job is a descendant of the supervisor,
+            // and one that left the group was reparented to it: its children are what is left.
+            (Group::Gone, None) if self.pidns && !self.gone => {
+                let left: Vec<i32> = children_of(self.pid.as_raw())
+                    .into_iter()
+                    .filter(|&pid| {
+                        matches!(stat_of(pid), Some((state, _)) if state != 'Z' && state != 'X')
+                    })
+                    .collect();
+                for &pid in &left {
+                    // Not reaped yet (alive), so the pid is still the process's.
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+                if left.is_empty() {
+                    Group::Gone
+                } else {
+                    Group::Alive(left)
+                }
+            }
             (group, _) => group,
         }
     }
@@ -377,18 +401,33 @@ impl Handle {
             let (about, event) = parse_event(&line).ok_or_else(|| {
                 io::Error::other(format!("bad message from supervisor: {line:?}"))
             })?;
-            if let Some(group) = about
-                && self.group != Some(Pid::from_raw(group))
-            {
+            let known = match self.pidns {
+                true => self.inner_group,
+                false => self.group.map(Pid::as_raw),
+            };
+            if about.is_some() && about != known {
                 continue;
             }
-            match &event {
+            match event {
+                Event::Started(pid) if self.pidns => {
+                    // Looked up among the supervisor's children; a command that has ended and
+                    // been reaped already is not found, and only the supervisor's word about
+                    // it (by its inner pid) counts then.
+                    let outer = contain::outer_pid(self.pid.as_raw(), pid);
+                    self.group = outer.map(Pid::from_raw);
+                    self.inner_group = Some(pid);
+                    self.spawn_pending = false;
+                    return Ok(Event::Started(outer.unwrap_or(pid)));
+                }
                 Event::Started(pid) => {
-                    self.group = Some(Pid::from_raw(*pid));
+                    self.group = Some(Pid::from_raw(pid));
                     self.spawn_pending = false;
                 }
                 Event::SpawnFailed { .. } => self.spawn_pending = false,
-                Event::GroupEmpty => self.group = None,
+                Event::GroupEmpty => {
+                    self.group = None;
+                    self.inner_group = None;
+                }
                 Event::Exited(_) => {}
             }
             return Ok(event);
@@ -456,45 +495,6 @@ fn remove_cgroup(cgroup: Option<Cgroup>) {
     }
 }
 
-/// The children of `pid`, from /proc/PID/task/PID/children.
-fn children_of(pid: i32) -> Vec<i32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
-
-/// (state, process group) of a process, from /proc/PID/stat.
-fn stat_of(pid: i32) -> Option<(char, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
-}
-
-fn process_group_of(pid: i32) -> Option<i32> {
-    stat_of(pid).map(|(_, group)| group)
-}
-
-/// The live (not zombie) processes whose process group is `group`. Cheap enough for a few polls
-/// a second: one small read per process on the machine.
-pub fn members_of(group: i32) -> Vec<i32> {
-    // The quick answer first: no process at all in the group.
-    if killpg(Pid::from_raw(group), None) == Err(Errno::ESRCH) {
-        return Vec::new();
-    }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return vec![group];
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| matches!(stat_of(pid), Some((state, g)) if g == group && state != 'Z' && state != 'X'))
-        .collect()
-}
-
 /// An event, and the process group it is about (for `exited`, `killed` and `empty`).
 fn parse_event(line: &str) -> Option<(Option<i32>, Event)> {
     let mut fields = line.split('\t');
@@ -523,6 +523,15 @@ fn parse_event(line: &str) -> Option<(Option<i32>, Event)> {
     Some(parsed)
 }
 
+/// Kills every process of the PID namespace but its init, the caller. Only ever called by the
+/// supervisor as PID 1 of the job's namespace: `kill(-1)` anywhere else would reach every process
+/// the caller may signal, so the pid is checked here, not trusted.
+fn kill_rest_of_namespace() {
+    if getpid().as_raw() == 1 {
+        let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+    }
+}
+
 /// The supervisor process's state.
 struct Supervisor<'a> {
     socket: UnixStream,
@@ -536,6 +545,8 @@ struct Supervisor<'a> {
     state: State,
     /// `--contain cgroup`: the job is over only when this cgroup is empty too.
     cgroup: Option<Cgroup>,
+    /// `--contain pidns`: this process is PID 1 of the job's namespace.
+    pidns: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -592,6 +603,7 @@ impl<'a> Supervisor<'a> {
             input: Vec::new(),
             pending_spawn: None,
             state: State::Idle,
+            pidns: getpid().as_raw() == 1,
             cgroup,
         })
     }
@@ -707,6 +719,17 @@ impl<'a> Supervisor<'a> {
     fn job_gone(&self, group: Pid) -> bool {
         if killpg(group, None) != Err(Errno::ESRCH) {
             return false;
+        }
+        if self.pidns {
+            // Every process of the namespace is our descendant, and one whose parent died is
+            // our child: no child at all means nothing of the job is left.
+            return match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Err(Errno::ECHILD) => true,
+                _ => {
+                    kill_rest_of_namespace();
+                    false
+                }
+            };
         }
         match &self.cgroup {
             Some(cgroup) if cgroup.populated() => {

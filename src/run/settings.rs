@@ -28,6 +28,8 @@ pub enum Contain {
     Group,
     /// A cgroup v2 of its own as well, killed with cgroup.kill.
     Cgroup,
+    /// A PID namespace of its own as well, whose init is the supervisor.
+    Pidns,
 }
 
 /// Everything the run form needs, validated.
