@@ -267,6 +267,58 @@ pub fn with_pidns_leader_exec_and_its_supervisor_killed_together_leave_nothing_r
     assert_eq!(instance.wait(Duration::from_secs(1)), Some(-1));
 }
 
+/// A leader cut off from the store, with `--recampaign` so that it does not exit: its stop (TERM
+/// to the group, which ends the command) must kill the daemon itself, while leader-exec runs on,
+/// before the next holder's command starts.
+fn a_lost_leadership_kills_a_daemonized_grandchild<S: Store>(mode: &str) {
+    let store = S::start();
+    let proxy = Proxy::start(store.addr());
+    let scratch = Scratch::new();
+    let lease = format!("contain-loss-{mode}");
+    let proxied = store.endpoint_via(&proxy);
+    let mut args = lease_args(&proxied, &lease);
+    args.extend_from_slice(&["--recampaign", "--contain", mode]);
+    let job = scratch.job(
+        "a",
+        r#"setsid sh -c 'exec 9> "$h.lock"; flock 9
+             echo "daemon a $$ x x $(date +%s%N)" >> "$h"
+             exec sleep 300' < /dev/null > /dev/null 2>&1 &
+           exec sleep 300"#,
+    );
+    let mut a = Instance::start(&args, &job);
+    daemon_of(&scratch, "a");
+    let direct = store.endpoint();
+    let mut b = Instance::start(
+        &lease_args(&direct, &lease),
+        &scratch.job(
+            "b",
+            r#"if flock -n "$h.lock" true; then s=free; else s=held; fi
+               echo "$s b $(date +%s%N)" >> "$h""#,
+        ),
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || campaigning(&b)),
+        "b did not join the line"
+    );
+    proxy.cut();
+    assert_eq!(b.wait(Duration::from_secs(20)), Some(0), "{}", b.stderr());
+    // The kill came from the stop, not from leader-exec's exit: it still runs (campaigning).
+    assert!(a.running(), "a exited: {}", a.stderr());
+    assert!(
+        scratch.wait_record("free", "b", Duration::ZERO).is_some(),
+        "a's daemon held its lock when b's command started: {:?}",
+        scratch.history()
+    );
+}
+
+pub fn with_cgroup_a_lost_leadership_kills_a_daemonized_grandchild<S: Store>() {
+    a_lost_leadership_kills_a_daemonized_grandchild::<S>("cgroup");
+}
+
+pub fn with_pidns_a_lost_leadership_kills_a_daemonized_grandchild<S: Store>() {
+    a_lost_leadership_kills_a_daemonized_grandchild::<S>("pidns");
+}
+
 /// As a user who may not create a cgroup or a PID namespace (nobody), `--contain cgroup` and
 /// `--contain pidns` exit 125 at once with one
 /// line naming what is missing, before any store is contacted: the endpoint here answers

@@ -54,6 +54,8 @@ store_independent! {
     contain::with_cgroup_term_kills_a_daemonized_grandchild_before_leader_exec_exits,
     contain::with_pidns_a_daemonized_grandchild_is_dead_before_the_next_holder_starts,
     contain::with_pidns_leader_exec_and_its_supervisor_killed_together_leave_nothing_running,
+    contain::with_cgroup_a_lost_leadership_kills_a_daemonized_grandchild,
+    contain::with_pidns_a_lost_leadership_kills_a_daemonized_grandchild,
     // status, check, watch.
     operator::status_shows_the_leader_or_exits_3,
     operator::check_tells_current_from_stale_tokens,

@@ -888,8 +888,9 @@ impl<'a> Supervisor<'a> {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
+        // Whatever the state says, nothing of the job may outlive leader-exec.
         if let Some(cgroup) = &self.cgroup {
-            cgroup.remove();
+            cgroup.kill_and_remove(contain::EXIT_WAIT);
         }
     }
 }
