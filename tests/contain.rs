@@ -188,7 +188,16 @@ pub fn with_pidns_a_daemonized_grandchild_is_dead_before_the_next_holder_starts<
     let scratch = Scratch::new();
     // Each job has a PID namespace of its own, where pids (the `overlap` check's) mean nothing
     // to the other: the daemon's lock tells instead, looked at as the second job starts.
-    in_turn(&store, &scratch, "contain-pidns", &["--contain", "pidns"]);
+    let ((daemon, start, _), _) =
+        in_turn(&store, &scratch, "contain-pidns", &["--contain", "pidns"]);
+    // The command is pid 2 of its namespace (the supervisor is 1), and /proc is the
+    // namespace's: the daemon read its start time from /proc/ITS_PID/stat.
+    let a = scratch.wait_record("start", "a", Duration::ZERO).unwrap();
+    assert_eq!(a.pid(), 2, "{a:?}");
+    assert!(
+        daemon > 2 && start.parse::<u64>().is_ok(),
+        "{daemon} {start}"
+    );
     assert!(
         scratch.wait_record("free", "b", Duration::ZERO).is_some(),
         "the first job's daemon held its lock when the second job started: {:?}",
