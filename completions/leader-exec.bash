@@ -38,7 +38,7 @@ _leader__exec() {
 
     case "${cmd}" in
         leader__exec)
-            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --max-holders --recampaign --hold-at-least --allow-long-hold --occurrence --if-unfinished --occurrence-retention --max-runtime --splay --health-cmd --health-interval --health-timeout --health-retries --http --metrics-file --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check resign completion"
+            opts="-l -s -k -n -v -q -h -V --lease --prefix --identity --ttl --renew-deadline --retry-period --kill-signal --kill-after --wait-timeout --no-wait --max-holders --recampaign --contain --hold-at-least --allow-long-hold --occurrence --if-unfinished --occurrence-retention --max-runtime --splay --health-cmd --health-interval --health-timeout --health-retries --http --metrics-file --endpoints --connect-timeout --cacert --cert --key --user --password-file --verbose --quiet --log-format --help --version status watch check resign completion"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -127,6 +127,10 @@ _leader__exec() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --contain)
+                    COMPREPLY=($(compgen -W "group cgroup pidns" -- "${cur}"))
                     return 0
                     ;;
                 --hold-at-least)

@@ -8,7 +8,9 @@ use crate::commands;
 use crate::election::Scope;
 use crate::election::{LeaseTiming, Store};
 use crate::exit::{self, Failure};
+use crate::leader::contain::{Cgroup, PidNamespace};
 use crate::leader::supervisor;
+use crate::run::Contain;
 use crate::run::Runner;
 use crate::settings::Settings;
 use crate::signals::Signals;
@@ -181,8 +183,18 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     let settings = Settings::from_args(cli.election, cli.run, cli.store)?;
     crate::telemetry::logging::set_context(&settings.lease, &settings.identity);
     supervisor::check_command(&settings.command[0])?;
+    // Before the store is contacted: a containment asked for and unavailable is refused before
+    // this instance joins the line, never after it has won.
+    let cgroup = match settings.contain {
+        Contain::Cgroup => Some(Cgroup::create().map_err(Failure::usage)?),
+        Contain::Group | Contain::Pidns => None,
+    };
+    let pidns = match settings.contain {
+        Contain::Pidns => Some(PidNamespace::prepare().map_err(Failure::usage)?),
+        Contain::Group | Contain::Cgroup => None,
+    };
     // SAFETY: no thread has been started yet; the runtime is built below.
-    let forked = unsafe { supervisor::fork_supervisor(&settings.command) }
+    let forked = unsafe { supervisor::fork_supervisor(&settings.command, cgroup, pidns) }
         .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
     // Threads may start now.
     crate::telemetry::logging::start();

@@ -467,6 +467,29 @@ pub struct RunArgs {
     #[arg(long)]
     pub recampaign: bool,
 
+    /// How the command's processes are contained, so that stopping it reaches all of them.
+    ///
+    /// group: its own process group, killed with killpg; the supervisor kills the group when
+    /// leader-exec dies. A process that leaves the group (setsid, a daemonizing double fork)
+    /// escapes every stop. cgroup: also a cgroup v2 of its own, created beneath leader-exec's
+    /// cgroup; when the group is gone, or on SIGKILL, cgroup.kill ends whatever is left, also
+    /// processes that left the group (a daemon the command starts ends with it), and the next
+    /// holder starts only when the cgroup is empty. Needs root or a delegated cgroup
+    /// (Delegate=yes under systemd) and Linux 5.14; unavailable, it is refused with exit 125
+    /// before joining the line. pidns: also a PID namespace of its own whose PID 1 is the
+    /// supervisor, with its own /proc (the command sees other pids: `ps` shows the job); what
+    /// is left when the group is gone is killed, and when the supervisor dies, even SIGKILLed
+    /// together with leader-exec, the kernel kills every process of the job. Needs root
+    /// (CAP_SYS_ADMIN); refused with 125 otherwise. With group and cgroup, leader-exec and its
+    /// supervisor SIGKILLed together leave the command's other processes running.
+    #[arg(
+        long,
+        value_name = "MODE",
+        env = "LEADER_EXEC_CONTAIN",
+        default_value = "group"
+    )]
+    pub contain: crate::run::Contain,
+
     /// Keep the lease until this long after acquiring it, even if the command ends sooner.
     ///
     /// Renewed meanwhile, and given up as usual when it can no longer be proven; instances that

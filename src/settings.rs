@@ -152,6 +152,7 @@ impl Settings {
             kill_signal: run.kill_signal,
             wait,
             recampaign: run.recampaign,
+            contain: run.contain,
             hold_at_least: run.hold_at_least.filter(|d| !d.is_zero()),
             occurrence,
             max_holders: run.max_holders,

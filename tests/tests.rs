@@ -49,6 +49,15 @@ store_independent! {
     faults::a_leader_paused_past_the_ttl_sigkills_its_group_when_it_resumes,
     // leader-exec SIGKILLed with a grandchild.
     signals::killing_leader_exec_kills_the_whole_group,
+    // --contain: a daemon that left the group, with each mode; TERM with cgroup; leader-exec and
+    // its supervisor SIGKILLed together with pidns.
+    contain::with_cgroup_a_daemonized_grandchild_is_dead_before_the_next_holder_starts,
+    contain::with_group_a_daemonized_grandchild_survives_as_documented,
+    contain::with_cgroup_term_kills_a_daemonized_grandchild_before_leader_exec_exits,
+    contain::with_pidns_a_daemonized_grandchild_is_dead_before_the_next_holder_starts,
+    contain::with_pidns_leader_exec_and_its_supervisor_killed_together_leave_nothing_running,
+    contain::with_cgroup_a_lost_leadership_kills_a_daemonized_grandchild,
+    contain::with_pidns_a_lost_leadership_kills_a_daemonized_grandchild,
     // status, check, watch.
     operator::status_shows_the_leader_or_exits_3,
     operator::check_tells_current_from_stale_tokens,
@@ -101,6 +110,7 @@ store_independent! {
 
 mod ambiguous;
 mod claims;
+mod contain;
 mod cron;
 mod docs;
 mod election;

@@ -28,7 +28,6 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -41,7 +40,12 @@ use nix::unistd::{ForkResult, Pid, fork, getpid, getppid, setpgid};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::exit::{self, ChildStatus, Failure};
+use crate::exit::{self, ChildStatus};
+use crate::leader::contain::{self, Cgroup, PidNamespace};
+pub use crate::leader::lookup::check_command;
+pub use crate::leader::procfs::members_of;
+use crate::leader::procfs::{children_of, process_group_of, stat_of};
+use crate::leader::title::rename_process;
 
 /// What the supervisor reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,58 +69,12 @@ pub fn spawn_failure_code(errno: i32) -> u8 {
     }
 }
 
-/// Looks the command up before anything else happens, so that a typo costs no election.
-/// The real exec can still fail later (the file changed); that is reported the same way.
-pub fn check_command(command: &OsString) -> Result<(), Failure> {
-    let shown = command.to_string_lossy();
-    let name = Path::new(command);
-    let executable = |path: &Path| {
-        path.is_file() && nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
-    };
-    if command.is_empty() {
-        return Err(Failure::new(exit::NOT_FOUND, "empty command name"));
-    }
-    if command.as_encoded_bytes().contains(&b'/') {
-        if !name.exists() {
-            return Err(Failure::new(
-                exit::NOT_FOUND,
-                format!("{shown}: no such file or directory"),
-            ));
-        }
-        if !executable(name) {
-            return Err(Failure::new(
-                exit::CANNOT_EXECUTE,
-                format!("{shown}: permission denied (not an executable file)"),
-            ));
-        }
-        return Ok(());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    let mut found_unexecutable = false;
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join(name);
-        if executable(&candidate) {
-            return Ok(());
-        }
-        found_unexecutable |= candidate.exists() && !candidate.is_dir();
-    }
-    if found_unexecutable {
-        Err(Failure::new(
-            exit::CANNOT_EXECUTE,
-            format!("{shown}: permission denied"),
-        ))
-    } else {
-        Err(Failure::new(
-            exit::NOT_FOUND,
-            format!("{shown}: command not found"),
-        ))
-    }
-}
-
 /// A forked supervisor, before the async runtime exists.
 pub struct Forked {
     pid: Pid,
     socket: UnixStream,
+    cgroup: Option<Cgroup>,
+    pidns: bool,
 }
 
 /// Forks the supervisor.
@@ -129,7 +87,15 @@ pub struct Forked {
 /// It is called from the main thread, which lives as long as the process: PR_SET_PDEATHSIG fires
 /// when the *thread* that forked exits, not the process, so forking from a short-lived thread
 /// would kill the supervisor (and with it the command) early.
-pub unsafe fn fork_supervisor(command: &[OsString]) -> io::Result<Forked> {
+///
+/// With `cgroup` (`--contain cgroup`) the command runs in that cgroup, and the job ends only when
+/// it is empty. With `pidns` (`--contain pidns`, unshared already) the supervisor is PID 1 of that
+/// namespace; leader-exec waits for its word that the namespace is ready before going on.
+pub unsafe fn fork_supervisor(
+    command: &[OsString],
+    cgroup: Option<Cgroup>,
+    pidns: Option<PidNamespace>,
+) -> io::Result<Forked> {
     let (ours, theirs) = UnixStream::pair()?;
     let parent = getpid();
     // SAFETY: single-threaded, per this function's contract.
@@ -143,7 +109,23 @@ pub unsafe fn fork_supervisor(command: &[OsString]) -> io::Result<Forked> {
             // kills the command's group on leader-exec's death.
             let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
             rename_process(parent);
-            let code = Supervisor::new(theirs, command, parent)
+            // A parent outside our PID namespace is pid 0 to us.
+            let mut theirs = theirs;
+            let seen_parent = if pidns.is_some() {
+                drop(pidns);
+                let ready = contain::init_pid_namespace();
+                let word = match &ready {
+                    Ok(()) => "ready\n".to_owned(),
+                    Err(e) => format!("error\t{e}\n"),
+                };
+                if theirs.write_all(word.as_bytes()).is_err() || ready.is_err() {
+                    std::process::exit(1);
+                }
+                Pid::from_raw(0)
+            } else {
+                parent
+            };
+            let code = Supervisor::new(theirs, command, seen_parent, cgroup)
                 .map(|mut s| s.run())
                 .unwrap_or_else(|e| {
                     let _ = writeln!(io::stderr(), "leader-exec: supervisor: {e}");
@@ -153,56 +135,30 @@ pub unsafe fn fork_supervisor(command: &[OsString]) -> io::Result<Forked> {
         }
         ForkResult::Parent { child } => {
             drop(theirs);
+            let Some(pidns) = pidns else {
+                return Ok(Forked {
+                    pid: child,
+                    socket: ours,
+                    cgroup,
+                    pidns: false,
+                });
+            };
+            let ready = pidns
+                .restore()
+                .and_then(|()| contain::namespace_ready(&ours));
+            if let Err(e) = ready {
+                let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                let _ = waitpid(child, None);
+                return Err(e);
+            }
             Ok(Forked {
                 pid: child,
                 socket: ours,
+                cgroup,
+                pidns: true,
             })
         }
     }
-}
-
-/// The supervisor's name in `ps`, `top` and /proc/PID/comm: it must not match `leader-exec`.
-pub const PROCESS_NAME: &str = "lx-supervisor";
-
-/// Renames the forked supervisor: `comm` (what `pkill` and `killall` match) by PR_SET_NAME, and
-/// the command line (what `pkill -f` and `ps` show) by overwriting the argv area in place, which
-/// also removes a `--user NAME:PASS` from the supervisor's command line. The new command line is
-/// `lx-supervisor PARENT_PID`.
-fn rename_process(parent: Pid) {
-    rewrite_argv(parent);
-    // The name last: whoever finds the process by its new name sees its new command line too.
-    let _ = prctl::set_name(c"lx-supervisor");
-}
-
-fn rewrite_argv(parent: Pid) {
-    let Some((start, end)) = argv_area() else {
-        return;
-    };
-    let title = format!("{PROCESS_NAME} {parent}");
-    let length = end - start;
-    if length == 0 {
-        return;
-    }
-    let mut bytes = vec![0u8; length];
-    let shown = title.len().min(length - 1);
-    bytes[..shown].copy_from_slice(&title.as_bytes()[..shown]);
-    // SAFETY: [start, end) is this process's own argv area as the kernel reports it (the
-    // strings the initial stack holds, writable); nothing in the supervisor reads argv again
-    // (the command was copied before the fork), and the last byte written is a NUL, so the
-    // kernel does not read on into the environment.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, length) };
-}
-
-/// `arg_start` and `arg_end` from /proc/self/stat (fields 48 and 49, counted after the
-/// parenthesised `comm`, which may itself hold spaces and parentheses).
-fn argv_area() -> Option<(usize, usize)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    // The first field after `comm` is field 3 (state).
-    let start: usize = fields.get(48 - 3)?.parse().ok()?;
-    let end: usize = fields.get(49 - 3)?.parse().ok()?;
-    (start != 0 && end > start).then_some((start, end))
 }
 
 /// leader-exec's side of the supervisor.
@@ -230,6 +186,12 @@ pub struct Handle {
     spawn_pending: bool,
     /// The supervisor has died (EOF on its socket) or was killed by us.
     gone: bool,
+    /// `--contain cgroup`: the job's cgroup, which SIGKILL and the look at what is left reach too.
+    cgroup: Option<Cgroup>,
+    /// `--contain pidns`: the supervisor names pids as its namespace sees them; this is the
+    /// command's group as it names it (`group` is leader-exec's view).
+    pidns: bool,
+    inner_group: Option<i32>,
 }
 
 /// What is known of the command's process group.
@@ -258,6 +220,9 @@ impl Handle {
             group: None,
             spawn_pending: false,
             gone: false,
+            cgroup: forked.cgroup,
+            pidns: forked.pidns,
+            inner_group: None,
         })
     }
 
@@ -303,6 +268,12 @@ impl Handle {
         if self.group.is_none() && self.spawn_pending {
             self.discover_group();
         }
+        // SIGKILL reaches the whole cgroup too: what left the process group is killed with it.
+        if signal == Signal::SIGKILL
+            && let Some(cgroup) = &self.cgroup
+        {
+            cgroup.kill();
+        }
         if let Some(group) = self.group {
             let _ = killpg(group, signal);
         } else if self.spawn_pending
@@ -331,7 +302,43 @@ impl Handle {
 
     /// What is left of the command's group, looked up in /proc (independent of the supervisor).
     /// Reaps what was reparented to us first: a zombie still counts as a member of its group.
+    ///
+    /// With `--contain cgroup`, once the process group is gone whatever is left in the cgroup
+    /// escaped the group: it is killed here (`cgroup.kill`) and counted until it is gone.
     pub fn group(&mut self) -> Group {
+        match (self.process_group(), self.cgroup.clone()) {
+            (Group::Gone, Some(cgroup)) if cgroup.populated() => {
+                cgroup.kill();
+                self.reap_orphans();
+                match cgroup.pids() {
+                    pids if pids.is_empty() => Group::Gone,
+                    pids => Group::Alive(pids),
+                }
+            }
+            // With a PID namespace every process of the job is a descendant of the supervisor,
+            // and one that left the group was reparented to it: its children are what is left.
+            (Group::Gone, None) if self.pidns && !self.gone => {
+                let left: Vec<i32> = children_of(self.pid.as_raw())
+                    .into_iter()
+                    .filter(|&pid| {
+                        matches!(stat_of(pid), Some((state, _)) if state != 'Z' && state != 'X')
+                    })
+                    .collect();
+                for &pid in &left {
+                    // Not reaped yet (alive), so the pid is still the process's.
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+                if left.is_empty() {
+                    Group::Gone
+                } else {
+                    Group::Alive(left)
+                }
+            }
+            (group, _) => group,
+        }
+    }
+
+    fn process_group(&mut self) -> Group {
         self.reap_orphans();
         if self.group.is_none() && self.spawn_pending {
             self.discover_group();
@@ -394,18 +401,33 @@ impl Handle {
             let (about, event) = parse_event(&line).ok_or_else(|| {
                 io::Error::other(format!("bad message from supervisor: {line:?}"))
             })?;
-            if let Some(group) = about
-                && self.group != Some(Pid::from_raw(group))
-            {
+            let known = match self.pidns {
+                true => self.inner_group,
+                false => self.group.map(Pid::as_raw),
+            };
+            if about.is_some() && about != known {
                 continue;
             }
-            match &event {
+            match event {
+                Event::Started(pid) if self.pidns => {
+                    // Looked up among the supervisor's children; a command that has ended and
+                    // been reaped already is not found, and only the supervisor's word about
+                    // it (by its inner pid) counts then.
+                    let outer = contain::outer_pid(self.pid.as_raw(), pid);
+                    self.group = outer.map(Pid::from_raw);
+                    self.inner_group = Some(pid);
+                    self.spawn_pending = false;
+                    return Ok(Event::Started(outer.unwrap_or(pid)));
+                }
                 Event::Started(pid) => {
-                    self.group = Some(Pid::from_raw(*pid));
+                    self.group = Some(Pid::from_raw(pid));
                     self.spawn_pending = false;
                 }
                 Event::SpawnFailed { .. } => self.spawn_pending = false,
-                Event::GroupEmpty => self.group = None,
+                Event::GroupEmpty => {
+                    self.group = None;
+                    self.inner_group = None;
+                }
                 Event::Exited(_) => {}
             }
             return Ok(event);
@@ -419,6 +441,9 @@ impl Handle {
             self.discover_group();
         }
         self.gone = true;
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
+        }
         if let Some(group) = self.group {
             let _ = killpg(group, Signal::SIGKILL);
         }
@@ -443,15 +468,17 @@ impl Handle {
     /// exit in time (stopped) is SIGKILLed.
     pub fn shutdown(mut self) {
         self.writer = None;
+        let cgroup = self.cgroup.take();
         drop(self.lines);
         for _ in 0..100 {
             match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
-                _ => return,
+                _ => return remove_cgroup(cgroup),
             }
         }
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
         let _ = waitpid(self.pid, None);
+        remove_cgroup(cgroup);
     }
 }
 
@@ -495,43 +522,17 @@ pub fn without_credentials(command: &mut std::process::Command) {
     }
 }
 
-/// The children of `pid`, from /proc/PID/task/PID/children.
-fn children_of(pid: i32) -> Vec<i32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
-
-/// (state, process group) of a process, from /proc/PID/stat.
-fn stat_of(pid: i32) -> Option<(char, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
-}
-
-fn process_group_of(pid: i32) -> Option<i32> {
-    stat_of(pid).map(|(_, group)| group)
-}
-
-/// The live (not zombie) processes whose process group is `group`. Cheap enough for a few polls
-/// a second: one small read per process on the machine.
-pub fn members_of(group: i32) -> Vec<i32> {
-    // The quick answer first: no process at all in the group.
-    if killpg(Pid::from_raw(group), None) == Err(Errno::ESRCH) {
-        return Vec::new();
+/// leader-exec ends: nothing of the job may outlive it, and the cgroup goes with it. What was
+/// killed and reparented to leader-exec (a subreaper) is reaped.
+fn remove_cgroup(cgroup: Option<Cgroup>) {
+    if let Some(cgroup) = cgroup {
+        cgroup.kill_and_remove(contain::EXIT_WAIT);
+        while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
     }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return vec![group];
-    };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| matches!(stat_of(pid), Some((state, g)) if g == group && state != 'Z' && state != 'X'))
-        .collect()
 }
 
 /// An event, and the process group it is about (for `exited`, `killed` and `empty`).
@@ -562,6 +563,15 @@ fn parse_event(line: &str) -> Option<(Option<i32>, Event)> {
     Some(parsed)
 }
 
+/// Kills every process of the PID namespace but its init, the caller. Only ever called by the
+/// supervisor as PID 1 of the job's namespace: `kill(-1)` anywhere else would reach every process
+/// the caller may signal, so the pid is checked here, not trusted.
+fn kill_rest_of_namespace() {
+    if getpid().as_raw() == 1 {
+        let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+    }
+}
+
 /// The supervisor process's state.
 struct Supervisor<'a> {
     socket: UnixStream,
@@ -573,6 +583,10 @@ struct Supervisor<'a> {
     /// group gone in /proc a moment before this process has reaped it): run once idle.
     pending_spawn: Option<String>,
     state: State,
+    /// `--contain cgroup`: the job is over only when this cgroup is empty too.
+    cgroup: Option<Cgroup>,
+    /// `--contain pidns`: this process is PID 1 of the job's namespace.
+    pidns: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -590,7 +604,12 @@ enum State {
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 
 impl<'a> Supervisor<'a> {
-    fn new(socket: UnixStream, command: &'a [OsString], parent: Pid) -> io::Result<Self> {
+    fn new(
+        socket: UnixStream,
+        command: &'a [OsString],
+        parent: Pid,
+        cgroup: Option<Cgroup>,
+    ) -> io::Result<Self> {
         // Signals arrive through a signalfd, read in the poll loop. TERM, INT and the rest reach
         // us only as bystanders (a terminal's Ctrl-C goes to the whole foreground group);
         // leader-exec decides what the command gets. The child starts with an empty mask again
@@ -624,6 +643,8 @@ impl<'a> Supervisor<'a> {
             input: Vec::new(),
             pending_spawn: None,
             state: State::Idle,
+            pidns: getpid().as_raw() == 1,
+            cgroup,
         })
     }
 
@@ -711,7 +732,7 @@ impl<'a> Supervisor<'a> {
             };
             // Usually the command was alone in its group: say both in one message, so that
             // leader-exec wakes up once and releases the lease at once (the handover path).
-            if killpg(pid, None) == Err(Errno::ESRCH) {
+            if self.job_gone(pid) {
                 self.state = State::Idle;
                 line.push_str(&format!("empty\t{pid}\n"));
             }
@@ -724,12 +745,39 @@ impl<'a> Supervisor<'a> {
         if let State::Draining(group) = self.state {
             // Reap first: a zombie still counts as a member of its group.
             self.reap()?;
-            if killpg(group, None) == Err(Errno::ESRCH) {
+            if self.job_gone(group) {
                 self.state = State::Idle;
                 self.tell(&format!("empty\t{group}\n"))?;
             }
         }
         Ok(())
+    }
+
+    /// Whether nothing of the job is left: its process group is empty and, with a cgroup, so is
+    /// the cgroup. What is left in the cgroup after the group ended escaped the group; it is
+    /// killed now and looked at again on the next drain poll.
+    fn job_gone(&self, group: Pid) -> bool {
+        if killpg(group, None) != Err(Errno::ESRCH) {
+            return false;
+        }
+        if self.pidns {
+            // Every process of the namespace is our descendant, and one whose parent died is
+            // our child: no child at all means nothing of the job is left.
+            return match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Err(Errno::ECHILD) => true,
+                _ => {
+                    kill_rest_of_namespace();
+                    false
+                }
+            };
+        }
+        match &self.cgroup {
+            Some(cgroup) if cgroup.populated() => {
+                cgroup.kill();
+                false
+            }
+            _ => true,
+        }
     }
 
     fn tell(&mut self, line: &str) -> Result<(), ()> {
@@ -786,6 +834,16 @@ impl<'a> Supervisor<'a> {
         // Its own process group, so that stopping it reaches everything it started.
         command.process_group(0);
         let supervisor = getpid();
+        // Opened before the fork: between fork and exec there is only the write.
+        let procs = match self.cgroup.as_ref().map(Cgroup::open_procs).transpose() {
+            Ok(procs) => procs,
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(0);
+                return self.tell(&format!(
+                    "failed\t{errno}\tcannot enter the job's cgroup: {e}\n"
+                ));
+            }
+        };
         // SAFETY: only async-signal-safe calls (prctl, getppid, sigprocmask) between fork and exec.
         unsafe {
             command.pre_exec(move || {
@@ -797,6 +855,10 @@ impl<'a> Supervisor<'a> {
                     return Err(io::Error::other("supervisor exited during spawn"));
                 }
                 SigSet::empty().thread_set_mask()?;
+                // Into the job's cgroup before exec: the command never runs outside it.
+                if let Some(procs) = &procs {
+                    contain::enter(procs)?;
+                }
                 Ok(())
             });
         }
@@ -820,14 +882,21 @@ impl<'a> Supervisor<'a> {
     /// wait (bounded) until it is gone.
     fn parent_gone(&mut self) {
         if let State::Running(group) | State::Draining(group) = self.state {
+            if let Some(cgroup) = &self.cgroup {
+                cgroup.kill();
+            }
             let _ = killpg(group, Signal::SIGKILL);
             for _ in 0..500 {
                 let _ = self.reap();
-                if killpg(group, None) == Err(Errno::ESRCH) {
+                if self.job_gone(group) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
+        }
+        // Whatever the state says, nothing of the job may outlive leader-exec.
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill_and_remove(contain::EXIT_WAIT);
         }
     }
 }
@@ -870,23 +939,5 @@ mod tests {
         assert_eq!(spawn_failure_code(Errno::ENOENT as i32), 127);
         assert_eq!(spawn_failure_code(Errno::EACCES as i32), 126);
         assert_eq!(spawn_failure_code(Errno::ENOEXEC as i32), 126);
-    }
-
-    #[test]
-    fn commands_are_looked_up_on_path() {
-        assert!(check_command(&"sh".into()).is_ok());
-        assert!(check_command(&"/bin/sh".into()).is_ok());
-        assert_eq!(
-            check_command(&"no-such-command-xyz".into())
-                .unwrap_err()
-                .code,
-            127
-        );
-        assert_eq!(
-            check_command(&"/no/such/file".into()).unwrap_err().code,
-            127
-        );
-        assert_eq!(check_command(&"/etc/passwd".into()).unwrap_err().code, 126);
-        assert_eq!(check_command(&"/tmp".into()).unwrap_err().code, 126);
     }
 }

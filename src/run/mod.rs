@@ -69,7 +69,7 @@ use crate::signals::Signals;
 
 use campaign::{Joined, Waited};
 use lead::Held;
-pub use settings::{Settings, Wait};
+pub use settings::{Contain, Settings, Wait};
 use stop::SteppingDown;
 pub use supervise::Supervise;
 

@@ -21,6 +21,17 @@ pub enum Wait {
     No,
 }
 
+/// `--contain`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Contain {
+    /// Its own process group (the default).
+    Group,
+    /// A cgroup v2 of its own as well, killed with cgroup.kill.
+    Cgroup,
+    /// A PID namespace of its own as well, whose init is the supervisor.
+    Pidns,
+}
+
 /// Everything the run form needs, validated.
 #[derive(Debug)]
 pub struct Settings {
@@ -31,6 +42,8 @@ pub struct Settings {
     pub kill_signal: Signal,
     pub wait: Wait,
     pub recampaign: bool,
+    /// `--contain`.
+    pub contain: Contain,
     /// `--max-holders`: up to this many instances hold at once (1: a single leader).
     pub max_holders: u32,
     pub hold_at_least: Option<Duration>,

@@ -51,6 +51,7 @@ fn settings() -> Settings {
         max_holders: 1,
         wait: Wait::Forever,
         recampaign: false,
+        contain: super::Contain::Group,
         hold_at_least: None,
         max_runtime: None,
         splay: None,
