@@ -14,10 +14,8 @@
 //!   leader's session), written fenced.
 //! - `/leader-exec/.occurrences/NAME/<ID>`: occurrence records, persistent, written fenced. The
 //!   ID is one node name: `%`, `/`, a leading `.` and the characters ZooKeeper refuses in a
-//!   path are percent-encoded. Retention is pruning on read: the data is one line
-//!   `leader-exec-expires-ms=<unix ms>` then the record; a reader treats a record past that
-//!   instant as absent and the run form deletes it (TTL nodes need the server's
-//!   `extendedTypesEnabled`, which is off by default).
+//!   path are percent-encoded. Retention is judged by the servers' clock (a write's `mtime`) and
+//!   enforced by a sweep after a record write: see records.rs.
 //! - `/leader-exec/.tokens/NAME`: the leader mark (`--max-holders` 1), persistent: the name of the
 //!   candidate node that leads, written by it (fenced by its node) when it sees it is first.
 //!
