@@ -27,7 +27,7 @@ use super::{EXPIRES, classify, zk};
 
 /// The JSON field that carries a record's retention.
 const RETENTION: &str = "retention_ms";
-/// The most records one sweep deletes, and the most it reads.
+/// The most records one sweep deletes, and the most it reads (sent a hundred at a time).
 const SWEEP_DELETES: usize = 100;
 const SWEEP_READS: usize = 1000;
 /// How long a released leader lets its sweep finish before it exits (less than a release
@@ -145,13 +145,20 @@ pub(super) async fn sweep(
             _ => return,
         },
     };
-    let names = match client.list_children(&parent).await {
+    let mut names = match client.list_children(&parent).await {
         Ok(names) => names,
         Err(e) => {
             tracing::debug!(error = %classify(e), "listing occurrence records to sweep failed");
             return;
         }
     };
+    // Beyond SWEEP_READS children a sweep reads only some of them: it starts at an offset
+    // that changes from run to run (the write's millisecond), so that every record is read
+    // by some run, not only those the server happens to list first.
+    if !names.is_empty() {
+        let offset = clock.mtime.unsigned_abs() % names.len() as u64;
+        names.rotate_left(usize::try_from(offset).unwrap_or(0));
+    }
     let mut deleted = 0;
     for chunk in names
         .chunks(SWEEP_DELETES)
