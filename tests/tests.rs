@@ -149,4 +149,5 @@ mod status_all;
 mod zookeeper_holders;
 mod zookeeper_holders_ops;
 mod zookeeper_only;
+mod zookeeper_retention;
 mod zookeeper_safety;

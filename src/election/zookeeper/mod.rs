@@ -14,10 +14,8 @@
 //!   leader's session), written fenced.
 //! - `/leader-exec/.occurrences/NAME/<ID>`: occurrence records, persistent, written fenced. The
 //!   ID is one node name: `%`, `/`, a leading `.` and the characters ZooKeeper refuses in a
-//!   path are percent-encoded. Retention is pruning on read: the data is one line
-//!   `leader-exec-expires-ms=<unix ms>` then the record; a reader treats a record past that
-//!   instant as absent and the run form deletes it (TTL nodes need the server's
-//!   `extendedTypesEnabled`, which is off by default).
+//!   path are percent-encoded. Retention is judged by the servers' clock (a write's `mtime`) and
+//!   enforced by a sweep after a record write: see records.rs.
 //! - `/leader-exec/.tokens/NAME`: the leader mark (`--max-holders` 1), persistent: the name of the
 //!   candidate node that leads, written by it (fenced by its node) when it sees it is first.
 //!
@@ -57,6 +55,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+mod records;
 mod store;
 pub mod target;
 
@@ -135,6 +134,12 @@ pub struct ZooKeeper {
     max_holders: u32,
     /// The current session: a campaign's, or the subcommands' one.
     session: Mutex<Option<zk::Client>>,
+    /// The servers' clock as last seen in a write of this process (records.rs).
+    server_time: Mutex<Option<records::ServerTime>>,
+    /// The sweep of expired occurrence records while it may still run.
+    sweep: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Whether this process has started its sweep (one a process).
+    swept: std::sync::atomic::AtomicBool,
 }
 
 /// Whether ZooKeeper accepts `c` in a node name (its `PathUtils.validatePath`).
@@ -395,39 +400,6 @@ fn open_to_everyone(acls: &[Acl]) -> bool {
     })
 }
 
-/// A record's data: the expiry line, then the record.
-fn with_expiry(value: &[u8], retention: Duration) -> Vec<u8> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let until = now.saturating_add(retention).as_millis();
-    let mut data = format!("{EXPIRES}{until}\n").into_bytes();
-    data.extend_from_slice(value);
-    data
-}
-
-/// The record inside a record node's data, `None` once it has expired. Data without the expiry
-/// line (written by something else) is returned whole and never expires.
-fn unexpired(data: Vec<u8>) -> Option<Vec<u8>> {
-    let Some(rest) = data.strip_prefix(EXPIRES.as_bytes()) else {
-        return Some(data);
-    };
-    let Some(newline) = rest.iter().position(|&b| b == b'\n') else {
-        return Some(data);
-    };
-    let until: Option<u128> = std::str::from_utf8(&rest[..newline])
-        .ok()
-        .and_then(|t| t.parse().ok());
-    let Some(until) = until else {
-        return Some(data);
-    };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
-    (now < until).then(|| rest[newline + 1..].to_vec())
-}
-
 /// What [`ZooKeeper::holders_of`] read.
 struct Line {
     holders: Vec<Leader>,
@@ -468,6 +440,9 @@ impl ZooKeeper {
             timing,
             max_holders,
             session: Mutex::new(None),
+            server_time: Mutex::new(None),
+            sweep: Mutex::new(None),
+            swept: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -752,6 +727,7 @@ impl ZooKeeper {
                 Ok(results) => {
                     return match results.last() {
                         Some(zk::MultiWriteResult::SetData { stat }) => {
+                            self.observe(stat);
                             Ok(Turn::Leading { token: stat.mzxid })
                         }
                         _ => Err(StoreError::Transient(
@@ -788,18 +764,23 @@ impl ZooKeeper {
     /// A write that commits only while the candidacy's own node still exists (the fence): a
     /// candidate that led keeps leading while its node exists, since nobody can create a node
     /// ahead of it. `Ok(false)`: the node is gone. `ops` adds the writes after the check.
+    /// Answers the servers' time stamped on the last node written, when the answer has it.
     async fn fenced(
         &self,
         client: &zk::Client,
         candidacy: &Candidacy,
         ops: impl Fn(&mut zk::CheckWriter<'_>) -> Result<(), zk::Error>,
-    ) -> Result<Result<(), zk::Error>, StoreError> {
+    ) -> Result<Result<Option<records::ServerTime>, zk::Error>, StoreError> {
         let mut writer = client
             .new_check_writer(&candidacy.key, None)
             .map_err(classify)?;
         ops(&mut writer).map_err(classify)?;
         match writer.commit().await {
-            Ok(_) => Ok(Ok(())),
+            Ok(results) => Ok(Ok(results.iter().rev().find_map(|r| match r {
+                zk::MultiWriteResult::Create { stat, .. }
+                | zk::MultiWriteResult::SetData { stat } => records::ServerTime::of(stat),
+                _ => None,
+            }))),
             Err(zk::CheckWriteError::CheckFailed { .. }) => Ok(Err(zk::Error::RuntimeInconsistent)),
             Err(zk::CheckWriteError::OperationFailed { source, .. }) => Ok(Err(source)),
             Err(zk::CheckWriteError::RequestFailed { source }) => Err(classify(source)),
@@ -807,8 +788,9 @@ impl ZooKeeper {
     }
 
     /// Writes `path` fenced: `create` when it does not exist, `replace` when it does. Which one
-    /// applies is read from the answers (a node may appear or go in between). `Ok(false)`: the
-    /// fence said no.
+    /// applies is read from the answers (a node may appear or go in between). `Ok(None)`: the
+    /// fence said no; `Ok(Some(time))`: written, with the servers' time of the write if the
+    /// answer had it.
     async fn create_or_replace(
         &self,
         client: &zk::Client,
@@ -816,11 +798,11 @@ impl ZooKeeper {
         path: &str,
         create: impl Fn(&mut zk::CheckWriter<'_>) -> Result<(), zk::Error>,
         replace: impl Fn(&mut zk::CheckWriter<'_>) -> Result<(), zk::Error>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<Option<records::ServerTime>>, StoreError> {
         for _ in 0..3 {
             match self.fenced(client, candidacy, &create).await? {
-                Ok(()) => return Ok(true),
-                Err(zk::Error::RuntimeInconsistent) => return Ok(false),
+                Ok(time) => return Ok(Some(time)),
+                Err(zk::Error::RuntimeInconsistent) => return Ok(None),
                 Err(zk::Error::NodeExists) => {}
                 // The parents are made on the first write that needs them, not before every one.
                 Err(zk::Error::NoNode) => {
@@ -836,8 +818,8 @@ impl ZooKeeper {
                 Err(e) => return Err(classify(e)),
             }
             match self.fenced(client, candidacy, &replace).await? {
-                Ok(()) => return Ok(true),
-                Err(zk::Error::RuntimeInconsistent) => return Ok(false),
+                Ok(time) => return Ok(Some(time)),
+                Err(zk::Error::RuntimeInconsistent) => return Ok(None),
                 Err(zk::Error::NoNode) => {}
                 Err(e) => return Err(classify(e)),
             }
@@ -861,11 +843,51 @@ impl ZooKeeper {
             .set_data(&candidacy.key, self.identity.as_bytes(), None)
             .await
         {
-            Ok(stat) if stat.czxid == candidacy.place => Ok(Turn::Leading { token: stat.mzxid }),
+            Ok(stat) if stat.czxid == candidacy.place => {
+                self.observe(&stat);
+                Ok(Turn::Leading { token: stat.mzxid })
+            }
             // Another node at our path: ours is gone.
             Ok(_) => Ok(Turn::Gone),
             Err(zk::Error::NoNode | zk::Error::SessionExpired) => Ok(Turn::Gone),
             Err(e) => Err(classify(e)),
+        }
+    }
+
+    /// Keeps the servers' time a write of ours was stamped with (see records.rs).
+    fn observe(&self, stat: &zk::Stat) {
+        if let Some(time) = records::ServerTime::of(stat) {
+            *self.server_time.lock().expect("not poisoned") = Some(time);
+        }
+    }
+
+    /// A lower bound of the servers' time now, if a write of this process has shown it.
+    fn server_now(&self) -> Option<i64> {
+        self.server_time
+            .lock()
+            .expect("not poisoned")
+            .map(|t| t.now())
+    }
+
+    /// Stops a sweep still running: its client clone would keep a released session open.
+    fn stop_sweep(&self) {
+        if let Some(sweep) = self.sweep.lock().expect("not poisoned").take() {
+            sweep.abort();
+        }
+    }
+
+    /// Lets a sweep still running finish, for at most `SWEEP_GRACE`, then stops it. Called
+    /// once the claim is released (the next leader waits for nothing here): a quick command
+    /// would otherwise end every sweep before it deleted anything.
+    async fn finish_sweep(&self) {
+        let Some(mut sweep) = self.sweep.lock().expect("not poisoned").take() else {
+            return;
+        };
+        if tokio::time::timeout(records::SWEEP_GRACE, &mut sweep)
+            .await
+            .is_err()
+        {
+            sweep.abort();
         }
     }
 

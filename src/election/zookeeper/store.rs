@@ -8,6 +8,7 @@ impl Campaign for ZooKeeper {
     async fn campaign(&self) -> Result<Candidacy, StoreError> {
         // A campaign opens its own session: a session that expired (an earlier loss) can never
         // come back, and closing the previous one releases whatever it still held.
+        self.stop_sweep();
         let previous = self.session.lock().expect("not poisoned").take();
         drop(previous);
         let client = self.connect().await?;
@@ -264,6 +265,7 @@ impl Campaign for ZooKeeper {
         {
             let _ = client.delete(&state, Some(stat.version)).await;
         }
+        self.finish_sweep().await;
         self.session.lock().expect("not poisoned").take();
         Ok(())
     }
@@ -430,13 +432,16 @@ impl Records for ZooKeeper {
         let path = self.path_of(key);
         let Synced(client) = self.synced(&path).await?;
         match client.get_data(&path).await {
-            Ok((data, stat)) => match unexpired(data) {
-                Some(value) => Ok(Some(value)),
-                None => {
-                    // Pruning on read: the version check keeps a record rewritten meanwhile.
+            // Judged by the servers' clock (records.rs), as seen in this process's own writes:
+            // a leader has written its mark or touch before it reads. Without such a write
+            // nothing is judged expired, so no host's wall clock ever decides.
+            Ok((data, stat)) => match self.server_now() {
+                Some(now) if records::expired_at(&data, &stat, now) => {
+                    // The version check keeps a record rewritten meanwhile.
                     let _ = client.delete(&path, Some(stat.version)).await;
                     Ok(None)
                 }
+                _ => Ok(Some(records::record_of(data))),
             },
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(classify(e)),
@@ -454,16 +459,38 @@ impl Records for ZooKeeper {
             return Ok(false);
         };
         let path = self.path_of(key);
-        let data = with_expiry(&value, retention);
+        let data = records::with_expiry(&value, retention);
         let options = CreateMode::Persistent.with_acls(self.acls());
-        self.create_or_replace(
-            &client,
-            candidacy,
-            &path,
-            |w| w.add_create(&path, &data, &options),
-            |w| w.add_set_data(&path, &data, None),
-        )
-        .await
+        let Some(time) = self
+            .create_or_replace(
+                &client,
+                candidacy,
+                &path,
+                |w| w.add_create(&path, &data, &options),
+                |w| w.add_set_data(&path, &data, None),
+            )
+            .await?
+        else {
+            return Ok(false);
+        };
+        if let Some(time) = time {
+            *self.server_time.lock().expect("not poisoned") = Some(time);
+        }
+        // Retention enforced whatever IDs later runs use: the lease's expired records are
+        // swept once a process, in the background, after its first record write (the
+        // command's start waits for nothing more than the write itself).
+        if key.starts_with(&format!("{}.occurrences/", self.prefix))
+            && !self.swept.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let task = tokio::spawn(records::sweep(
+                client.clone(),
+                Self::parent(&path).to_owned(),
+                path.clone(),
+                time,
+            ));
+            *self.sweep.lock().expect("not poisoned") = Some(task);
+        }
+        Ok(true)
     }
 
     async fn list_records(&self, prefix: &str) -> Result<Vec<RawRecord>, StoreError> {
@@ -502,7 +529,7 @@ impl Records for ZooKeeper {
             for name in names {
                 match client.get_data(&format!("{parent}/{name}")).await {
                     Ok((data, _)) => {
-                        if let Some(value) = unexpired(data) {
+                        if let Some(value) = records::unexpired(data) {
                             let mut id = shown.clone();
                             id.extend(decode_name(&name));
                             out.push((id, value));
@@ -540,6 +567,7 @@ impl Records for ZooKeeper {
             },
         )
         .await
+        .map(|written| written.is_some())
     }
 }
 
@@ -559,7 +587,7 @@ impl Handover for ZooKeeper {
                     if stat.is_some() {
                         match client.get_data(&path).await {
                             Ok((data, stat)) => {
-                                if unexpired(data).is_some_and(|v| {
+                                if records::unexpired(data).is_some_and(|v| {
                                     super::super::is_request_for(&v, candidacy.token)
                                 }) {
                                     // With N > 1 the request node is this holder's alone

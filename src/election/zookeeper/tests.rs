@@ -1,5 +1,6 @@
 //! Unit tests of the ZooKeeper layout: node names, line order, places, tokens, records, ACLs.
 
+use super::records::{unexpired, with_expiry};
 use super::*;
 
 #[test]
@@ -143,9 +144,9 @@ fn the_token_is_the_mark_with_one_holder_and_the_touch_with_more() {
 }
 
 #[test]
-fn records_expire_on_read() {
-    let live = with_expiry(b"{}", Duration::from_secs(60));
-    assert_eq!(unexpired(live).as_deref(), Some(&b"{}"[..]));
+fn listed_records_expire_by_the_readers_clock() {
+    let live = with_expiry(b"42", Duration::from_secs(60));
+    assert_eq!(unexpired(live).as_deref(), Some(&b"42"[..]));
     let dead = format!("{EXPIRES}1\n{{}}").into_bytes();
     assert_eq!(unexpired(dead), None);
     assert_eq!(unexpired(b"raw".to_vec()).as_deref(), Some(&b"raw"[..]));
