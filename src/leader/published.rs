@@ -82,6 +82,36 @@ pub struct State {
     pub kill_after_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_period_ms: Option<u64>,
+    /// The holder's `--health-cmd` verdict when this was written; absent without a check (and
+    /// in records of earlier versions, which ignore it when they read a newer one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+}
+
+/// A holder's health as it records it (`--health-cmd`): rewritten whenever the verdict or the
+/// count of checks failed in a row changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// Healthy: a check passed, and fewer than `retries` have failed in a row since.
+    pub healthy: bool,
+    /// Checks failed in a row.
+    pub failures: u32,
+    /// `--health-retries`: this many failures in a row hand over.
+    pub retries: u32,
+}
+
+impl Health {
+    /// As `status` shows it: `healthy`, `failing (1 of 3 in a row)`, `unhealthy (…)`.
+    pub fn describe(&self) -> String {
+        match (self.healthy, self.failures) {
+            (true, 0) => "healthy".to_owned(),
+            (true, n) => format!(
+                "failing ({n} of --health-retries {} in a row)",
+                self.retries
+            ),
+            (false, n) => format!("unhealthy ({n} checks failed in a row); handing over"),
+        }
+    }
 }
 
 impl State {
@@ -94,7 +124,14 @@ impl State {
             hold_until: None,
             kill_after_ms: None,
             retry_period_ms: None,
+            health: None,
         }
+    }
+
+    /// With the holder's health (`None` without `--health-cmd`).
+    pub fn with_health(mut self, health: Option<Health>) -> Self {
+        self.health = health;
+        self
     }
 
     /// With the timing a handover takes this leader (see `kill_after_ms`).
