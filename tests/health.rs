@@ -7,6 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::harness::*;
+use crate::holders_ops::{lines_until, stop_watch};
 
 /// Ignores TERM, with a grandchild that ignores it too; the grandchild's pid is recorded as
 /// `child a PID TIME`.
@@ -207,6 +208,12 @@ pub fn status_shows_the_leaders_health<S: Store>() {
     assert!(unchecked["leader"]["health"].is_null(), "{unchecked}");
     assert!(unchecked["holders"][0]["health"].is_null(), "{unchecked}");
     assert!(!status_text(&endpoint, "unchecked").contains("health:"));
+    let (unchecked_watch, lines) = crate::holders_ops::watch(&endpoint, "unchecked", true);
+    let line: serde_json::Value = serde_json::from_str(&lines_until(&lines, |_| true)[0]).unwrap();
+    assert_eq!(line["leader"]["token"], n_start.token(), "{line}");
+    assert!(line["leader"]["health"].is_null(), "{line}");
+    assert!(line["holders"][0]["health"].is_null(), "{line}");
+    stop_watch(unchecked_watch);
 
     // a leads while `ok` exists; 10 failures in a row 200 ms apart (about 2 s) hand over.
     let ok = path_str(&scratch.path("ok"));
@@ -239,6 +246,10 @@ pub fn status_shows_the_leaders_health<S: Store>() {
     assert_eq!(seen["holders"][0]["health"], healthy, "{seen}");
     let text = status_text(&endpoint, "checked");
     assert!(text.contains("health:      healthy\n"), "{text}");
+    let (checked_watch, lines) = crate::holders_ops::watch(&endpoint, "checked", true);
+    let first: serde_json::Value = serde_json::from_str(&lines_until(&lines, |_| true)[0]).unwrap();
+    assert_eq!(first["leader"]["token"], a_start.token(), "{first}");
+    assert_eq!(first["leader"]["health"], healthy, "{first}");
 
     // b waits in line with a check that passes.
     let mut b_args = lease_args(&endpoint, "checked");
@@ -293,6 +304,28 @@ pub fn status_shows_the_leaders_health<S: Store>() {
         status_json(&endpoint, "checked")
     );
     assert_one_at_a_time(&scratch.history());
+    // watch printed a line when a's health changed, before the one that names b, healthy.
+    let json = |line: &str| serde_json::from_str::<serde_json::Value>(line).unwrap();
+    let seen = lines_until(&lines, |line| {
+        let line = json(line);
+        line["leader"]["token"] == b_start.token() && line["leader"]["health"] == b_healthy
+    });
+    let failing_at = seen.iter().position(|line| {
+        let line = json(line);
+        line["leader"]["token"] == a_start.token()
+            && line["leader"]["health"]["failures"]
+                .as_u64()
+                .is_some_and(|f| f > 0)
+    });
+    let b_at = seen
+        .iter()
+        .position(|line| json(line)["leader"]["token"] == b_start.token());
+    assert!(
+        failing_at.is_some() && failing_at < b_at,
+        "{}: watch showed no failures before b: {seen:#?}",
+        S::NAME
+    );
+    stop_watch(checked_watch);
 
     for instance in [&mut b, &mut n] {
         instance.signal(Signal::SIGTERM);

@@ -101,6 +101,15 @@ pub struct Health {
 }
 
 impl Health {
+    /// As `watch` shows it: `healthy`, `failing 1 of 3`, `unhealthy`.
+    pub fn short(&self) -> String {
+        match (self.healthy, self.failures) {
+            (true, 0) => "healthy".to_owned(),
+            (true, n) => format!("failing {n} of {}", self.retries),
+            (false, _) => "unhealthy".to_owned(),
+        }
+    }
+
     /// As `status` shows it: `healthy`, `failing (1 of 3 in a row)`, `unhealthy (…)`.
     pub fn describe(&self) -> String {
         match (self.healthy, self.failures) {
