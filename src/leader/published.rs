@@ -6,9 +6,13 @@
 //! `PREFIX .leaders/NAME`, outside every election's key range (lease names cannot start with
 //! `.`). The leader writes it on its own lease, in a transaction fenced by its election key: it
 //! goes when the lease goes, and a deposed leader cannot overwrite its successor's. It is
-//! written beside the command's start, never before it (handover latency is unchanged), and
-//! again when a hold begins; a write that fails is only logged at debug level: `status` then
-//! says the detail is unknown. `status` shows it only when its token is the current leader's.
+//! written beside the command's start, never before it (handover latency is unchanged), again
+//! when a hold begins, and with `--health-cmd` again whenever the verdict changes ([`Health`];
+//! one write at a time, each an arm of the leading or holding loop that nothing waits for). A
+//! write that fails is only logged at debug level: `status` then says the detail is unknown.
+//! `status` shows it only when its token is the current leader's. Fields added later are
+//! optional and skipped when empty, and readers ignore fields they do not know, so versions
+//! read each other's records.
 //!
 //! With `--max-holders` N > 1 every holder writes its own record, `PREFIX .leaders/NAME/TOKEN`
 //! ([`holder_key`]): the token in the key keeps holders from overwriting each other (no two
