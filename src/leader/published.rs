@@ -287,6 +287,21 @@ mod tests {
         state.hold_until = Some("1970-01-01T00:10:00.000Z".into());
         let back = State::from_json(&serde_json::to_vec(&state).unwrap()).unwrap();
         assert_eq!(back, state);
+        state.health = Some(Health {
+            healthy: true,
+            failures: 1,
+            retries: 3,
+        });
+        let text = String::from_utf8(serde_json::to_vec(&state).unwrap()).unwrap();
+        assert!(text.ends_with(r#""health":{"healthy":true,"failures":1,"retries":3}}"#));
+        assert_eq!(State::from_json(text.as_bytes()).unwrap(), state);
+        // A record of an earlier version has no `health`; one of a later version may carry
+        // fields this one does not know.
+        let older =
+            State::from_json(br#"{"token":42,"identity":"h:1","since":"x","command":"running"}"#);
+        assert_eq!(older.unwrap().health, None);
+        let newer = br#"{"token":42,"identity":"h:1","since":"x","command":"running","later":1}"#;
+        assert!(State::from_json(newer).is_some());
         assert!(age("1970-01-01T00:00:00Z").is_some());
         assert_eq!(age("not a time"), None);
     }
