@@ -7,6 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::harness::*;
+use crate::holders_ops::{lines_until, stop_watch};
 
 /// Ignores TERM, with a grandchild that ignores it too; the grandchild's pid is recorded as
 /// `child a PID TIME`.
@@ -166,4 +167,168 @@ while :; do sleep 0.05; done"#;
         "{}: a health check outlived leader-exec: {pids:?}",
         S::NAME
     );
+}
+
+/// Runs until TERM.
+const UNTIL_TERM: &str = r#"trap 'exit 0' TERM
+while :; do sleep 0.05; done"#;
+
+/// `status` for `lease` as text.
+fn status_text(endpoint: &str, lease: &str) -> String {
+    let out = leader_exec()
+        .args(["status", "--lease", lease, "--endpoints", endpoint])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn status_shows_the_leaders_health<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    // A leader without --health-cmd: `health` is null. (A scratch of its own: its job runs
+    // beside the other lease's.)
+    let unchecked_scratch = Scratch::new();
+    let mut n = Instance::start(
+        &lease_args(&endpoint, "unchecked"),
+        &unchecked_scratch.job("n", UNTIL_TERM),
+    );
+    let n_start = unchecked_scratch
+        .wait_record("start", "n", Duration::from_secs(10))
+        .expect("n started");
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            status_json(&endpoint, "unchecked")["leader"]["command"] == "running"
+        }),
+        "{}: n's record never showed",
+        S::NAME
+    );
+    let unchecked = status_json(&endpoint, "unchecked");
+    assert_eq!(unchecked["leader"]["token"], n_start.token(), "{unchecked}");
+    assert!(unchecked["leader"]["health"].is_null(), "{unchecked}");
+    assert!(unchecked["holders"][0]["health"].is_null(), "{unchecked}");
+    assert!(!status_text(&endpoint, "unchecked").contains("health:"));
+    let (unchecked_watch, lines) = crate::holders_ops::watch(&endpoint, "unchecked", true);
+    let line: serde_json::Value = serde_json::from_str(&lines_until(&lines, |_| true)[0]).unwrap();
+    assert_eq!(line["leader"]["token"], n_start.token(), "{line}");
+    assert!(line["leader"]["health"].is_null(), "{line}");
+    assert!(line["holders"][0]["health"].is_null(), "{line}");
+    stop_watch(unchecked_watch);
+
+    // a leads while `ok` exists; 10 failures in a row 200 ms apart (about 2 s) hand over.
+    let ok = path_str(&scratch.path("ok"));
+    std::fs::write(&ok, "").unwrap();
+    let a_check = format!("test -e '{ok}'");
+    let mut args = lease_args(&endpoint, "checked");
+    args.extend([
+        "--health-cmd",
+        &a_check,
+        "--health-interval",
+        "200ms",
+        "--health-retries",
+        "10",
+    ]);
+    let mut a = Instance::start(&args, &scratch.job("a", UNTIL_TERM));
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let healthy = serde_json::json!({"healthy": true, "failures": 0, "retries": 10});
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            status_json(&endpoint, "checked")["leader"]["health"] == healthy
+        }),
+        "{}: a's health never showed: {}",
+        S::NAME,
+        status_json(&endpoint, "checked")
+    );
+    let seen = status_json(&endpoint, "checked");
+    assert_eq!(seen["leader"]["token"], a_start.token(), "{seen}");
+    assert_eq!(seen["holders"][0]["health"], healthy, "{seen}");
+    let text = status_text(&endpoint, "checked");
+    assert!(text.contains("health:      healthy\n"), "{text}");
+    let (checked_watch, lines) = crate::holders_ops::watch(&endpoint, "checked", true);
+    let first: serde_json::Value = serde_json::from_str(&lines_until(&lines, |_| true)[0]).unwrap();
+    assert_eq!(first["leader"]["token"], a_start.token(), "{first}");
+    assert_eq!(first["leader"]["health"], healthy, "{first}");
+
+    // b waits in line with a check that passes.
+    let mut b_args = lease_args(&endpoint, "checked");
+    b_args.extend(["--health-cmd", "true", "--health-interval", "200ms"]);
+    let mut b = Instance::start(&b_args, &scratch.job("b", UNTIL_TERM));
+    assert!(
+        wait_for(Duration::from_secs(10), || store.claims("checked") == 2),
+        "{}: b did not join the line: {}",
+        S::NAME,
+        b.stderr()
+    );
+
+    // While a's check fails, and before it hands over, status counts the failures.
+    std::fs::remove_file(&ok).unwrap();
+    let mut failing = None;
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let seen = status_json(&endpoint, "checked");
+            let leader = &seen["leader"];
+            if leader["token"] == a_start.token()
+                && leader["health"]["healthy"] == true
+                && leader["health"]["failures"].as_u64().is_some_and(|f| f > 0)
+            {
+                failing = Some(seen);
+                return true;
+            }
+            false
+        }),
+        "{}: no failures shown before the handover: {}",
+        S::NAME,
+        status_json(&endpoint, "checked")
+    );
+    let failing = failing.unwrap();
+    assert_eq!(failing["leader"]["health"]["retries"], 10, "{failing}");
+    assert_eq!(failing["holders"][0]["health"], failing["leader"]["health"]);
+    assert!(scratch.wait_record("start", "b", Duration::ZERO).is_none());
+
+    // Then a hands over, and status shows b, healthy.
+    assert_eq!(a.wait(Duration::from_secs(15)), Some(75), "{}", a.stderr());
+    let b_start = scratch
+        .wait_record("start", "b", Duration::from_secs(10))
+        .expect("b started");
+    assert!(b_start.token() > a_start.token());
+    let b_healthy = serde_json::json!({"healthy": true, "failures": 0, "retries": 3});
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let seen = status_json(&endpoint, "checked");
+            seen["leader"]["token"] == b_start.token() && seen["leader"]["health"] == b_healthy
+        }),
+        "{}: b's health never showed: {}",
+        S::NAME,
+        status_json(&endpoint, "checked")
+    );
+    assert_one_at_a_time(&scratch.history());
+    // watch printed a line when a's health changed, before the one that names b, healthy.
+    let json = |line: &str| serde_json::from_str::<serde_json::Value>(line).unwrap();
+    let seen = lines_until(&lines, |line| {
+        let line = json(line);
+        line["leader"]["token"] == b_start.token() && line["leader"]["health"] == b_healthy
+    });
+    let failing_at = seen.iter().position(|line| {
+        let line = json(line);
+        line["leader"]["token"] == a_start.token()
+            && line["leader"]["health"]["failures"]
+                .as_u64()
+                .is_some_and(|f| f > 0)
+    });
+    let b_at = seen
+        .iter()
+        .position(|line| json(line)["leader"]["token"] == b_start.token());
+    assert!(
+        failing_at.is_some() && failing_at < b_at,
+        "{}: watch showed no failures before b: {seen:#?}",
+        S::NAME
+    );
+    stop_watch(checked_watch);
+
+    for instance in [&mut b, &mut n] {
+        instance.signal(Signal::SIGTERM);
+        assert!(instance.wait(Duration::from_secs(10)).is_some());
+    }
 }

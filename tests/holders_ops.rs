@@ -180,7 +180,11 @@ fn lines_of(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
     receiver
 }
 
-fn watch(endpoint: &str, lease: &str, json: bool) -> (KillOnDrop, mpsc::Receiver<String>) {
+pub(crate) fn watch(
+    endpoint: &str,
+    lease: &str,
+    json: bool,
+) -> (KillOnDrop, mpsc::Receiver<String>) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leader-exec"));
     command.args(["watch", "--lease", lease, "--endpoints", endpoint]);
     if json {
@@ -198,7 +202,10 @@ fn watch(endpoint: &str, lease: &str, json: bool) -> (KillOnDrop, mpsc::Receiver
 }
 
 /// The lines `watch` prints up to and including the first for which `done` holds (15 s at most).
-fn lines_until(lines: &mpsc::Receiver<String>, done: impl Fn(&str) -> bool) -> Vec<String> {
+pub(crate) fn lines_until(
+    lines: &mpsc::Receiver<String>,
+    done: impl Fn(&str) -> bool,
+) -> Vec<String> {
     let mut seen = Vec::new();
     loop {
         let line = lines
@@ -221,7 +228,7 @@ fn json_tokens(line: &Value) -> Vec<i64> {
         .collect()
 }
 
-fn stop_watch(mut watch: KillOnDrop) {
+pub(crate) fn stop_watch(mut watch: KillOnDrop) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(watch.0.id() as i32),
         Signal::SIGINT,

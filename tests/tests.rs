@@ -106,6 +106,7 @@ store_independent! {
     // --health-cmd.
     health::an_unhealthy_instance_never_stands_in_line_and_a_failing_leader_hands_over,
     health::a_hanging_check_does_not_delay_the_step_down_when_the_store_is_cut_off,
+    health::status_shows_the_leaders_health,
 }
 
 mod ambiguous;

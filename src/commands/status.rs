@@ -24,7 +24,14 @@ fn holder_json(holder: &Leader, state: Option<&State>) -> Value {
     object["since"] = json!(state.map(|s| &s.since));
     object["command"] = json!(state.map(|s| s.command));
     object["hold_until"] = json!(state.and_then(|s| s.hold_until.as_ref()));
+    object["health"] = health_json(state);
     object
+}
+
+/// A holder's `health` in JSON: null without `--health-cmd` (or no record), else `healthy`,
+/// `failures` (checks failed in a row) and `retries` (`--health-retries`).
+pub(crate) fn health_json(state: Option<&State>) -> Value {
+    json!(state.and_then(|s| s.health))
 }
 
 /// What a holder's text line adds from its record: `  since T  running` (or `holding until
@@ -38,16 +45,21 @@ fn holder_detail(state: Option<&State>) -> String {
         (Command::Holding, Some(until)) => format!("holding until {}", escape_str(until)),
         (Command::Holding, None) => "holding".to_owned(),
     };
-    format!("  since {}  {command}", escape_str(&state.since))
+    let health = match &state.health {
+        Some(health) => format!("  {}", health.describe()),
+        None => String::new(),
+    };
+    format!("  since {}  {command}{health}", escape_str(&state.since))
 }
 
 /// `leader-exec status`.
 ///
 /// JSON fields (stable): `lease`, `leader` (null, or an object with `identity`, `token`, `key`,
 /// `lease_id`, `ttl_remaining_seconds`, `ttl_granted_seconds`, `since`, `command` (`running`,
-/// `holding` or null), `hold_until`; the oldest holder), `max_holders`, `holders` (every holder,
-/// oldest first: objects with `identity`, `token`, `key`, `lease_id`, `since`, `command`,
-/// `hold_until`), `candidates`, `occurrences`
+/// `holding` or null), `hold_until`, `health` (null without `--health-cmd`, else `healthy`,
+/// `failures`, `retries`); the oldest holder), `max_holders`, `holders` (every holder, oldest
+/// first: objects with `identity`, `token`, `key`, `lease_id`, `since`, `command`,
+/// `hold_until`, `health`), `candidates`, `occurrences`
 /// (newest first: `id`, `state`, `token`, `identity`, `started_at`, and when present
 /// `finished_at`, `exit_code`, `previous_token`; a value that is not a record is listed first as
 /// `{"id": …, "state": "unreadable"}`).
@@ -108,6 +120,7 @@ pub async fn status<B: Store>(
             object["since"] = json!(state.as_ref().map(|s| &s.since));
             object["command"] = json!(state.as_ref().map(|s| s.command));
             object["hold_until"] = json!(state.as_ref().and_then(|s| s.hold_until.as_ref()));
+            object["health"] = health_json(state.as_ref());
             object
         });
         let occurrences: Vec<Value> = unreadable
@@ -168,6 +181,10 @@ pub async fn status<B: Store>(
                 let (since, command) = crate::leader::published::describe(state.as_ref());
                 writeln!(out, "since:       {since}")?;
                 writeln!(out, "command:     {command}")?;
+                // Only with --health-cmd (as the leader last recorded it).
+                if let Some(health) = state.as_ref().and_then(|s| s.health) {
+                    writeln!(out, "health:      {}", health.describe())?;
+                }
             }
             None => writeln!(out, "leader:      none")?,
         }
@@ -270,8 +287,22 @@ mod tests {
             holder_detail(Some(&state)),
             "  since 1970-01-01T00:00:00.000Z  holding until 1970-01-01T00:10:00.000Z\\x1b"
         );
+        assert!(object["health"].is_null());
+        state.health = Some(crate::leader::published::Health {
+            healthy: true,
+            failures: 1,
+            retries: 3,
+        });
+        assert!(
+            holder_detail(Some(&state)).ends_with("  failing (1 of --health-retries 3 in a row)")
+        );
+        let object = holder_json(&holder, Some(&state));
+        assert_eq!(object["health"]["healthy"], true);
+        assert_eq!(object["health"]["failures"], 1);
+        assert_eq!(object["health"]["retries"], 3);
         let object = holder_json(&holder, None);
         assert!(object["since"].is_null() && object["command"].is_null());
+        assert!(object["health"].is_null());
         assert_eq!(object["identity"], "h:1");
     }
 }

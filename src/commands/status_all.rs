@@ -19,7 +19,7 @@ use crate::leader::occurrence::{Record, State};
 struct Row {
     election: Election,
     time: Option<LeaseTime>,
-    /// What each holder recorded about itself (`since`, `command`, `hold_until`), as in
+    /// What each holder recorded about itself (`since`, `command`, `hold_until`, `health`), as in
     /// `status`, in the order of `election.holders` (the first is the leader's).
     states: Vec<Option<crate::leader::published::State>>,
     /// Occurrence records under this lease name.
@@ -157,6 +157,7 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
                     "since": state.map(|s| &s.since),
                     "command": state.map(|s| s.command),
                     "hold_until": state.and_then(|s| s.hold_until.as_ref()),
+                    "health": state.and_then(|s| s.health),
                 })
             });
             let unfinished: Vec<Value> = row
@@ -196,6 +197,7 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
                             "since": state.as_ref().map(|s| &s.since),
                             "command": state.as_ref().map(|s| s.command),
                             "hold_until": state.as_ref().and_then(|s| s.hold_until.as_ref()),
+                            "health": state.as_ref().and_then(|s| s.health),
                         })
                     })
                     .collect();

@@ -1,9 +1,10 @@
 //! `leader-exec watch`: one line per leadership change until INT or TERM; store outages are
 //! waited out. With `--max-holders` N > 1 (as the store says the instances use), one line per
-//! change of the holder set, naming every holder.
+//! change of the holder set, naming every holder. A holder that runs `--health-cmd` records its
+//! verdict ([`published`]); each line shows it, and a change of it prints a line too.
 
 use std::io::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -11,7 +12,24 @@ use super::{leader_json, read_once};
 use crate::election::Scope;
 use crate::election::{Backoff, Leader, Observation, Store};
 use crate::escape::escape;
+use crate::leader::published::{self, Health};
 use crate::signals::{self, Signals};
+
+/// How often the holders' records are read again while one records a health check, or a new
+/// holder has not recorded its state yet (it does so beside its command's start).
+const HEALTH_POLL: Duration = Duration::from_secs(1);
+
+/// How long after a change of the holders a missing record is looked for again.
+const RECORD_GRACE: Duration = Duration::from_secs(10);
+
+/// What was printed last: the holders (with --max-holders 1: the leader alone, or none) and
+/// their health. A line is printed when the set, a holder's token, or a holder's health
+/// changes, not on other changes (candidates).
+struct Shown {
+    last: Option<(Vec<Leader>, Vec<Option<Health>>)>,
+    /// When the holders last changed.
+    holders_since: Instant,
+}
 
 /// `leader-exec watch`: one line per leadership change until INT or TERM.
 pub async fn watch<B: Store>(
@@ -23,70 +41,180 @@ pub async fn watch<B: Store>(
 ) -> anyhow::Result<u8> {
     // The first read is bounded like every command's first contact; later outages are waited out.
     let mut observation = read_once(backend, limit).await?;
-    // The holders last shown (with --max-holders 1: the leader alone, or none): a line is
-    // printed when the set, or a holder's token, changes, not on other changes (candidates).
-    let mut shown: Option<Vec<Leader>> = None;
+    let mut shown = Shown {
+        last: None,
+        holders_since: Instant::now(),
+    };
     let mut backoff = Backoff::new();
     loop {
-        if shown.as_ref() != Some(&observation.holders) {
-            if let Err(e) = print_change(scope, &observation, json) {
-                // Nobody reads any more (`watch | head -1`): done.
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    return Ok(0);
-                }
-                return Err(e.into());
-            }
-            shown = Some(observation.holders.clone());
-        }
-        let next = async {
-            loop {
-                if let Err(e) = backend.changed_since(&observation).await {
-                    tracing::debug!(error = %e, "watch interrupted; reading again");
-                    backoff.sleep().await;
-                }
-                match backend.read_election().await {
-                    Ok(next) => return next,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "reading the election failed; retrying");
+        let Some(mut poll) = show(
+            backend,
+            scope,
+            &observation,
+            json,
+            limit,
+            &mut shown,
+            signals,
+        )
+        .await?
+        else {
+            return Ok(0);
+        };
+        let next = {
+            let next = async {
+                loop {
+                    if let Err(e) = backend.changed_since(&observation).await {
+                        tracing::debug!(error = %e, "watch interrupted; reading again");
                         backoff.sleep().await;
+                    }
+                    match backend.read_election().await {
+                        Ok(next) => return next,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "reading the election failed; retrying");
+                            backoff.sleep().await;
+                        }
+                    }
+                }
+            };
+            tokio::pin!(next);
+            // The wait for the next change goes on across the looks at the records.
+            loop {
+                tokio::select! {
+                    next = &mut next => break next,
+                    () = tokio::time::sleep(HEALTH_POLL), if poll => {
+                        match show(backend, scope, &observation, json, limit, &mut shown, signals).await? {
+                            Some(again) => poll = again,
+                            None => return Ok(0),
+                        }
+                    }
+                    signal = signals.recv() => {
+                        if signals::stops_the_child(signal) {
+                            return Ok(0);
+                        }
                     }
                 }
             }
         };
-        tokio::select! {
-            next = next => observation = next,
-            signal = signals.recv() => {
-                if signals::stops_the_child(signal) {
-                    return Ok(0);
-                }
-            }
-        }
+        observation = next;
     }
 }
 
-fn print_change(scope: &Scope, observation: &Observation, json: bool) -> std::io::Result<()> {
+/// Reads the holders' records and prints a line if the holders or their health changed.
+/// `None`: asked to stop (or nobody reads any more); else whether to look at the records again
+/// in [`HEALTH_POLL`]: only while a holder records a health check, or shortly after a change
+/// while a holder has recorded nothing yet. Without --health-cmd, watch stays idle.
+async fn show<B: Store>(
+    backend: &B,
+    scope: &Scope,
+    observation: &Observation,
+    json: bool,
+    limit: Duration,
+    shown: &mut Shown,
+    signals: &mut Signals,
+) -> anyhow::Result<Option<bool>> {
+    let same_holders = shown
+        .last
+        .as_ref()
+        .is_some_and(|(holders, _)| holders == &observation.holders);
+    if !same_holders {
+        shown.holders_since = Instant::now();
+    }
+    // Bounded; when the records cannot be read, the health last shown stands (a store outage
+    // prints no line of its own).
+    let read = published::read_each(
+        backend,
+        scope,
+        observation.max_holders,
+        &observation.holders,
+        limit,
+    );
+    let states = tokio::select! {
+        states = read => states.ok(),
+        signal = signals.recv() => {
+            if signals::stops_the_child(signal) {
+                return Ok(None);
+            }
+            None
+        }
+    };
+    let health: Vec<Option<Health>> = match (&states, &shown.last) {
+        (Some(states), _) => states
+            .iter()
+            .map(|s| s.as_ref().and_then(|s| s.health))
+            .collect(),
+        (None, Some((_, health))) if same_holders => health.clone(),
+        (None, _) => vec![None; observation.holders.len()],
+    };
+    let now = (observation.holders.clone(), health);
+    if shown.last.as_ref() != Some(&now) {
+        if let Err(e) = print_change(scope, observation, &now.1, json) {
+            // Nobody reads any more (`watch | head -1`): done.
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(None);
+            }
+            return Err(e.into());
+        }
+        shown.last = Some(now);
+    }
+    Ok(Some(match &states {
+        Some(states) => states.iter().any(|s| match s {
+            Some(state) => state.health.is_some(),
+            None => shown.holders_since.elapsed() < RECORD_GRACE,
+        }),
+        None => true,
+    }))
+}
+
+fn print_change(
+    scope: &Scope,
+    observation: &Observation,
+    health: &[Option<Health>],
+    json: bool,
+) -> std::io::Result<()> {
     let time = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
     let mut out = std::io::stdout().lock();
-    out.write_all(render(scope, observation, json, &time).as_bytes())?;
+    out.write_all(render(scope, observation, health, json, &time).as_bytes())?;
     out.flush()
 }
 
 /// One change as a line. JSON: `time`, `lease`, `leader` (the oldest holder, or null),
-/// `max_holders`, `holders` (oldest first). Text with `--max-holders` 1 as it always was;
-/// above 1, `holders K of N` and each holder's identity, token and key.
-fn render(scope: &Scope, observation: &Observation, json: bool, time: &str) -> String {
+/// `max_holders`, `holders` (oldest first); each holder with `health` as it recorded it (null
+/// without `--health-cmd`, or before it recorded its state). Text with `--max-holders` 1 as it
+/// always was; above 1, `holders K of N` and each holder's identity, token and key; either adds
+/// `health …` after a holder that records a health check.
+fn render(
+    scope: &Scope,
+    observation: &Observation,
+    health: &[Option<Health>],
+    json: bool,
+    time: &str,
+) -> String {
+    let health_of = |i: usize| health.get(i).copied().flatten();
     let leader = observation.leader();
     if json {
-        let holders: Vec<_> = observation.holders.iter().map(leader_json).collect();
+        let holders: Vec<_> = observation
+            .holders
+            .iter()
+            .enumerate()
+            .map(|(i, holder)| {
+                let mut object = leader_json(holder);
+                object["health"] = json!(health_of(i));
+                object
+            })
+            .collect();
         let object = json!({
             "time": time,
             "lease": scope.lease,
-            "leader": leader.map(leader_json),
+            "leader": holders.first(),
             "max_holders": observation.max_holders,
             "holders": holders,
         });
         return format!("{object}\n");
     }
+    let shown = |i: usize| match health_of(i) {
+        Some(health) => format!(" health {}", health.short()),
+        None => String::new(),
+    };
     if observation.max_holders > 1 {
         let mut line = format!(
             "{time} holders {} of {}",
@@ -96,10 +224,11 @@ fn render(scope: &Scope, observation: &Observation, json: bool, time: &str) -> S
         for (i, holder) in observation.holders.iter().enumerate() {
             line.push_str(if i == 0 { ": " } else { ", " });
             line.push_str(&format!(
-                "{} token {} key {}",
+                "{} token {} key {}{}",
                 escape(&holder.identity),
                 holder.token,
-                escape(&holder.key)
+                escape(&holder.key),
+                shown(i)
             ));
         }
         line.push('\n');
@@ -107,10 +236,11 @@ fn render(scope: &Scope, observation: &Observation, json: bool, time: &str) -> S
     }
     match leader {
         Some(leader) => format!(
-            "{time} leader {} token {} key {}\n",
+            "{time} leader {} token {} key {}{}\n",
             escape(&leader.identity),
             leader.token,
-            escape(&leader.key)
+            escape(&leader.key),
+            shown(0)
         ),
         None => format!("{time} no leader\n"),
     }
@@ -147,11 +277,11 @@ mod tests {
             prefix: "/p/".into(),
         };
         assert_eq!(
-            render(&scope, &seen(vec![holder(10, b"a:1")], 1), false, T),
+            render(&scope, &seen(vec![holder(10, b"a:1")], 1), &[], false, T),
             "2026-01-01T00:00:00.000Z leader a:1 token 10 key /p/x/a\n"
         );
         assert_eq!(
-            render(&scope, &seen(vec![], 1), false, T),
+            render(&scope, &seen(vec![], 1), &[], false, T),
             "2026-01-01T00:00:00.000Z no leader\n"
         );
     }
@@ -164,19 +294,52 @@ mod tests {
         };
         let two = seen(vec![holder(10, b"a:1"), holder(17, b"b\n:2")], 3);
         assert_eq!(
-            render(&scope, &two, false, T),
+            render(&scope, &two, &[], false, T),
             "2026-01-01T00:00:00.000Z holders 2 of 3: a:1 token 10 key /p/x/a, b\\n:2 token 17 key /p/x/11\n"
         );
         assert_eq!(
-            render(&scope, &seen(vec![], 3), false, T),
+            render(&scope, &seen(vec![], 3), &[], false, T),
             "2026-01-01T00:00:00.000Z holders 0 of 3\n"
         );
-        let line = render(&scope, &two, true, T);
+        let line = render(&scope, &two, &[], true, T);
         assert_eq!(line.lines().count(), 1);
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(value["leader"]["token"], 10);
         assert_eq!(value["max_holders"], 3);
         assert_eq!(value["holders"][1]["token"], 17);
         assert_eq!(value["holders"][1]["identity"], "b\n:2");
+        assert!(value["holders"][1]["health"].is_null());
+    }
+
+    #[test]
+    fn a_holder_with_a_health_check_shows_it() {
+        let scope = Scope {
+            lease: "x".into(),
+            prefix: "/p/".into(),
+        };
+        let failing = Health {
+            healthy: true,
+            failures: 2,
+            retries: 3,
+        };
+        let one = seen(vec![holder(10, b"a:1")], 1);
+        assert_eq!(
+            render(&scope, &one, &[Some(failing)], false, T),
+            "2026-01-01T00:00:00.000Z leader a:1 token 10 key /p/x/a health failing 2 of 3\n"
+        );
+        let two = seen(vec![holder(10, b"a:1"), holder(17, b"b:2")], 3);
+        let healthy = Health {
+            failures: 0,
+            ..failing
+        };
+        assert_eq!(
+            render(&scope, &two, &[None, Some(healthy)], false, T),
+            "2026-01-01T00:00:00.000Z holders 2 of 3: a:1 token 10 key /p/x/a, b:2 token 17 key /p/x/11 health healthy\n"
+        );
+        let value: serde_json::Value =
+            serde_json::from_str(&render(&scope, &two, &[None, Some(healthy)], true, T)).unwrap();
+        assert!(value["leader"]["health"].is_null());
+        assert_eq!(value["holders"][1]["health"]["healthy"], true);
+        assert_eq!(value["holders"][1]["health"]["retries"], 3);
     }
 }

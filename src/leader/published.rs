@@ -6,9 +6,13 @@
 //! `PREFIX .leaders/NAME`, outside every election's key range (lease names cannot start with
 //! `.`). The leader writes it on its own lease, in a transaction fenced by its election key: it
 //! goes when the lease goes, and a deposed leader cannot overwrite its successor's. It is
-//! written beside the command's start, never before it (handover latency is unchanged), and
-//! again when a hold begins; a write that fails is only logged at debug level: `status` then
-//! says the detail is unknown. `status` shows it only when its token is the current leader's.
+//! written beside the command's start, never before it (handover latency is unchanged), again
+//! when a hold begins, and with `--health-cmd` again whenever the verdict changes ([`Health`];
+//! one write at a time, each an arm of the leading or holding loop that nothing waits for). A
+//! write that fails is only logged at debug level: `status` then says the detail is unknown.
+//! `status` shows it only when its token is the current leader's. Fields added later are
+//! optional and skipped when empty, and readers ignore fields they do not know, so versions
+//! read each other's records.
 //!
 //! With `--max-holders` N > 1 every holder writes its own record, `PREFIX .leaders/NAME/TOKEN`
 //! ([`holder_key`]): the token in the key keeps holders from overwriting each other (no two
@@ -82,6 +86,45 @@ pub struct State {
     pub kill_after_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_period_ms: Option<u64>,
+    /// The holder's `--health-cmd` verdict when this was written; absent without a check (and
+    /// in records of earlier versions, which ignore it when they read a newer one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+}
+
+/// A holder's health as it records it (`--health-cmd`): rewritten whenever the verdict or the
+/// count of checks failed in a row changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// Healthy: a check passed, and fewer than `retries` have failed in a row since.
+    pub healthy: bool,
+    /// Checks failed in a row.
+    pub failures: u32,
+    /// `--health-retries`: this many failures in a row hand over.
+    pub retries: u32,
+}
+
+impl Health {
+    /// As `watch` shows it: `healthy`, `failing 1 of 3`, `unhealthy`.
+    pub fn short(&self) -> String {
+        match (self.healthy, self.failures) {
+            (true, 0) => "healthy".to_owned(),
+            (true, n) => format!("failing {n} of {}", self.retries),
+            (false, _) => "unhealthy".to_owned(),
+        }
+    }
+
+    /// As `status` shows it: `healthy`, `failing (1 of 3 in a row)`, `unhealthy (…)`.
+    pub fn describe(&self) -> String {
+        match (self.healthy, self.failures) {
+            (true, 0) => "healthy".to_owned(),
+            (true, n) => format!(
+                "failing ({n} of --health-retries {} in a row)",
+                self.retries
+            ),
+            (false, n) => format!("unhealthy ({n} checks failed in a row); handing over"),
+        }
+    }
 }
 
 impl State {
@@ -94,7 +137,14 @@ impl State {
             hold_until: None,
             kill_after_ms: None,
             retry_period_ms: None,
+            health: None,
         }
+    }
+
+    /// With the holder's health (`None` without `--health-cmd`).
+    pub fn with_health(mut self, health: Option<Health>) -> Self {
+        self.health = health;
+        self
     }
 
     /// With the timing a handover takes this leader (see `kill_after_ms`).
@@ -237,6 +287,21 @@ mod tests {
         state.hold_until = Some("1970-01-01T00:10:00.000Z".into());
         let back = State::from_json(&serde_json::to_vec(&state).unwrap()).unwrap();
         assert_eq!(back, state);
+        state.health = Some(Health {
+            healthy: true,
+            failures: 1,
+            retries: 3,
+        });
+        let text = String::from_utf8(serde_json::to_vec(&state).unwrap()).unwrap();
+        assert!(text.ends_with(r#""health":{"healthy":true,"failures":1,"retries":3}}"#));
+        assert_eq!(State::from_json(text.as_bytes()).unwrap(), state);
+        // A record of an earlier version has no `health`; one of a later version may carry
+        // fields this one does not know.
+        let older =
+            State::from_json(br#"{"token":42,"identity":"h:1","since":"x","command":"running"}"#);
+        assert_eq!(older.unwrap().health, None);
+        let newer = br#"{"token":42,"identity":"h:1","since":"x","command":"running","later":1}"#;
+        assert!(State::from_json(newer).is_some());
         assert!(age("1970-01-01T00:00:00Z").is_some());
         assert_eq!(age("not a time"), None);
     }

@@ -16,6 +16,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
+use crate::leader::published::Health;
+
 /// `--health-cmd` and its timing, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealthCheck {
@@ -74,6 +76,8 @@ pub struct Verdict {
 #[derive(Clone, Debug)]
 pub struct Checker {
     verdict: watch::Receiver<Verdict>,
+    /// `--health-retries`, for what `status` shows.
+    retries: u32,
 }
 
 /// How one check ended.
@@ -90,10 +94,11 @@ impl Checker {
             healthy: false,
             failures: 0,
         });
+        let retries = check.retries;
         std::thread::Builder::new()
             .name("health-check".into())
             .spawn(move || check_forever(&check, &send))?;
-        Ok(Checker { verdict })
+        Ok(Checker { verdict, retries })
     }
 
     /// Tests: a checker whose verdicts the test sends.
@@ -103,11 +108,27 @@ impl Checker {
             healthy,
             failures: 0,
         });
-        (Checker { verdict }, send)
+        (
+            Checker {
+                verdict,
+                retries: 3,
+            },
+            send,
+        )
     }
 
     pub fn healthy(&self) -> bool {
         self.verdict.borrow().healthy
+    }
+
+    /// The latest verdict, as a holder records it for `status`.
+    pub fn published(&self) -> Health {
+        let verdict = *self.verdict.borrow();
+        Health {
+            healthy: verdict.healthy,
+            failures: verdict.failures,
+            retries: self.retries,
+        }
     }
 
     /// Resolves once a check has passed or failed (the first verdict); never, should the
@@ -137,6 +158,31 @@ pub async fn unhealthy(checker: Option<&Checker>) -> Verdict {
         Some(checker) => checker.until(false).await,
         None => std::future::pending().await,
     }
+}
+
+/// What a holder records about its health: `None` without a checker.
+pub fn published(checker: Option<&Checker>) -> Option<Health> {
+    checker.map(Checker::published)
+}
+
+/// Resolves with the verdict once it differs from `seen` (what the holder last recorded);
+/// never without a checker. Read from memory, like every verdict.
+pub async fn changed(checker: Option<&Checker>, seen: Option<Health>) -> Option<Health> {
+    let Some(checker) = checker else {
+        return std::future::pending().await;
+    };
+    let mut verdict = checker.verdict.clone();
+    let retries = checker.retries;
+    let health = |v: &Verdict| Health {
+        healthy: v.healthy,
+        failures: v.failures,
+        retries,
+    };
+    let found = match verdict.wait_for(|v| Some(health(v)) != seen).await {
+        Ok(v) => health(&v),
+        Err(_) => return std::future::pending().await,
+    };
+    Some(found)
 }
 
 fn check_forever(check: &HealthCheck, send: &watch::Sender<Verdict>) {

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use nix::sys::signal::Signal;
 
 use super::campaign::wait_for_withdrawal;
+use super::health;
 use super::occurrence::{Begun, Finished};
 use super::stop::{Looks, SteppingDown, Stop, Stopped};
 use super::supervise::Supervise;
@@ -137,13 +138,16 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             published::Command::Running,
         )
         .with_timing(settings.timing.kill_after, settings.timing.retry_period);
+        // With --health-cmd, the verdict too, recorded again whenever it changes (below).
+        let checker = self.health.clone();
+        let mut recorded = health::published(checker.as_ref());
         let state_key =
             published::holder_key(&settings.scope(), settings.max_holders, candidacy.token);
         let announce = published::write(
             backend,
             candidacy,
             &state_key,
-            state,
+            state.clone().with_health(recorded),
             settings.timing.renew_deadline,
         );
         tokio::pin!(announce);
@@ -258,6 +262,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     notify::status(&format!("stopping the command at --max-runtime (lease {}, token {})", settings.lease, candidacy.token));
                 }
                 () = &mut announce, if !announced => announced = true,
+                // A new verdict for `status`: one write at a time, so a later verdict is never
+                // overwritten by an earlier one. A write is an arm like the first: nothing
+                // waits for it, and it is dropped with this loop on every way out.
+                health = health::changed(checker.as_ref(), recorded), if announced => {
+                    recorded = health;
+                    announced = false;
+                    announce.set(published::write(backend, candidacy, &state_key, state.clone().with_health(health), settings.timing.renew_deadline));
+                }
             }
         };
         Phase::SteppingDown(SteppingDown {
@@ -356,6 +368,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         );
         let left = until.saturating_sub(clock.now());
         state.hold_until = Some(published::rfc3339(std::time::SystemTime::now() + left));
+        let checker = self.health.clone();
+        let mut recorded = health::published(checker.as_ref());
         let state_key = published::holder_key(
             &self.settings.scope(),
             self.settings.max_holders,
@@ -365,7 +379,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             self.backend,
             candidacy,
             &state_key,
-            state,
+            state.clone().with_health(recorded),
             self.settings.timing.renew_deadline,
         );
         tokio::pin!(announce);
@@ -396,6 +410,12 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 }
                 _ = clock.sleep_until(until) => return Held::Over,
                 () = &mut announce, if !announced => announced = true,
+                // As while leading: a new verdict is recorded, one write at a time.
+                health = health::changed(checker.as_ref(), recorded), if announced => {
+                    recorded = health;
+                    announced = false;
+                    announce.set(published::write(self.backend, candidacy, &state_key, state.clone().with_health(health), self.settings.timing.renew_deadline));
+                }
                 signal = self.signals.recv() => {
                     if signals::stops_the_child(signal) {
                         tracing::info!(event = "hold-ended", token = candidacy.token, signal = signal.as_str(), "stopping during --hold-at-least; the lease expires on its own");
