@@ -220,9 +220,16 @@ fn metrics_follow_waiting_leading_and_a_step_down() {
 
 /// Polls /leader every few milliseconds on a thread, recording (wall-clock ns, status) at each
 /// change of status, until it has seen 503, 200, 503 (or `stop` is set).
-fn watch_leader(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<(u128, u16)>> {
+/// Polls /leader and records each change of its status, starting from `first` (a status the
+/// caller saw before starting it, so that a watcher thread scheduled late on a loaded machine
+/// still has the first status), until three statuses are recorded or `stop` is set.
+fn watch_leader(
+    port: u16,
+    first: (u128, u16),
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(u128, u16)>> {
     std::thread::spawn(move || {
-        let mut changes: Vec<(u128, u16)> = Vec::new();
+        let mut changes: Vec<(u128, u16)> = vec![first];
         while !stop.load(Ordering::SeqCst) && changes.len() < 3 {
             let before = now_ns();
             if let Some((status, body)) = get(port, "/leader", None) {
@@ -267,6 +274,7 @@ fn the_leader_endpoint_flips_when_the_command_starts_and_stops() {
             == 2),
         "a did not join the line"
     );
+    let asked = now_ns();
     let (status, body) = get(port, "/leader", None).unwrap();
     assert_eq!(status, 503, "{body}");
     let json: Value = serde_json::from_str(body.trim()).unwrap();
@@ -275,7 +283,7 @@ fn the_leader_endpoint_flips_when_the_command_starts_and_stops() {
     assert_eq!(json["token"], Value::Null);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let watcher = watch_leader(port, stop.clone());
+    let watcher = watch_leader(port, (asked, status), stop.clone());
     std::fs::write(scratch.path("x-go"), "").unwrap();
     let start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
@@ -300,8 +308,11 @@ fn the_leader_endpoint_flips_when_the_command_starts_and_stops() {
     let (_, body) = get(port, "/leader", None).unwrap();
     let json: Value = serde_json::from_str(body.trim()).unwrap();
     assert_eq!(json["role"], "elected", "holding the lease, command gone");
-    let changes = watcher.join().unwrap();
+    // The watcher ends by itself once it has seen the 503; a watcher that missed a change would
+    // poll for ever: it is stopped after a bound, and the assertion below names what it saw.
+    wait_for(Duration::from_secs(5), || watcher.is_finished());
     stop.store(true, Ordering::SeqCst);
+    let changes = watcher.join().unwrap();
 
     let statuses: Vec<u16> = changes.iter().map(|c| c.1).collect();
     assert_eq!(statuses, [503, 200, 503], "{changes:?}");
