@@ -389,6 +389,9 @@ struct ProxyState {
     last_request_sent: AtomicU64,
     last_request_read: AtomicU64,
     first_answer: AtomicU64,
+    /// `freeze_after_request_containing`: the bytes that trip the freeze, while armed.
+    needle: Mutex<Option<Vec<u8>>>,
+    tripped: AtomicBool,
 }
 
 impl ProxyState {
@@ -403,6 +406,8 @@ impl ProxyState {
             last_request_sent: AtomicU64::new(0),
             last_request_read: AtomicU64::new(0),
             first_answer: AtomicU64::new(0),
+            needle: Mutex::new(None),
+            tripped: AtomicBool::new(false),
         }
     }
 }
@@ -553,6 +558,20 @@ impl Proxy {
         self.set(Mode::Forward);
     }
 
+    /// Lets the next chunk a client sends that carries `needle` (a ZooKeeper path, SQL text, a
+    /// gRPC key: all travel as they are) through to the server, then freezes: the answer to that
+    /// request never comes back until `heal`. A write whose answer is lost, and a client stalled
+    /// between a write and its next step.
+    pub fn freeze_after_request_containing(&self, needle: &[u8]) {
+        self.state.tripped.store(false, Ordering::SeqCst);
+        *self.state.needle.lock().unwrap() = Some(needle.to_vec());
+    }
+
+    /// Whether the armed request went through (and the proxy froze after it).
+    pub fn tripped(&self) -> bool {
+        self.state.tripped.load(Ordering::SeqCst)
+    }
+
     /// Bytes forwarded so far in both directions: shows which proxy carries a client's traffic.
     pub fn forwarded(&self) -> u64 {
         self.state.forwarded.load(Ordering::SeqCst)
@@ -669,6 +688,18 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>, upstream
                 }
             }
             thread::sleep(Duration::from_millis(5));
+        }
+        if upstream {
+            let mut needle = state.needle.lock().unwrap();
+            if needle
+                .as_ref()
+                .is_some_and(|w| buffer[..n].windows(w.len()).any(|c| c == w.as_slice()))
+            {
+                // Frozen before the request is written: its answer cannot get back first.
+                *needle = None;
+                *state.mode.lock().unwrap() = Mode::Frozen;
+                state.tripped.store(true, Ordering::SeqCst);
+            }
         }
         if to.write_all(&buffer[..n]).is_err() {
             break;
