@@ -16,7 +16,8 @@
 //! `STEPS`, about a second each) make a long soak. The choices come from the seed; what they
 //! meet (which instance holds when a fault lands) depends on timing, so a seed repeats a schedule,
 //! not an interleaving: a failure that depends on one is found again by running its seed a few
-//! times.
+//! times. `LEADER_EXEC_NEMESIS_VERBOSE=1` prints the whole schedule as it ran (every record but
+//! the heartbeats).
 
 mod check;
 
@@ -130,6 +131,7 @@ impl Nemesis for Postgres {
 /// One instance of the schedule: one leader-exec, at most one job.
 struct Member {
     name: String,
+    n: usize,
     ignores_term: bool,
     paused: bool,
     supervisor_paused: Option<i32>,
@@ -203,7 +205,7 @@ impl<S: Nemesis> Run<S> {
     fn join(&mut self, n: usize, stall: bool) -> String {
         let name = format!("i{}", self.joined);
         self.joined += 1;
-        let ignores_term = self.rng.u8(..10) < 4;
+        let ignores_term = self.rng.bool();
         let no_wait = !stall && self.rng.u8(..10) == 0;
         let proxy = Proxy::start(self.store.addr());
         if stall {
@@ -230,6 +232,7 @@ impl<S: Nemesis> Run<S> {
         });
         self.members.push(Member {
             name: name.clone(),
+            n,
             ignores_term,
             paused: false,
             supervisor_paused: None,
@@ -452,11 +455,30 @@ impl<S: Nemesis> Run<S> {
         }
     }
 
+    /// The line turns over while a joiner's first claiming request goes unanswered: first the
+    /// line is filled (N holders of the phase's N and a waiter), then the joiner comes, mostly
+    /// with another N (the change of N is where tokens went backwards), and every job ends as
+    /// soon as it starts until the answer comes back.
     fn step_stalled_joiner(&mut self) {
-        let n = if self.rng.bool() {
+        let in_line = self
+            .members
+            .iter()
+            .filter(|m| !m.exited && m.n == self.phase)
+            .count();
+        for _ in in_line..self.phase + 1 {
+            if self.live().len() + 1 < CROWD {
+                self.join(self.phase, false);
+            }
+        }
+        self.tick(Duration::from_millis(700));
+        let n = if self.rng.u8(..3) == 0 {
             self.phase
         } else {
-            self.rng.usize(1..=3)
+            [1, 2, 3]
+                .into_iter()
+                .filter(|&n| n != self.phase)
+                .nth(self.rng.usize(..2))
+                .unwrap()
         };
         let stalled = self.join(n, true);
         // The held-back answer must come back within the session (ZooKeeper: the TTL).
@@ -475,21 +497,42 @@ impl<S: Nemesis> Run<S> {
             let pause = self.between(100, 400);
             self.tick(pause);
         }
+        let tripped = proxy_tripped(self);
         self.contender(&stalled).heal();
-        self.note(&format!("op heal {stalled}"));
+        self.note(&format!(
+            "op heal {stalled} ({})",
+            if tripped {
+                "its request had gone through"
+            } else {
+                "its request had not come"
+            }
+        ));
     }
 
     fn step_pause(&mut self) {
-        let Some(i) = self.pick() else { return };
+        // Half brief, half past the TTL (a stopped VM) and of a holder: then a waiter takes over
+        // meanwhile, and on SIGCONT the old one must stop its command at once (issue 33, 5).
+        let long = self.rng.bool();
+        let i = if long {
+            let running = self.running_jobs();
+            let Some(name) =
+                (!running.is_empty()).then(|| running[self.rng.usize(..running.len())].clone())
+            else {
+                return;
+            };
+            self.members.iter().position(|m| m.name == name).unwrap()
+        } else {
+            let Some(i) = self.pick() else { return };
+            i
+        };
         if self.members[i].paused {
             return;
         }
         let name = self.members[i].name.clone();
-        // Half brief, half past the TTL (a stopped VM): then a waiter takes over meanwhile.
-        let wait = if self.rng.bool() {
-            self.between(100, 1200)
-        } else {
+        let wait = if long {
             TIMING.ttl + self.between(500, 3000)
+        } else {
+            self.between(100, 1200)
         };
         self.note(&format!(
             "op pause {name} for {wait:?}{}",
@@ -605,6 +648,12 @@ pub fn run<S: Nemesis>(store_name: &str) {
         run.tick(pause);
     }
     let problems = run.finish();
+    if std::env::var_os("LEADER_EXEC_NEMESIS_VERBOSE").is_some() {
+        let text = run.trial.history_text();
+        for line in text.lines().filter(|l| !l.starts_with("beat ")) {
+            eprintln!("  {line}");
+        }
+    }
     eprintln!(
         "nemesis: {store_name}, seed {seed}: {} instances, {:?}, {}",
         run.joined,
