@@ -390,7 +390,7 @@ impl<S: Nemesis> Run<S> {
             }
             // A joiner whose first claiming request is answered late, while every job ends as
             // soon as it starts (issue 33, 1: a late first look over holders that came and went).
-            38..=42 if live < CROWD => self.step_stalled_joiner(),
+            38..=43 if live < CROWD => self.step_stalled_joiner(),
             38..=47 => self.step_pause(),
             48..=51 => {
                 if let Some(i) = self.pick()
@@ -457,8 +457,9 @@ impl<S: Nemesis> Run<S> {
 
     /// The line turns over while a joiner's first claiming request goes unanswered: first the
     /// line is filled (N holders of the phase's N and a waiter), then the joiner comes, mostly
-    /// with another N (the change of N is where tokens went backwards), and every job ends as
-    /// soon as it starts until the answer comes back.
+    /// with another N, and with N = 1 after a line of N > 1 (a single leader's token and a
+    /// holder's are made differently: where tokens went backwards), and every job ends as soon as
+    /// it starts until the answer comes back.
     fn step_stalled_joiner(&mut self) {
         let in_line = self
             .members
@@ -466,19 +467,15 @@ impl<S: Nemesis> Run<S> {
             .filter(|m| !m.exited && m.n == self.phase)
             .count();
         for _ in in_line..self.phase + 1 {
-            if self.live().len() + 1 < CROWD {
+            if self.live().len() < CROWD + 2 {
                 self.join(self.phase, false);
             }
         }
         self.tick(Duration::from_millis(700));
-        let n = if self.rng.u8(..3) == 0 {
-            self.phase
-        } else {
-            [1, 2, 3]
-                .into_iter()
-                .filter(|&n| n != self.phase)
-                .nth(self.rng.usize(..2))
-                .unwrap()
+        let n = match self.phase {
+            1 => self.rng.usize(2..=3),
+            _ if self.rng.u8(..3) == 0 => self.phase,
+            _ => 1,
         };
         let stalled = self.join(n, true);
         // The held-back answer must come back within the session (ZooKeeper: the TTL).
