@@ -157,6 +157,8 @@ struct Run<S: Nemesis> {
     phase: usize,
     resigns: Vec<Child>,
     joined: usize,
+    /// The joiners whose first claiming request was held back (their logs go with a verbose run).
+    stalled: Vec<String>,
 }
 
 /// The job: records its start with its token, beats every 50 ms, ends when the runner creates
@@ -478,8 +480,10 @@ impl<S: Nemesis> Run<S> {
             _ => 1,
         };
         let stalled = self.join(n, true);
-        // The held-back answer must come back within the session (ZooKeeper: the TTL).
-        let hold = self.between(1500, 3000);
+        self.stalled.push(stalled.clone());
+        // The held-back answer must come back before the client gives its connection up (on
+        // ZooKeeper, two thirds of the session timeout: then it starts over with a new session).
+        let hold = self.between(600, 1800);
         let until = Instant::now() + hold;
         let proxy_tripped = |run: &mut Self| run.contender(&stalled).proxies[0].tripped();
         while Instant::now() < until && !proxy_tripped(self) {
@@ -491,7 +495,7 @@ impl<S: Nemesis> Run<S> {
                     self.end(&name);
                 }
             }
-            let pause = self.between(100, 400);
+            let pause = self.between(60, 200);
             self.tick(pause);
         }
         let tripped = proxy_tripped(self);
@@ -633,6 +637,7 @@ pub fn run<S: Nemesis>(store_name: &str) {
         phase: 1,
         resigns: Vec::new(),
         joined: 0,
+        stalled: Vec::new(),
     };
     run.phase = run.rng.usize(1..=3);
     run.note(&format!(
@@ -649,6 +654,12 @@ pub fn run<S: Nemesis>(store_name: &str) {
         let text = run.trial.history_text();
         for line in text.lines().filter(|l| !l.starts_with("beat ")) {
             eprintln!("  {line}");
+        }
+        for name in &run.stalled {
+            eprintln!(
+                "--- {name}:\n{}",
+                run.trial.contender(name).instance.stderr()
+            );
         }
     }
     eprintln!(
