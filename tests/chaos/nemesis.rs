@@ -393,8 +393,8 @@ impl<S: Nemesis> Run<S> {
             // A joiner whose first claiming request is answered late, while every job ends as
             // soon as it starts (issue 33, 1: a late first look over holders that came and went).
             38..=43 if live < CROWD => self.step_stalled_joiner(),
-            38..=47 => self.step_pause(),
-            48..=51 => {
+            38..=53 => self.step_pause(),
+            54..=57 => {
                 if let Some(i) = self.pick()
                     && self.members[i].supervisor_paused.is_none()
                 {
@@ -403,21 +403,21 @@ impl<S: Nemesis> Run<S> {
                     self.contender(&name).signal(Signal::SIGKILL);
                 }
             }
-            52..=55 => self.step_supervisor(),
-            56..=59 => self.step_resign(),
-            60..=62 if !self.frozen => {
+            58..=61 => self.step_supervisor(),
+            62..=65 => self.step_resign(),
+            66..=68 if !self.frozen => {
                 self.note("op store restart");
                 self.store.restart();
                 self.note("op store back");
             }
-            63..=66 if !self.frozen => {
+            69..=72 if !self.frozen => {
                 let wait = self.between(100, 3000);
                 self.note(&format!("op store paused for {wait:?}"));
                 self.store.freeze();
                 self.frozen = true;
                 self.after(wait, Later::Thaw);
             }
-            67..=76 => {
+            73..=82 => {
                 if let Some(i) = self.pick() {
                     let name = self.members[i].name.clone();
                     let wait = self.between(200, 6000);
@@ -432,7 +432,7 @@ impl<S: Nemesis> Run<S> {
                     self.after(wait, Later::Heal(name));
                 }
             }
-            77..=82 if !self.frozen => {
+            83..=88 if !self.frozen => {
                 let from = now_ns();
                 if let Some((what, deposes)) = self.store.by_hand(&mut self.rng, LEASE) {
                     self.note(&format!("op {what}"));
@@ -449,8 +449,14 @@ impl<S: Nemesis> Run<S> {
         }
     }
 
+    /// Ends a running job, not one whose leader-exec is paused: that one is left to run on
+    /// (the job of a frozen leader, issue 33, 5); the stalled joiner's turnover ends those too.
     fn step_end(&mut self) {
-        let running = self.running_jobs();
+        let running: Vec<String> = self
+            .running_jobs()
+            .into_iter()
+            .filter(|n| !self.members.iter().any(|m| &m.name == n && m.paused))
+            .collect();
         if !running.is_empty() {
             let name = running[self.rng.usize(..running.len())].clone();
             self.end(&name);
@@ -531,7 +537,7 @@ impl<S: Nemesis> Run<S> {
         }
         let name = self.members[i].name.clone();
         let wait = if long {
-            TIMING.ttl + self.between(500, 3000)
+            TIMING.ttl + self.between(1000, 3500)
         } else {
             self.between(100, 1200)
         };
