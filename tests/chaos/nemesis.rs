@@ -394,9 +394,11 @@ impl<S: Nemesis> Run<S> {
             // soon as it starts (issue 33, 1: a late first look over holders that came and went).
             38..=43 if live < CROWD => self.step_stalled_joiner(),
             38..=53 => self.step_pause(),
+            // SIGKILL of leader-exec (not a paused one: its job is left to meet its resume).
             54..=57 => {
                 if let Some(i) = self.pick()
                     && self.members[i].supervisor_paused.is_none()
+                    && !self.members[i].paused
                 {
                     let name = self.members[i].name.clone();
                     self.note(&format!("kill {name} {}", now_ns()));
@@ -536,6 +538,10 @@ impl<S: Nemesis> Run<S> {
             return;
         }
         let name = self.members[i].name.clone();
+        if long && self.live().len() < CROWD + 2 {
+            // Someone to take over while it is frozen.
+            self.join(self.members[i].n, false);
+        }
         let wait = if long {
             TIMING.ttl + self.between(1000, 3500)
         } else {
