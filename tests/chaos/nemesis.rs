@@ -499,7 +499,8 @@ impl<S: Nemesis> Run<S> {
         }
         while Instant::now() < until {
             for name in self.running_jobs() {
-                if name != stalled {
+                let paused = self.members.iter().any(|m| m.name == name && m.paused);
+                if name != stalled && !paused {
                     self.end(&name);
                 }
             }
@@ -523,7 +524,16 @@ impl<S: Nemesis> Run<S> {
         // meanwhile, and on SIGCONT the old one must stop its command at once (issue 33, 5).
         let long = self.rng.bool();
         let i = if long {
-            let running = self.running_jobs();
+            // Mostly a holder whose command ignores TERM: the one a late grace lets run on.
+            let mut running = self.running_jobs();
+            let deaf: Vec<String> = running
+                .iter()
+                .filter(|n| self.members.iter().any(|m| &m.name == *n && m.ignores_term))
+                .cloned()
+                .collect();
+            if !deaf.is_empty() && self.rng.u8(..3) > 0 {
+                running = deaf;
+            }
             let Some(name) =
                 (!running.is_empty()).then(|| running[self.rng.usize(..running.len())].clone())
             else {
