@@ -17,7 +17,8 @@
 //! meet (which instance holds when a fault lands) depends on timing, so a seed repeats a schedule,
 //! not an interleaving: a failure that depends on one is found again by running its seed a few
 //! times. `LEADER_EXEC_NEMESIS_VERBOSE=1` prints the whole schedule as it ran (every record but
-//! the heartbeats).
+//! the heartbeats); `LEADER_EXEC_NEMESIS_BIAS=pause` makes every other step a pause of a holder
+//! past the TTL (a frozen leader and the grace it gives its command once it runs again).
 
 mod check;
 
@@ -159,6 +160,8 @@ struct Run<S: Nemesis> {
     joined: usize,
     /// The joiners whose first claiming request was held back (their logs go with a verbose run).
     stalled: Vec<String>,
+    /// `LEADER_EXEC_NEMESIS_BIAS=pause`: every other step pauses a holder past the TTL.
+    bias_pause: bool,
 }
 
 /// The job: records its start with its token, beats every 50 ms, ends when the runner creates
@@ -372,6 +375,10 @@ impl<S: Nemesis> Run<S> {
 
     /// One step of the schedule.
     fn step(&mut self) {
+        if self.bias_pause && self.rng.bool() {
+            self.step_pause(true);
+            return;
+        }
         let live = self.live().len();
         let roll = if live < 2 { 0 } else { self.rng.u32(..100) };
         match roll {
@@ -393,7 +400,10 @@ impl<S: Nemesis> Run<S> {
             // A joiner whose first claiming request is answered late, while every job ends as
             // soon as it starts (issue 33, 1: a late first look over holders that came and went).
             38..=43 if live < CROWD => self.step_stalled_joiner(),
-            38..=53 => self.step_pause(),
+            38..=53 => {
+                let long = self.rng.bool();
+                self.step_pause(long);
+            }
             // SIGKILL of leader-exec (not a paused one: its job is left to meet its resume).
             54..=57 => {
                 if let Some(i) = self.pick()
@@ -519,10 +529,9 @@ impl<S: Nemesis> Run<S> {
         ));
     }
 
-    fn step_pause(&mut self) {
+    fn step_pause(&mut self, long: bool) {
         // Half brief, half past the TTL (a stopped VM) and of a holder: then a waiter takes over
         // meanwhile, and on SIGCONT the old one must stop its command at once (issue 33, 5).
-        let long = self.rng.bool();
         let i = if long {
             // Mostly a holder whose command ignores TERM: the one a late grace lets run on.
             let mut running = self.running_jobs();
@@ -660,6 +669,7 @@ pub fn run<S: Nemesis>(store_name: &str) {
         resigns: Vec::new(),
         joined: 0,
         stalled: Vec::new(),
+        bias_pause: std::env::var("LEADER_EXEC_NEMESIS_BIAS").is_ok_and(|b| b == "pause"),
     };
     run.phase = run.rng.usize(1..=3);
     run.note(&format!(
