@@ -638,7 +638,7 @@ impl<S: Nemesis> Run<S> {
         }
         problems.extend(check::check(
             &self.trial.history_text(),
-            TIMING.retry_period,
+            TIMING.renew_deadline + TIMING.kill_after,
         ));
         problems
     }

@@ -17,9 +17,10 @@
 //!    different N. Excused, as documented: a job whose leader-exec was SIGSTOPped before that
 //!    start, up to `RESUMED` after its SIGCONT (a frozen leader-exec cannot stop its command;
 //!    once running again it must SIGKILL at once when its grace cannot end inside the lease), and
-//!    a job alive when a claim was deleted behind its holder's back, up to `DEPOSED` after that
-//!    (the holder SIGKILLs when it sees its claim gone: at once on etcd and ZooKeeper, at its next
-//!    renewal on PostgreSQL).
+//!    a job alive when a claim was deleted behind its holder's back, up to its renew deadline and
+//!    `--kill-after` and `DEPOSED` after that (`resign --force` documents the overlap: the holder
+//!    SIGKILLs when it sees its claim gone, at once on etcd and ZooKeeper, at its next renewal on
+//!    PostgreSQL; a holder cut off from the store sees nothing and steps down at its deadline).
 //! 2. Tokens: never two jobs with one token; a job's token is above the token of every job that
 //!    started before its instance joined (issued before it existed), and of every job that showed
 //!    its last sign of life before it started, and (both with N = 1) of every leader that started
@@ -39,7 +40,8 @@ use crate::history::Record;
 
 /// How long after SIGCONT a resumed leader-exec's command may still run beside a newer holder.
 pub const RESUMED: Duration = Duration::from_millis(750);
-/// How long after its claim was deleted a holder's command may run (the retry period is added).
+/// Slack on how long after its claim was deleted a holder's command may run (beyond its renew
+/// deadline and `--kill-after`).
 pub const DEPOSED: Duration = Duration::from_millis(750);
 /// How long after its leader-exec's SIGKILL a command may run (the supervisor kills it).
 pub const KILLED: Duration = Duration::from_millis(1000);
@@ -121,8 +123,9 @@ fn event(line: &str) -> Option<Event> {
 }
 
 /// Checks a nemesis history; returns every violation found (empty: the promise held).
-/// `retry_period` widens the deposed bound (PostgreSQL learns of it at its next renewal).
-pub fn check(text: &str, retry_period: Duration) -> Vec<String> {
+/// `step_down` is the instances' renew deadline + `--kill-after`: the longest a holder whose claim
+/// was deleted behind its back may take to notice and stop.
+pub fn check(text: &str, step_down: Duration) -> Vec<String> {
     let mut violations = Vec::new();
     let mut events = Vec::new();
     let mut jobs: Vec<Job> = Vec::new();
@@ -221,7 +224,7 @@ pub fn check(text: &str, retry_period: Duration) -> Vec<String> {
         let claim_deleted = deposed.iter().any(|&(from, to)| {
             from <= at
                 && earlier.start <= to
-                && earlier.last_alive <= to + ns(DEPOSED) + ns(retry_period)
+                && earlier.last_alive <= to + ns(DEPOSED) + ns(step_down)
         });
         frozen || claim_deleted
     };
@@ -352,7 +355,7 @@ mod tests {
     use super::*;
 
     const S: u128 = 1_000_000_000;
-    const RETRY: Duration = Duration::from_millis(300);
+    const STEP_DOWN: Duration = Duration::from_millis(3500);
 
     /// A job's lines: join, start, beats every 100 ms from `from` to `to` (seconds), gone.
     fn job(name: &str, n: usize, token: i64, join: f64, from: f64, to: f64) -> String {
@@ -379,7 +382,7 @@ mod tests {
     }
 
     fn verdict(parts: &[String]) -> Vec<String> {
-        check(&parts.concat(), RETRY)
+        check(&parts.concat(), STEP_DOWN)
     }
 
     #[test]
@@ -500,14 +503,23 @@ mod tests {
     }
 
     #[test]
-    fn a_deposed_holder_may_run_briefly() {
-        let v = verdict(&[
-            job("a", 1, 5, 0.0, 1.0, 3.5),
+    fn a_deposed_holder_may_run_until_it_steps_down_and_no_longer() {
+        let base = [
+            job("b", 1, 7, 0.0, 3.1, 9.0),
             "deposed 3000000000 3000100000\n".into(),
-            job("b", 1, 7, 0.0, 3.1, 5.0),
+        ];
+        let v = verdict(&[
+            job("a", 1, 5, 0.0, 1.0, 6.5),
+            base.concat(),
             end(&["a", "b"]),
         ]);
         assert!(v.is_empty(), "{v:?}");
+        let v = verdict(&[
+            job("a", 1, 5, 0.0, 1.0, 7.5),
+            base.concat(),
+            end(&["a", "b"]),
+        ]);
+        assert!(v.iter().any(|v| v.contains("more than 1")), "{v:?}");
     }
 
     #[test]
