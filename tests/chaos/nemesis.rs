@@ -196,7 +196,9 @@ impl<S: Nemesis> Run<S> {
             .append(true)
             .open(self.trial.history_path())
             .unwrap();
-        writeln!(file, "{line}").unwrap();
+        // One write with its newline: jobs append to the same file (O_APPEND keeps one write
+        // whole; `writeln!` may take two).
+        file.write_all(format!("{line}\n").as_bytes()).unwrap();
     }
 
     fn dir(&self) -> std::path::PathBuf {
