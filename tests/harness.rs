@@ -383,14 +383,15 @@ struct ProxyState {
     /// frame a client sends goes through and then everything that client side sends is dropped.
     armed: AtomicBool,
     black_hole: AtomicBool,
-    /// `freeze_after_request_with`: the bytes whose first passage upstream freezes the proxy.
-    freeze_after: Mutex<Option<Vec<u8>>>,
     /// CLOCK_MONOTONIC ns (0: none yet): when the kernel received the last request let through
     /// (its receive timestamp: on loopback, stamped inside the sender's write), when the proxy
     /// read it, and when the first bytes came back after it.
     last_request_sent: AtomicU64,
     last_request_read: AtomicU64,
     first_answer: AtomicU64,
+    /// `freeze_after_request_containing`: the bytes that trip the freeze, while armed.
+    needle: Mutex<Option<Vec<u8>>>,
+    tripped: AtomicBool,
 }
 
 impl ProxyState {
@@ -402,10 +403,11 @@ impl ProxyState {
             forwarded: AtomicU64::new(0),
             armed: AtomicBool::new(false),
             black_hole: AtomicBool::new(false),
-            freeze_after: Mutex::new(None),
             last_request_sent: AtomicU64::new(0),
             last_request_read: AtomicU64::new(0),
             first_answer: AtomicU64::new(0),
+            needle: Mutex::new(None),
+            tripped: AtomicBool::new(false),
         }
     }
 }
@@ -556,18 +558,18 @@ impl Proxy {
         self.set(Mode::Forward);
     }
 
-    /// Lets through the first bytes a client sends that contain `pattern` (a request carrying
-    /// that value: the create of a candidate with that identity), then freezes as `freeze` does,
-    /// before anything comes back: the request reaches the server, its answer does not reach the
-    /// client until `heal`.
-    pub fn freeze_after_request_with(&self, pattern: &[u8]) {
-        *self.state.freeze_after.lock().unwrap() = Some(pattern.to_vec());
+    /// Lets the next chunk a client sends that carries `needle` (a ZooKeeper path, SQL text, a
+    /// gRPC key: all travel as they are) through to the server, then freezes: the answer to that
+    /// request never comes back until `heal`. A write whose answer is lost, and a client stalled
+    /// between a write and its next step.
+    pub fn freeze_after_request_containing(&self, needle: &[u8]) {
+        self.state.tripped.store(false, Ordering::SeqCst);
+        *self.state.needle.lock().unwrap() = Some(needle.to_vec());
     }
 
-    /// Whether the proxy is frozen (by `freeze`, or by `freeze_after_request_with` once its
-    /// request went through).
-    pub fn is_frozen(&self) -> bool {
-        *self.state.mode.lock().unwrap() == Mode::Frozen
+    /// Whether the armed request went through (and the proxy froze after it).
+    pub fn tripped(&self) -> bool {
+        self.state.tripped.load(Ordering::SeqCst)
     }
 
     /// Bytes forwarded so far in both directions: shows which proxy carries a client's traffic.
@@ -668,18 +670,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>, upstream
                 n = end;
             }
         }
-        // The request that freezes the proxy goes through; everything after it waits.
-        let mut freezes = false;
-        if upstream {
-            let mut armed = state.freeze_after.lock().unwrap();
-            if let Some(pattern) = armed.as_ref()
-                && buffer[..n].windows(pattern.len()).any(|w| w == pattern)
-            {
-                *armed = None;
-                *state.mode.lock().unwrap() = Mode::Frozen;
-                freezes = true;
-            }
-        } else if state.black_hole.load(Ordering::SeqCst) {
+        if !upstream && state.black_hole.load(Ordering::SeqCst) {
             let _ = state.first_answer.compare_exchange(
                 0,
                 monotonic_ns(),
@@ -688,9 +679,6 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>, upstream
             );
         }
         loop {
-            if freezes {
-                break;
-            }
             match *state.mode.lock().unwrap() {
                 Mode::Forward => break,
                 Mode::Frozen => {}
@@ -701,6 +689,18 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>, upstream
                 }
             }
             thread::sleep(Duration::from_millis(5));
+        }
+        if upstream {
+            let mut needle = state.needle.lock().unwrap();
+            if needle
+                .as_ref()
+                .is_some_and(|w| buffer[..n].windows(w.len()).any(|c| c == w.as_slice()))
+            {
+                // Frozen before the request is written: its answer cannot get back first.
+                *needle = None;
+                *state.mode.lock().unwrap() = Mode::Frozen;
+                state.tripped.store(true, Ordering::SeqCst);
+            }
         }
         if to.write_all(&buffer[..n]).is_err() {
             break;

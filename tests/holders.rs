@@ -623,10 +623,10 @@ pub fn a_late_first_look_after_a_change_of_n_leads_with_a_higher_token<S: Store>
         "--kill-after",
         "2s",
     ];
-    proxy.freeze_after_request_with(identity.as_bytes());
+    proxy.freeze_after_request_containing(identity.as_bytes());
     let mut x = Instance::start(&x_args, &holder_job(&scratch, "x", &gated(&scratch, "x")));
     assert!(
-        wait_for(long, || proxy.is_frozen()),
+        wait_for(long, || proxy.tripped()),
         "x's candidacy never reached the store: {}",
         x.stderr()
     );

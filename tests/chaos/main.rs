@@ -24,6 +24,7 @@ mod harness;
 #[macro_use]
 mod stores;
 mod history;
+mod nemesis;
 mod report;
 mod scenarios;
 mod trial;

@@ -496,6 +496,15 @@ impl Trial {
     /// waits (bounded) until every process of every job is dead and records that, and checks the
     /// history.
     pub fn finish(&mut self) -> Verdict {
+        let problems = self.stop_everything();
+        let mut verdict = history::check_text_holders(&self.history_text(), self.holders);
+        verdict.violations.extend(problems);
+        verdict
+    }
+
+    /// The teardown without the check: records it, heals, resumes and stops every instance,
+    /// records every job seen gone; returns what went wrong on the way.
+    pub fn stop_everything(&mut self) -> Vec<String> {
         self.note(&Record::Teardown { time: now_ns() });
         let mut problems = Vec::new();
         for c in &mut self.contenders {
@@ -534,9 +543,7 @@ impl Trial {
                 });
             }
         }
-        let mut verdict = history::check_text_holders(&self.history_text(), self.holders);
-        verdict.violations.extend(problems);
-        verdict
+        problems
     }
 
     /// Fails the trial unless the verdict is clean.
