@@ -812,3 +812,84 @@ fn a_chroot_that_does_not_exist_is_125_naming_it_for_status_as_for_a_run() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 }
+
+/// `watch` prints one line per change of leader, with the token the leader's command is given: a
+/// leader-exec leader seen before its leader mark (its create done, the answer and so its look and
+/// its mark held back) is not shown with its node's czxid first. A Curator leader, which never
+/// marks, is still shown once the grace is over, with its czxid, which `check` refuses.
+#[test]
+fn watch_shows_each_leader_once_with_its_commands_token_and_a_curator_leader_too() {
+    let zk = ZooKeeper::start();
+    let scratch = Scratch::new();
+    let proxy = Proxy::start(zk.addr());
+    let via_proxy = zk.endpoint_via(&proxy);
+    let endpoint = zk.endpoint();
+    let (_watch, lines) = crate::holders_ops::watch(&endpoint, "marked", true);
+    let next = |what: &str| -> serde_json::Value {
+        let line = lines
+            .recv_timeout(Duration::from_secs(15))
+            .unwrap_or_else(|_| panic!("watch printed no line for {what}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"))
+    };
+    assert_eq!(next("the start")["leader"], serde_json::Value::Null);
+
+    proxy.freeze_after_request_with(b"le-1");
+    let mut args = lease_args(&via_proxy, "marked");
+    args.extend(["--identity", "le-1"]);
+    let mut le = Instance::start(&args, &scratch.job("a", "sleep 30"));
+    assert!(
+        wait_for(Duration::from_secs(10), || proxy.is_frozen()),
+        "le-1's candidacy never reached the store: {}",
+        le.stderr()
+    );
+    assert!(wait_for(Duration::from_secs(5), || Store::claims(
+        &zk, "marked"
+    ) == 1));
+    // le-1's node is first in line and not marked yet: long enough for a watch to see it so.
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.heal();
+    let start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("le-1 leads once its answers come");
+    let shown = next("le-1");
+    assert_eq!(shown["leader"]["identity"], "le-1", "{shown}");
+    assert_eq!(shown["leader"]["token"], start.token(), "{shown}");
+    // One change, one line.
+    if let Ok(line) = lines.recv_timeout(Duration::from_secs(2)) {
+        panic!("a second line for one change of leader: {line} after {shown}");
+    }
+
+    le.signal(Signal::SIGTERM);
+    assert_eq!(
+        le.wait(Duration::from_secs(5)),
+        Some(143),
+        "{}",
+        le.stderr()
+    );
+    assert_eq!(next("le-1's release")["leader"], serde_json::Value::Null);
+
+    let mut curator = CuratorLatch::start(&zk.connect_string(), "/leader-exec/marked", "curator-1");
+    assert!(
+        curator.wait_for("leader", Duration::from_secs(30)),
+        "{:?}",
+        curator.lines()
+    );
+    let led = Instant::now();
+    let shown = next("Curator's leader");
+    // The grace (1 s) and slack for a loaded machine.
+    assert!(
+        led.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        led.elapsed()
+    );
+    assert_eq!(shown["leader"]["identity"], "curator-1", "{shown}");
+    let czxid = status_json(&endpoint, "marked")["leader"]["token"].clone();
+    assert_eq!(shown["leader"]["token"], czxid, "{shown}");
+    let check = leader_exec()
+        .args(["check", "--lease", "marked", "--endpoints", &endpoint])
+        .args(["--token", &czxid.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1), "{check:?}");
+    curator.close();
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{CHECK_CURRENT, CHECK_STALE, read_once};
+use super::{CHECK_CURRENT, CHECK_STALE, read_settled};
 use crate::election::Store;
 use crate::exit::Failure;
 
@@ -19,12 +19,21 @@ pub async fn check<B: Store>(backend: &B, token: &str, limit: Duration) -> anyho
             .into());
         }
     };
-    let observation = read_once(backend, limit).await?;
-    if observation.holder(token).is_some() {
+    let observation = read_settled(backend, limit).await?;
+    // A provisional leader's token (a node's czxid) is no command's: never current.
+    if observation.holder(token).is_some_and(|h| !h.provisional) {
         return Ok(CHECK_CURRENT);
     }
     match observation.leader().cloned() {
-        Some(leader) if leader.token == token => Ok(CHECK_CURRENT),
+        Some(leader) if leader.token == token && !leader.provisional => Ok(CHECK_CURRENT),
+        Some(leader) if leader.token == token => {
+            tracing::warn!(
+                event = "stale",
+                token,
+                "token {token} is no command's: the current leader has not marked its leadership (a Curator leader never does)"
+            );
+            Ok(CHECK_STALE)
+        }
         Some(leader) => {
             tracing::warn!(
                 event = "stale",

@@ -94,7 +94,9 @@ pub async fn resign<B: Store>(
     if request.timeout == Some(Duration::ZERO) {
         return Err(Failure::usage("--timeout 0s: give the leader some time, like 30s").into());
     }
-    let observation = commands::read_once(backend, limit).await?;
+    // Settled: a leader still to write its mark (ZooKeeper) is asked by the token its command
+    // is given, which its watch on the request compares, not by its node's czxid.
+    let observation = commands::read_settled(backend, limit).await?;
     // With --max-holders N > 1 (as the store says the instances use): `--token T` picks the
     // holder with that token, and without it the oldest holder (the leader) is asked. Which
     // one is fixed here; everything after follows that holder alone, by its token.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, print, read_once};
+use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, print, read_settled};
 use crate::election::Scope;
 use crate::election::bounded::bounded;
 use crate::election::{Leader, Store};
@@ -69,7 +69,7 @@ pub async fn status<B: Store>(
     json: bool,
     limit: Duration,
 ) -> anyhow::Result<u8> {
-    let observation = read_once(backend, limit).await?;
+    let observation = read_settled(backend, limit).await?;
     let lease_time = match observation.leader() {
         Some(leader) => {
             bounded(
@@ -263,6 +263,7 @@ mod tests {
             identity: b"h:1".to_vec(),
             token: 31,
             lease_id: Some(0x1f),
+            provisional: false,
         };
         let candidacy = crate::election::Candidacy {
             lease_id: Some(0x1f),

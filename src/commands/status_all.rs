@@ -318,6 +318,7 @@ mod tests {
             identity: identity.to_vec(),
             token,
             lease_id: Some(token),
+            provisional: false,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{leader_json, read_once};
+use super::{PROVISIONAL_GRACE, leader_json, provisional, read_once};
 use crate::election::Scope;
 use crate::election::{Backoff, Leader, Observation, Store};
 use crate::escape::escape;
@@ -46,20 +46,32 @@ pub async fn watch<B: Store>(
         holders_since: Instant::now(),
     };
     let mut backoff = Backoff::new();
+    let mut pending = None;
     loop {
-        let Some(mut poll) = show(
-            backend,
-            scope,
-            &observation,
-            json,
-            limit,
-            &mut shown,
-            signals,
-        )
-        .await?
-        else {
-            return Ok(0);
-        };
+        // A provisional leader (ZooKeeper: not marked yet) is held back until its mark comes,
+        // which wakes `changed_since` and prints the leader once with the token its command is
+        // given, or until PROVISIONAL_GRACE has passed since it was first seen (a Curator
+        // leader, which never marks: shown with its node's czxid).
+        let held = held_back(&observation, &mut pending);
+        let mut poll = false;
+        if held.is_none() {
+            match show(
+                backend,
+                scope,
+                &observation,
+                json,
+                limit,
+                &mut shown,
+                signals,
+            )
+            .await?
+            {
+                Some(again) => poll = again,
+                None => return Ok(0),
+            }
+        }
+        let release = tokio::time::Instant::now() + held.unwrap_or_default();
+        let mut held = held.is_some();
         let next = {
             let next = async {
                 loop {
@@ -81,6 +93,13 @@ pub async fn watch<B: Store>(
             loop {
                 tokio::select! {
                     next = &mut next => break next,
+                    () = tokio::time::sleep_until(release), if held => {
+                        held = false;
+                        match show(backend, scope, &observation, json, limit, &mut shown, signals).await? {
+                            Some(again) => poll = again,
+                            None => return Ok(0),
+                        }
+                    }
                     () = tokio::time::sleep(HEALTH_POLL), if poll => {
                         match show(backend, scope, &observation, json, limit, &mut shown, signals).await? {
                             Some(again) => poll = again,
@@ -97,6 +116,31 @@ pub async fn watch<B: Store>(
         };
         observation = next;
     }
+}
+
+/// How long more to hold `observation` back before showing it: `None` unless its leader is
+/// provisional and was first seen (`pending`: its key, when) less than [`PROVISIONAL_GRACE`]
+/// ago.
+fn held_back(
+    observation: &Observation,
+    pending: &mut Option<(Vec<u8>, Instant)>,
+) -> Option<Duration> {
+    let leader = observation.leader().filter(|_| provisional(observation));
+    let Some(leader) = leader else {
+        *pending = None;
+        return None;
+    };
+    let since = match pending {
+        Some((key, since)) if *key == leader.key => *since,
+        _ => {
+            let now = Instant::now();
+            *pending = Some((leader.key.clone(), now));
+            now
+        }
+    };
+    PROVISIONAL_GRACE
+        .checked_sub(since.elapsed())
+        .filter(|left| !left.is_zero())
 }
 
 /// Reads the holders' records and prints a line if the holders or their health changed.
@@ -256,6 +300,7 @@ mod tests {
             identity: identity.to_vec(),
             token,
             lease_id: Some(token),
+            provisional: false,
         }
     }
 
@@ -269,6 +314,28 @@ mod tests {
     }
 
     const T: &str = "2026-01-01T00:00:00.000Z";
+
+    #[test]
+    fn a_provisional_leader_is_held_back_for_the_grace_only() {
+        let mut pending = None;
+        let mut leader = holder(12, b"a:1");
+        leader.provisional = true;
+        let first = seen(vec![leader.clone()], 1);
+        let left = held_back(&first, &mut pending).expect("held back");
+        assert!(left <= PROVISIONAL_GRACE);
+        // Seen again (a change of candidates): the grace runs from the first sight.
+        pending.as_mut().unwrap().1 -= PROVISIONAL_GRACE;
+        assert_eq!(held_back(&first, &mut pending), None);
+        // Marked: shown at once, and the next provisional leader waits anew.
+        assert_eq!(
+            held_back(&seen(vec![holder(13, b"a:1")], 1), &mut pending),
+            None
+        );
+        assert_eq!(pending, None);
+        assert!(held_back(&first, &mut pending).is_some());
+        // Other stores never set it; with N > 1 it is never set either.
+        assert_eq!(held_back(&seen(vec![leader], 3), &mut None), None);
+    }
 
     #[test]
     fn one_holder_prints_as_it_always_did() {

@@ -196,6 +196,12 @@ pub struct Leader {
     pub token: i64,
     /// `None` where the store has no lease ids (PostgreSQL).
     pub lease_id: Option<i64>,
+    /// The store cannot tell yet which token this leader's command is given: ZooKeeper with
+    /// `--max-holders` 1, a first node the leader mark does not name (a leader-exec leader
+    /// between its look and its mark, or a Curator `LeaderLatch` leader, which never marks); its
+    /// token is then the node's czxid, which no leader-exec command is given. Readers wait
+    /// briefly for the mark ([`crate::commands::PROVISIONAL_GRACE`]). Never set by other stores.
+    pub provisional: bool,
 }
 
 /// One election found under a prefix (`status --all`).

@@ -190,6 +190,7 @@ pub(super) fn holders_of(line: &[etcd_client::KeyValue], max_holders: u32) -> Ve
         identity: kv.value().to_vec(),
         token: kv.create_revision(),
         lease_id: Some(kv.lease()),
+        provisional: false,
     };
     if max_holders <= 1 {
         return line.first().map(as_leader).into_iter().collect();

@@ -478,6 +478,7 @@ impl Postgres {
                     identity: holder.into_bytes(),
                     token: r.get(2),
                     lease_id: None,
+                    provisional: false,
                 });
             }
         }

@@ -256,6 +256,7 @@ impl Read for Postgres {
                     identity: holder.into_bytes(),
                     token: r.get(2),
                     lease_id: None,
+                    provisional: false,
                 });
                 election.candidates += 1;
             }

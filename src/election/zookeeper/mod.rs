@@ -260,10 +260,18 @@ fn token_of(name: &str, stat: &zk::Stat, mark: Option<&Mark>) -> i64 {
     if max_holders_of(name) > 1 {
         return stat.mzxid;
     }
-    match mark {
-        Some(mark) if mark.node == name.as_bytes() && mark.zxid > stat.czxid => mark.zxid,
-        _ => stat.czxid,
+    if marked(name, stat, mark) {
+        mark.map_or(stat.czxid, |mark| mark.zxid)
+    } else {
+        stat.czxid
     }
+}
+
+/// Whether the leader mark names the candidate node `name` (with this stat), written after the
+/// node was made: with `--max-holders` 1, its token is then the mark's zxid. A first node not
+/// marked is a provisional leader ([`Leader::provisional`]).
+fn marked(name: &str, stat: &zk::Stat, mark: Option<&Mark>) -> bool {
+    mark.is_some_and(|mark| mark.node == name.as_bytes() && mark.zxid > stat.czxid)
 }
 
 /// Where a candidacy stands in a line read in one `getChildren`.
@@ -668,6 +676,9 @@ impl ZooKeeper {
                         identity,
                         token: token_of(name, &stat, mark.as_ref()),
                         lease_id: (stat.ephemeral_owner != 0).then_some(stat.ephemeral_owner),
+                        // Before its mark, a leader-exec leader has no token yet (it is given
+                        // the mark's zxid); a Curator leader never marks.
+                        provisional: max_holders == 1 && !marked(name, &stat, mark.as_ref()),
                     }),
                     Err(zk::Error::NoNode) => continue 'again,
                     Err(e) => return Err(classify(e)),

@@ -136,6 +136,15 @@ fn the_token_is_the_mark_with_one_holder_and_the_touch_with_more() {
     );
     // A mark older than the node cannot be its own.
     assert_eq!(token_of(one, &stat, Some(&mark(one, 9))), 10);
+    // Provisional exactly while the czxid stands in for the token.
+    assert!(marked(one, &stat, Some(&mark(one, 29))));
+    assert!(!marked(one, &stat, Some(&mark(one, 9))));
+    assert!(!marked(
+        one,
+        &stat,
+        Some(&mark("_c_b-latch-0000000002", 29))
+    ));
+    assert!(!marked(one, &stat, None));
     let two = "_c_a-holders-2-latch-0000000001";
     assert_eq!(token_of(two, &stat, None), 15);
     assert_eq!(token_of(two, &stat, Some(&mark(two, 29))), 15);
