@@ -833,12 +833,12 @@ fn watch_shows_each_leader_once_with_its_commands_token_and_a_curator_leader_too
     };
     assert_eq!(next("the start")["leader"], serde_json::Value::Null);
 
-    proxy.freeze_after_request_with(b"le-1");
+    proxy.freeze_after_request_containing(b"le-1");
     let mut args = lease_args(&via_proxy, "marked");
     args.extend(["--identity", "le-1"]);
     let mut le = Instance::start(&args, &scratch.job("a", "sleep 30"));
     assert!(
-        wait_for(Duration::from_secs(10), || proxy.is_frozen()),
+        wait_for(Duration::from_secs(10), || proxy.tripped()),
         "le-1's candidacy never reached the store: {}",
         le.stderr()
     );
