@@ -13,14 +13,15 @@ use nix::unistd::Pid;
 use crate::harness::*;
 
 /// A job that starts a daemon which leaves the job's process group (`setsid`), records the
-/// daemon's pid, start time (field 22 of /proc/PID/stat) and cgroup, adds it to the pids every
-/// later job checks at its start (the `overlap` record), holds a lock on `$h.lock` for as long as
-/// it lives (what a job in another PID namespace can see of it), and then ends on its own.
+/// daemon's pid, start time (field 22 of /proc/PID/stat) and cgroup, lists it (`NAME PID START`)
+/// among the processes every later job checks at its start (the `overlap` record), holds a lock
+/// on `$h.lock` for as long as it lives (what a job in another PID namespace can see of it), and
+/// then ends on its own.
 fn daemonizing_job(scratch: &Scratch, name: &str) -> Vec<String> {
     scratch.job(
         name,
         &format!(
-            r#"setsid sh -c 'echo $$ >> "$pids"
+            r#"setsid sh -c 'echo "daemon-{name} $$ $(cut -d" " -f22 /proc/$$/stat)" >> "$pids"
                  exec 9> "$h.lock"; flock 9
                  echo "daemon {name} $$ $(cut -d" " -f22 /proc/$$/stat) $(grep ^0:: /proc/$$/cgroup | cut -c4-) $(date +%s%N)" >> "$h"
                  exec sleep 300' < /dev/null > /dev/null 2>&1 &
