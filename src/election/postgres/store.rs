@@ -538,11 +538,13 @@ impl Describe for Postgres {
             }
             None => shown,
         };
+        // Qualified as leader-exec's own statements are (see the module's header, SQL): the
+        // human who pastes it runs it under the same search_path, hostile overloads included.
         format!(
             "psql {} -c {}",
             crate::escape::shell_quote(&url),
             crate::escape::shell_quote(&format!(
-                "DELETE FROM {} WHERE key = {}",
+                "DELETE FROM {} WHERE key OPERATOR(pg_catalog.=) {}::pg_catalog.text",
                 self.records(),
                 quote_literal(key)
             ))
