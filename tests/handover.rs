@@ -10,19 +10,6 @@ use nix::unistd::Pid;
 
 use crate::harness::*;
 
-/// Ignores TERM, and so does its grandchild (an ignored signal stays ignored across fork and
-/// exec): only SIGKILL ends them. The grandchild's pid is recorded (`child NAME PID TIME`) and
-/// joins `$pids`, so that the next job's overlap check looks at it too.
-fn stubborn(name: &str) -> String {
-    format!(
-        r#"trap '' TERM
-sleep 1000 &
-register {name} $!
-echo "child {name} $! $(date +%s%N)" >> "$h"
-wait"#
-    )
-}
-
 /// --kill-after 2 s: a grace that can be told apart from an immediate SIGKILL.
 const TIMING: [&str; 8] = [
     "--ttl",
@@ -63,15 +50,6 @@ fn resign(endpoint: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn grandchild(scratch: &Scratch, name: &str) -> i32 {
-    scratch
-        .wait_record("child", name, Duration::from_secs(10))
-        .expect("the grandchild started")
-        .fields[0]
-        .parse()
-        .unwrap()
-}
-
 /// Waits until `b` stands in line behind the leader (a claim per candidate on every store).
 fn wait_in_line<S: Store>(store: &S, b: &Instance, lease: &str) {
     assert!(
@@ -93,7 +71,7 @@ pub fn resign_hands_over_only_after_the_whole_old_group_is_gone<S: Store>() {
     let a_start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let a_grandchild = grandchild(&scratch, "a");
+    let a_grandchild = scratch.grandchild("a");
     let mut b = Instance::start(
         &args(&endpoint, "ho", "host-b:2"),
         &scratch.job("b", "true"),

@@ -710,6 +710,20 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: Arc<ProxyState>, upstream
     let _ = to.shutdown(Shutdown::Write);
 }
 
+/// A job body whose shell and whose grandchild both ignore TERM (an ignored signal stays ignored
+/// across fork and exec): only SIGKILL ends them. The grandchild's pid is recorded (`child NAME
+/// PID TIME`, read back by [`Scratch::grandchild`]) and listed in `$pids`, so that a later job's
+/// overlap check looks at it too.
+pub fn stubborn(name: &str) -> String {
+    format!(
+        r#"trap '' TERM
+sleep 1000 &
+register {name} $!
+echo "child {name} $! $(date +%s%N)" >> "$h"
+wait"#
+    )
+}
+
 /// A directory for one test: the history file children append to, and scratch files.
 pub struct Scratch {
     dir: tempfile::TempDir,
@@ -762,6 +776,15 @@ impl Scratch {
             found.is_some()
         });
         found
+    }
+
+    /// The pid of the grandchild a [`stubborn`] job of `name` recorded.
+    pub fn grandchild(&self, name: &str) -> i32 {
+        self.wait_record("child", name, Duration::from_secs(10))
+            .expect("the grandchild started")
+            .fields[0]
+            .parse()
+            .unwrap()
     }
 
     /// Waits until the `n`th (from 1) record of `kind` from `name` is in the history.

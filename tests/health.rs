@@ -9,14 +9,6 @@ use nix::sys::signal::Signal;
 use crate::harness::*;
 use crate::holders_ops::{lines_until, stop_watch};
 
-/// Ignores TERM, with a grandchild that ignores it too; the grandchild's pid is recorded as
-/// `child a PID TIME`.
-const STUBBORN: &str = r#"trap '' TERM
-sleep 1000 &
-echo $! >> "$pids"
-echo "child a $! $(date +%s%N)" >> "$h"
-while :; do sleep 0.1; done"#;
-
 fn health_args<'a>(endpoint: &'a str, lease: &'a str, check: &'a str) -> Vec<&'a str> {
     let mut args = lease_args(endpoint, lease);
     args.extend([
@@ -40,17 +32,12 @@ pub fn an_unhealthy_instance_never_stands_in_line_and_a_failing_leader_hands_ove
     let a_check = format!("test ! -e '{sick}'");
     let mut a = Instance::start(
         &health_args(&endpoint, "healthy", &a_check),
-        &scratch.job("a", STUBBORN),
+        &scratch.job("a", &stubborn("a")),
     );
     let a_start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let grandchild: i32 = scratch
-        .wait_record("child", "a", Duration::from_secs(10))
-        .expect("a's grandchild started")
-        .fields[0]
-        .parse()
-        .unwrap();
+    let grandchild = scratch.grandchild("a");
     let b_sick = path_str(&scratch.path("b-sick"));
     let b_check = format!("test ! -e '{b_sick}'");
     let mut b = Instance::start(

@@ -10,13 +10,6 @@ use nix::sys::signal::Signal;
 use crate::harness::*;
 use crate::metrics::sample;
 
-/// Ignores TERM, with a grandchild that ignores it too (an ignored signal stays ignored across
-/// fork and exec); the grandchild's pid is recorded as `child NAME PID TIME`.
-const STUBBORN: &str = r#"trap '' TERM
-sleep 1000 &
-echo "child $name $! $(date +%s%N)" >> "$h"
-while :; do sleep 0.1; done"#;
-
 fn args<'a>(endpoint: &'a str, lease: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["-v", "--endpoints", endpoint, "--lease", lease];
     args.extend(FAST);
@@ -43,17 +36,12 @@ pub fn max_runtime_stops_a_term_ignoring_group_and_frees_the_lease<S: Store>() {
                 &file,
             ],
         ),
-        &scratch.job("a", &format!("name=a\n{STUBBORN}")),
+        &scratch.job("a", &stubborn("a")),
     );
     let started = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let grandchild: i32 = scratch
-        .wait_record("child", "a", Duration::from_secs(10))
-        .expect("a's grandchild started")
-        .fields[0]
-        .parse()
-        .unwrap();
+    let grandchild = scratch.grandchild("a");
     let code = a.wait(Duration::from_secs(15));
     let ended = now_ns();
     let took = Duration::from_nanos((ended - started.time()) as u64);

@@ -16,25 +16,6 @@ use crate::harness::*;
 const STOPPABLE: &str = r#"trap 'echo "term a $(date +%s%N)" >> "$h"; echo "end a $(date +%s%N)" >> "$h"; exit 0' TERM
 while :; do sleep 0.05; done"#;
 
-/// A job whose shell and whose grandchild both ignore TERM: only SIGKILL ends them. The
-/// grandchild's pid is recorded (`child a PID TIME`) and joins `$pids`, so that the next job's
-/// overlap check looks at it too.
-const STUBBORN: &str = r#"trap '' TERM
-sleep 1000 &
-register a $!
-echo "child a $! $(date +%s%N)" >> "$h"
-wait"#;
-
-/// The pid of the grandchild a `STUBBORN` job recorded.
-fn grandchild_of_a(scratch: &Scratch) -> i32 {
-    scratch
-        .wait_record("child", "a", Duration::from_secs(5))
-        .expect("a's grandchild started")
-        .fields[0]
-        .parse()
-        .unwrap()
-}
-
 /// Slack for a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(1);
 
@@ -181,12 +162,12 @@ fn a_stopped_supervisor_cannot_keep_the_command_alive() {
     let proxied = proxy.endpoint();
     let mut a = Instance::start(
         &lease_args(&proxied, "stopsup"),
-        &scratch.job("a", STUBBORN),
+        &scratch.job("a", &stubborn("a")),
     );
     let start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let grandchild = grandchild_of_a(&scratch);
+    let grandchild = scratch.grandchild("a");
     let endpoint = etcd.endpoint();
     let mut b = Instance::start(&lease_args(&endpoint, "stopsup"), &scratch.job("b", "true"));
     wait_in_line(&etcd, "stopsup");
@@ -217,11 +198,14 @@ fn killing_everything_named_leader_exec_still_kills_the_grandchild() {
     let etcd = Etcd::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
-    let mut a = start_as_job(&lease_args(&endpoint, "pkill"), &scratch.job("a", STUBBORN));
+    let mut a = start_as_job(
+        &lease_args(&endpoint, "pkill"),
+        &scratch.job("a", &stubborn("a")),
+    );
     let start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let grandchild = grandchild_of_a(&scratch);
+    let grandchild = scratch.grandchild("a");
     let mut b = Instance::start(&lease_args(&endpoint, "pkill"), &scratch.job("b", "true"));
     wait_in_line(&etcd, "pkill");
 
