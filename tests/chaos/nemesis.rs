@@ -164,8 +164,10 @@ struct Run<S: Nemesis> {
     bias_pause: bool,
 }
 
-/// The job: records its start with its token, beats every 50 ms, ends when the runner creates
-/// `end-NAME` (exit 0); on SIGTERM records `stop` and exits, or records `term` and runs on.
+/// The job: records its start with its token, lists its shell as `PID START` in `$d/pids` (START
+/// from /proc/PID/stat, so that the teardown tells it from a later process given the same pid:
+/// a long run goes round pid_max), beats every 50 ms, ends when the runner creates `end-NAME`
+/// (exit 0); on SIGTERM records `stop` and exits, or records `term` and runs on.
 fn job_script(history: &Path, dir: &Path, name: &str, ignores_term: bool) -> String {
     const NOW: &str = "${EPOCHREALTIME//[!0-9]/}000";
     let trap = if ignores_term {
@@ -176,6 +178,7 @@ fn job_script(history: &Path, dir: &Path, name: &str, ignores_term: bool) -> Str
     format!(
         r#"h='{h}'; d='{d}'; n='{name}'
 echo "start $n $LEADER_TOKEN $$ {NOW}" >> "$h"
+if {{ read -r stat < "/proc/$$/stat"; }} 2>/dev/null; then f=(${{stat##*) }}); echo "$$ ${{f[19]}}" >> "$d/pids"; fi
 {trap}
 for ((i = 0; i < 6000; i++)); do
   echo "beat $n {NOW}" >> "$h"

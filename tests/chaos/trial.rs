@@ -531,11 +531,35 @@ impl Trial {
                 _ => {}
             }
         }
+        // Every job lists its shell and its grandchild as `PID START` in `$pids` (see
+        // `job_script`). A long run goes round pid_max, so a listed pid (or the process group
+        // the shell led) may name a later process by the teardown: a process counts as the job's
+        // only while its start time is the one listed for its pid.
+        let listed = std::fs::read_to_string(self.path("pids")).unwrap_or_default();
+        let listed: Vec<(i32, &str)> = listed
+            .lines()
+            .filter_map(|line| {
+                let (pid, start) = line.split_once(' ')?;
+                Some((pid.parse().ok()?, start))
+            })
+            .collect();
+        let same_process = |pid: i32| match start_time_of(pid) {
+            // Not listed (its shell could not read /proc): taken as the job's, to be safe.
+            Some(start) => {
+                listed.iter().all(|&(p, _)| p != pid)
+                    || listed.iter().any(|&(p, s)| p == pid && s == start)
+            }
+            None => false,
+        };
         for (name, pids) in jobs {
-            // The command's pid is its process group's id.
+            // The command's pid is its process group's id. While any process is in that group,
+            // Linux hands its number to no new process; so a live process with that pid and
+            // another start time means the job's group emptied and the number was reused.
             let group = pids[0];
+            let group_alive =
+                |group: i32| group_alive(group) && (!alive(group) || same_process(group));
             if wait_for(Duration::from_secs(5), || {
-                pids.iter().all(|&p| !alive(p)) && !group_alive(group)
+                pids.iter().all(|&p| !(alive(p) && same_process(p))) && !group_alive(group)
             }) {
                 self.note(&Record::Gone {
                     name,
@@ -625,4 +649,12 @@ pub fn token_is_current(endpoints: &str, lease: &str, token: i64) -> bool {
         Some(1) => false,
         other => panic!("leader-exec check failed: {other:?}"),
     }
+}
+
+/// Field 22 of /proc/PID/stat (the start time, in clock ticks since boot), as the job scripts
+/// list it; `None` when the process is gone.
+fn start_time_of(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19).map(str::to_owned)
 }
