@@ -1,5 +1,5 @@
 //! The benchmark's servers: one store of the store list (tests/stores.rs), started by the test
-//! harness (tests/harness.rs) on free loopback ports, with TCP proxies in front of it on demand.
+//! harness (tests/harness/) on free loopback ports, with TCP proxies in front of it on demand.
 //! bench/run.py runs one of these per store it measures and talks to it over stdin and stdout.
 //!
 //!     cargo build --example bench-servers
@@ -27,7 +27,7 @@
 //!
 //! Data directories are the harness's temporary directories: set TMPDIR to put them on a tmpfs.
 
-#[path = "../tests/harness.rs"]
+#[path = "../tests/harness/mod.rs"]
 mod harness;
 #[path = "../tests/stores.rs"]
 #[macro_use]

@@ -22,7 +22,8 @@
 //! - `src/election/any.rs`: one variant in `Target`, `AnyStore` and `AnyKeeper`, one arm in
 //!   `Connection::parse`, `open`, `open_reader`, the `each!` macro, `AnyStore::keeper` and
 //!   `AnyKeeper`'s two methods; a case in `the_scheme_picks_the_store`.
-//! - `tests/harness.rs`: one `Store` impl that starts the server on free loopback ports;
+//! - `tests/harness/NEW.rs` (with its two lines in `tests/harness/mod.rs`): one `Store` impl that
+//!   starts the server on free loopback ports;
 //!   `tests/stores.rs`: one entry in `with_stores!` (the integration tests' store-independent
 //!   list, the chaos suite and the benchmarks all read it); `tests/floors.rs`: the store's crate
 //!   and type names in `STORE_NAMES`.

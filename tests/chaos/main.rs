@@ -18,7 +18,7 @@
 //! runs that many trials per scenario and writes the table to `RELIABILITY.md`.
 //! `LEADER_EXEC_CHAOS_SEED=N` repeats a run's randomised timings (the seed is in the table).
 
-#[path = "../harness.rs"]
+#[path = "../harness/mod.rs"]
 mod harness;
 #[path = "../stores.rs"]
 #[macro_use]

@@ -1,4 +1,4 @@
-// A Curator LeaderLatch participant for the interoperability tests (tests/harness.rs, CuratorLatch).
+// A Curator LeaderLatch participant for the interoperability tests (tests/harness/curator.rs, CuratorLatch).
 // Run with the JDK's single-file source launcher:
 //   java -cp CLASSPATH tests/zk/CuratorLatch.java CONNECT PATH ID [NAME:PASSWORD]
 // CONNECT is host:port (a zk:// prefix is dropped). With NAME:PASSWORD the client authenticates

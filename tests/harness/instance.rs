@@ -1,0 +1,203 @@
+//! Running leader-exec: the binary under test, [`Cmd`] (one run to its end), [`Instance`] (a
+//! running one, killed when dropped), and the timing flags tests pass.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::wait_for;
+
+/// Timing flags for tests: fast enough to keep the suite short, slack enough for a loaded
+/// 2-core machine. 1.5 s + 1 s + 0.25 s margin <= 3 s.
+pub const FAST: [&str; 8] = [
+    "--ttl",
+    "3s",
+    "--renew-deadline",
+    "1500ms",
+    "--retry-period",
+    "300ms",
+    "--kill-after",
+    "1s",
+];
+pub const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
+pub const RETRY_PERIOD: Duration = Duration::from_millis(300);
+pub const KILL_AFTER: Duration = Duration::from_secs(1);
+pub const TTL: Duration = Duration::from_secs(3);
+
+/// A child process the test started, killed when the test ends however it ends.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// A running leader-exec.
+pub struct Instance {
+    child: Option<Child>,
+    stderr: PathBuf,
+    _stderr_dir: tempfile::TempDir,
+    pub status: Option<ExitStatus>,
+}
+
+/// The binary under test; outside a test binary (bench/servers.rs, which starts no instances)
+/// cargo does not name it.
+const LEADER_EXEC: &str = match option_env!("CARGO_BIN_EXE_leader-exec") {
+    Some(path) => path,
+    None => "leader-exec",
+};
+
+pub fn leader_exec() -> Command {
+    let mut command = Command::new(LEADER_EXEC);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("LEADER_EXEC_")
+            || name.starts_with("ETCDCTL_")
+            || name.starts_with("LEADER_")
+        {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+impl Instance {
+    /// Starts `command` with stderr going to `stderr` (a pipe the test holds, say) instead of a
+    /// file; `Instance::stderr` is then empty.
+    pub fn start_with_stderr(command: &mut Command, stderr: Stdio) -> Instance {
+        let dir = tempfile::tempdir().unwrap();
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        Instance {
+            child: Some(child),
+            stderr: dir.path().join("stderr"),
+            _stderr_dir: dir,
+            status: None,
+        }
+    }
+
+    /// Starts `leader-exec ARGS`, stdout to null, stderr kept for the test to read.
+    pub fn start(args: &[&str], command: &[String]) -> Instance {
+        Instance::start_command(leader_exec().args(args).arg("--").args(command))
+    }
+
+    pub fn start_command(command: &mut Command) -> Instance {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr = dir.path().join("stderr");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Instance {
+            child: Some(child),
+            stderr,
+            _stderr_dir: dir,
+            status: None,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.pid()), signal).unwrap();
+    }
+
+    /// Waits up to `timeout` for leader-exec to exit; returns its exit code (None: still running).
+    pub fn wait(&mut self, timeout: Duration) -> Option<i32> {
+        if self.status.is_none() {
+            let child = self.child.as_mut().unwrap();
+            wait_for(timeout, || matches!(child.try_wait(), Ok(Some(_))));
+            self.status = child.try_wait().unwrap();
+        }
+        self.status.map(|s| s.code().unwrap_or(-1))
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.wait(Duration::ZERO).is_none()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take()
+            && child.try_wait().ok().flatten().is_none()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Timing with a renew deadline long enough to ride out an etcd restart on a loaded machine.
+/// 5 s + 1 s + 0.4 s margin <= 8 s.
+pub const PATIENT: [&str; 8] = [
+    "--ttl",
+    "8s",
+    "--renew-deadline",
+    "5s",
+    "--retry-period",
+    "500ms",
+    "--kill-after",
+    "1s",
+];
+
+pub fn patient_lease_args<'a>(etcd_endpoint: &'a str, lease: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["-v", "--endpoints", etcd_endpoint, "--lease", lease];
+    args.extend(PATIENT);
+    args
+}
+
+pub fn lease_args<'a>(etcd_endpoint: &'a str, lease: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["-v", "--endpoints", etcd_endpoint, "--lease", lease];
+    args.extend(FAST);
+    args
+}
+
+pub fn path_str(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// `leader-exec status --json` for `lease` (exit 0 with a leader, 3 without; the JSON either way).
+pub fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
+    let out = leader_exec()
+        .args([
+            "status",
+            "--json",
+            "--lease",
+            lease,
+            "--endpoints",
+            endpoint,
+        ])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json: {e}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Whether `instance` has joined the election (its log says it campaigns): a store-independent
+/// "it stands in line".
+pub fn campaigning(instance: &Instance) -> bool {
+    instance.stderr().contains(" campaigning")
+}
