@@ -1,5 +1,5 @@
-//! Running leader-exec: the binary under test, [`Cmd`] (one run to its end), [`Instance`] (a
-//! running one, killed when dropped), and the timing flags tests pass.
+//! Running leader-exec: the binary under test, [`Instance`] (a running one, killed when dropped),
+//! and the timing flags tests pass.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -173,27 +173,6 @@ pub fn lease_args<'a>(etcd_endpoint: &'a str, lease: &'a str) -> Vec<&'a str> {
 
 pub fn path_str(path: &Path) -> String {
     path.display().to_string()
-}
-
-/// `leader-exec status --json` for `lease` (exit 0 with a leader, 3 without; the JSON either way).
-pub fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
-    let out = leader_exec()
-        .args([
-            "status",
-            "--json",
-            "--lease",
-            lease,
-            "--endpoints",
-            endpoint,
-        ])
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "status --json: {e}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 /// Whether `instance` has joined the election (its log says it campaigns): a store-independent

@@ -3,8 +3,9 @@
 //! a history file, and a Curator LeaderLatch participant for ZooKeeper interoperability.
 //!
 //! One room a concern; everything is re-exported here, so a test says `use crate::harness::*`:
-//! - `instance`: the binary under test, [`Cmd`] (one run to its end), [`Instance`] (a running
-//!   one), the timing flags tests pass;
+//! - `cmd`: [`Cmd`], the one way a test runs leader-exec (`Cmd::new(&store).args(..).run()`);
+//! - `instance`: the binary under test, [`Instance`] (a running leader-exec, killed when
+//!   dropped), the timing flags tests pass;
 //! - `scratch`: a test's directory, the job scripts that record to its history file;
 //! - `history`: reading a history back and checking it (one at a time, tokens rising);
 //! - `procfs`: what /proc says about a process (alive, its children, its name, its group);
@@ -19,6 +20,7 @@
 
 #![allow(dead_code)]
 
+mod cmd;
 mod curator;
 mod etcd;
 mod history;
@@ -34,6 +36,8 @@ mod zookeeper;
 mod zookeeper_ensemble;
 
 // Each includer (the integration tests, the chaos suite, bench/servers.rs) uses part of these.
+#[allow(unused_imports)]
+pub use cmd::*;
 #[allow(unused_imports)]
 pub use curator::*;
 #[allow(unused_imports)]
