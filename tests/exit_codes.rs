@@ -6,16 +6,12 @@ use std::os::unix::fs::PermissionsExt;
 use crate::harness::*;
 
 fn status_of<S: Store>(etcd: &S, command: &[&str]) -> (i32, String) {
-    let out = leader_exec()
+    let (code, _, stderr) = Cmd::bare()
         .args(lease_args(&etcd.endpoint(), "codes"))
         .arg("--")
         .args(command)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .run();
+    (code, stderr)
 }
 
 pub fn the_commands_exit_status_is_passed_on<S: Store>() {

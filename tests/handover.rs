@@ -2,7 +2,6 @@
 //! its claim only once the whole group is gone, and the next instance starts after that; a
 //! frozen leader is named, and `--force` takes over.
 
-use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -36,20 +35,6 @@ fn args<'a>(endpoint: &'a str, lease: &'a str, identity: &'a str) -> Vec<&'a str
     args
 }
 
-fn resign(endpoint: &str, args: &[&str]) -> (i32, String, String) {
-    let out = leader_exec()
-        .arg("resign")
-        .args(args)
-        .args(["--endpoints", endpoint])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// Waits until `b` stands in line behind the leader (a claim per candidate on every store).
 fn wait_in_line<S: Store>(store: &S, b: &Instance, lease: &str) {
     assert!(
@@ -80,7 +65,7 @@ pub fn resign_hands_over_only_after_the_whole_old_group_is_gone<S: Store>() {
 
     let asked_ns = now_ns();
     let asked = Instant::now();
-    let (code, stdout, stderr) = resign(&endpoint, &["--lease", "ho"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["resign", "--lease", "ho"]).run();
     let took = asked.elapsed();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
@@ -114,23 +99,16 @@ pub fn resign_hands_over_only_after_the_whole_old_group_is_gone<S: Store>() {
     assert_one_at_a_time(&scratch.history());
 }
 
-/// Starts leader-exec the way a shell starts a job: in a process group of its own, with its
-/// parent (this test) alive in another group of the same session, so that no stop signal sent
-/// to it is discarded as one sent to an orphaned group would be.
-fn start_as_job(args: &[&str], command: &[String]) -> Instance {
-    let mut leader = leader_exec();
-    leader.args(args).arg("--").args(command).process_group(0);
-    Instance::start_command(&mut leader)
-}
-
 pub fn resign_names_a_frozen_leader_and_force_takes_over<S: Store>() {
     let store = S::start();
     let scratch = Scratch::new();
     let endpoint = store.endpoint();
-    let mut a = start_as_job(
-        &args(&endpoint, "frozen", "host-a:1"),
-        &scratch.job("a", "sleep 1000"),
-    );
+    let mut a = Cmd::bare()
+        .args(args(&endpoint, "frozen", "host-a:1"))
+        .arg("--")
+        .args(scratch.job("a", "sleep 1000"))
+        .in_own_group()
+        .start();
     let a_start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
@@ -147,17 +125,17 @@ pub fn resign_names_a_frozen_leader_and_force_takes_over<S: Store>() {
     );
     // Well within the TTL (10 s): the claim still stands, nobody answers.
     let asked = Instant::now();
-    let (code, stdout, stderr) = resign(
-        &endpoint,
-        &[
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args([
+            "resign",
             "--lease",
             "frozen",
             "--token",
             &a_start.token().to_string(),
             "--timeout",
             "2s",
-        ],
-    );
+        ])
+        .run();
     let took = asked.elapsed();
     assert_eq!(code, 124, "{stdout}{stderr}");
     assert!(
@@ -181,16 +159,16 @@ pub fn resign_names_a_frozen_leader_and_force_takes_over<S: Store>() {
     );
 
     // --force deletes the claim at once and says it may overlap; the waiter takes over.
-    let (code, stdout, stderr) = resign(
-        &endpoint,
-        &[
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args([
+            "resign",
             "--lease",
             "frozen",
             "--token",
             &a_start.token().to_string(),
             "--force",
-        ],
-    );
+        ])
+        .run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
         stdout.contains("resigned leader host-a:1") && stdout.contains("--force"),
@@ -227,7 +205,7 @@ pub fn resign_with_recampaign_sends_the_leader_to_the_back_of_the_line<S: Store>
     );
     wait_in_line(&store, &b, "back");
 
-    let (code, stdout, stderr) = resign(&endpoint, &["--lease", "back"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["resign", "--lease", "back"]).run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     // The waiter goes first, not the leader that handed over (on PostgreSQL both race for the
     // row: the handed-over leader waits a retry period before it tries).
@@ -273,7 +251,7 @@ pub fn resign_ends_a_hold_at_least<S: Store>() {
     wait_in_line(&store, &b, "hold");
     assert!(a.running(), "a did not hold the lease: {}", a.stderr());
 
-    let (code, stdout, stderr) = resign(&endpoint, &["--lease", "hold"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["resign", "--lease", "hold"]).run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_eq!(a.wait(Duration::from_secs(5)), Some(75), "{}", a.stderr());
     assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());

@@ -7,7 +7,6 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::harness::*;
-use crate::holders_ops::{lines_until, stop_watch};
 
 fn health_args<'a>(endpoint: &'a str, lease: &'a str, check: &'a str) -> Vec<&'a str> {
     let mut args = lease_args(endpoint, lease);
@@ -162,11 +161,7 @@ while :; do sleep 0.05; done"#;
 
 /// `status` for `lease` as text.
 fn status_text(endpoint: &str, lease: &str) -> String {
-    let out = leader_exec()
-        .args(["status", "--lease", lease, "--endpoints", endpoint])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    Cmd::at(endpoint).args(["status", "--lease", lease]).run().1
 }
 
 pub fn status_shows_the_leaders_health<S: Store>() {
@@ -195,7 +190,7 @@ pub fn status_shows_the_leaders_health<S: Store>() {
     assert!(unchecked["leader"]["health"].is_null(), "{unchecked}");
     assert!(unchecked["holders"][0]["health"].is_null(), "{unchecked}");
     assert!(!status_text(&endpoint, "unchecked").contains("health:"));
-    let (unchecked_watch, lines) = crate::holders_ops::watch(&endpoint, "unchecked", true);
+    let (unchecked_watch, lines) = watch(&endpoint, "unchecked", true);
     let line: serde_json::Value = serde_json::from_str(&lines_until(&lines, |_| true)[0]).unwrap();
     assert_eq!(line["leader"]["token"], n_start.token(), "{line}");
     assert!(line["leader"]["health"].is_null(), "{line}");
@@ -233,7 +228,7 @@ pub fn status_shows_the_leaders_health<S: Store>() {
     assert_eq!(seen["holders"][0]["health"], healthy, "{seen}");
     let text = status_text(&endpoint, "checked");
     assert!(text.contains("health:      healthy\n"), "{text}");
-    let (checked_watch, lines) = crate::holders_ops::watch(&endpoint, "checked", true);
+    let (checked_watch, lines) = watch(&endpoint, "checked", true);
     let first: serde_json::Value = serde_json::from_str(&lines_until(&lines, |_| true)[0]).unwrap();
     assert_eq!(first["leader"]["token"], a_start.token(), "{first}");
     assert_eq!(first["leader"]["health"], healthy, "{first}");

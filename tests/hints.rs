@@ -8,16 +8,12 @@ use crate::harness::*;
 
 /// Runs leader-exec with `args`; returns (exit code, stderr). No store is needed for these.
 fn run(args: &[&str]) -> (i32, String) {
-    let out = leader_exec()
+    let (code, _, stderr) = Cmd::bare()
         .args(args)
         .env_remove("PGPASSWORD")
         .env_remove("LEADER_EXEC_PASSWORD")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .run();
+    (code, stderr)
 }
 
 fn assert_one_line_125(code: i32, stderr: &str) {

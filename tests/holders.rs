@@ -291,19 +291,6 @@ pub fn a_different_max_holders_exits_125_naming_both_values_and_leaves_nothing<S
     );
 }
 
-fn subcommand(endpoint: &str, args: &[&str]) -> (i32, String, String) {
-    let out = leader_exec()
-        .args(args)
-        .args(["--endpoints", endpoint])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 pub fn status_and_check_know_every_holder<S: Store>() {
     let store = S::start();
     let scratch = Scratch::new();
@@ -332,7 +319,9 @@ pub fn status_and_check_know_every_holder<S: Store>() {
     let mut c = start("c", "host-c");
     waits_in_line(&store, "seen", 3, &c);
 
-    let (code, stdout, stderr) = subcommand(&endpoint, &["status", "--lease", "seen", "--json"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args(["status", "--lease", "seen", "--json"])
+        .run();
     assert_eq!(code, 0, "{stderr}");
     let json: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(json["max_holders"], 2, "{json}");
@@ -351,7 +340,7 @@ pub fn status_and_check_know_every_holder<S: Store>() {
     assert_eq!(json["leader"]["identity"], "host-a", "{json}");
     assert_eq!(json["leader"]["token"], a_token, "{json}");
 
-    let (code, stdout, stderr) = subcommand(&endpoint, &["status", "--lease", "seen"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["status", "--lease", "seen"]).run();
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("holders:     2 of 2"), "{stdout}");
     for (identity, token) in [("host-a", a_token), ("host-b", b_token)] {
@@ -365,11 +354,10 @@ pub fn status_and_check_know_every_holder<S: Store>() {
     assert!(!stdout.contains("host-c"), "{stdout}");
 
     let check = |token: i64| {
-        subcommand(
-            &endpoint,
-            &["check", "--lease", "seen", "--token", &token.to_string()],
-        )
-        .0
+        Cmd::at(&endpoint)
+            .args(["check", "--lease", "seen", "--token", &token.to_string()])
+            .run()
+            .0
     };
     assert_eq!(check(a_token), 0);
     assert_eq!(check(b_token), 0);

@@ -4,9 +4,6 @@
 //! single-leader meaning for each holder. Facts from outside: what the children recorded, exit
 //! codes, what the subcommands print, how many claims the store holds.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -26,20 +23,6 @@ fn stoppable(scratch: &Scratch, name: &str) -> String {
         r#"trap 'echo "term {name} $(date +%s%N)" >> "$h"; echo "end {name} $(date +%s%N)" >> "$h"; exit 0' TERM
 {}"#,
         gated(scratch, name)
-    )
-}
-
-/// A subcommand against `endpoint`: (exit code, stdout, stderr).
-fn subcommand(endpoint: &str, args: &[&str]) -> (i32, String, String) {
-    let out = leader_exec()
-        .args(args)
-        .args(["--endpoints", endpoint])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
@@ -75,10 +58,9 @@ pub fn resign_with_several_holders_hands_over_only_the_holder_it_names<S: Store>
     waits_in_line(&store, "rs", 3, &c);
 
     // The newer holder, by its token: b's command is stopped, c takes b's place, a holds on.
-    let (code, stdout, stderr) = subcommand(
-        &endpoint,
-        &["resign", "--lease", "rs", "--token", &b_token.to_string()],
-    );
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args(["resign", "--lease", "rs", "--token", &b_token.to_string()])
+        .run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
         stdout.contains("resigned leader host-b") && stdout.contains(&format!("token {b_token}")),
@@ -97,10 +79,9 @@ pub fn resign_with_several_holders_hands_over_only_the_holder_it_names<S: Store>
     assert!(scratch.wait_record("term", "a", Duration::ZERO).is_none());
 
     // b's token is no current holder's: nothing asked, the holders' tokens named.
-    let (code, stdout, stderr) = subcommand(
-        &endpoint,
-        &["resign", "--lease", "rs", "--token", &b_token.to_string()],
-    );
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args(["resign", "--lease", "rs", "--token", &b_token.to_string()])
+        .run();
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(
         stderr.contains(&format!("token {b_token} is not a current holder's"))
@@ -113,7 +94,7 @@ pub fn resign_with_several_holders_hands_over_only_the_holder_it_names<S: Store>
     // Without --token: the oldest holder, a; d, waiting, takes its place; c holds on.
     let mut d = start("d", "host-d");
     waits_in_line(&store, "rs", 3, &d);
-    let (code, stdout, stderr) = subcommand(&endpoint, &["resign", "--lease", "rs"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["resign", "--lease", "rs"]).run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("resigned leader host-a"), "{stdout}");
     assert_eq!(a.wait(TEN), Some(75), "{}", a.stderr());
@@ -125,17 +106,16 @@ pub fn resign_with_several_holders_hands_over_only_the_holder_it_names<S: Store>
     assert!(scratch.wait_record("term", "c", Duration::ZERO).is_none());
 
     // --force --token: c's claim alone is deleted; d holds on, and its command runs.
-    let (code, stdout, stderr) = subcommand(
-        &endpoint,
-        &[
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args([
             "resign",
             "--lease",
             "rs",
             "--force",
             "--token",
             &c_start.token().to_string(),
-        ],
-    );
+        ])
+        .run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
         stdout.contains("resigned leader host-c") && stdout.contains("--force"),
@@ -166,59 +146,6 @@ pub fn resign_with_several_holders_hands_over_only_the_holder_it_names<S: Store>
     );
 }
 
-/// Reads a child's stdout lines on a thread, so the test can wait for them with a timeout.
-fn lines_of(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    receiver
-}
-
-pub(crate) fn watch(
-    endpoint: &str,
-    lease: &str,
-    json: bool,
-) -> (KillOnDrop, mpsc::Receiver<String>) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leader-exec"));
-    command.args(["watch", "--lease", lease, "--endpoints", endpoint]);
-    if json {
-        command.arg("--json");
-    }
-    let mut child = KillOnDrop(
-        command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let lines = lines_of(child.0.stdout.take().unwrap());
-    (child, lines)
-}
-
-/// The lines `watch` prints up to and including the first for which `done` holds (15 s at most).
-pub(crate) fn lines_until(
-    lines: &mpsc::Receiver<String>,
-    done: impl Fn(&str) -> bool,
-) -> Vec<String> {
-    let mut seen = Vec::new();
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(15))
-            .unwrap_or_else(|_| panic!("watch printed no further line after {seen:#?}"));
-        let last = done(&line);
-        seen.push(line);
-        if last {
-            return seen;
-        }
-    }
-}
-
 fn json_tokens(line: &Value) -> Vec<i64> {
     line["holders"]
         .as_array()
@@ -226,15 +153,6 @@ fn json_tokens(line: &Value) -> Vec<i64> {
         .iter()
         .map(|h| h["token"].as_i64().unwrap())
         .collect()
-}
-
-pub(crate) fn stop_watch(mut watch: KillOnDrop) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(watch.0.id() as i32),
-        Signal::SIGINT,
-    )
-    .unwrap();
-    assert_eq!(watch.0.wait().unwrap().code(), Some(0));
 }
 
 pub fn watch_reports_each_change_of_the_holder_set<S: Store>() {
@@ -343,7 +261,7 @@ pub fn status_all_lists_every_holder<S: Store>() {
         status_json(&endpoint, "sa")
     );
 
-    let (code, stdout, stderr) = subcommand(&endpoint, &["status", "--all"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["status", "--all"]).run();
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains(&format!(
@@ -353,7 +271,7 @@ pub fn status_all_lists_every_holder<S: Store>() {
     );
     assert!(!stdout.contains("host-c"), "{stdout}");
 
-    let (code, stdout, stderr) = subcommand(&endpoint, &["status", "--all", "--json"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["status", "--all", "--json"]).run();
     assert_eq!(code, 0, "{stderr}");
     let all: Value = serde_json::from_str(&stdout).unwrap();
     let lease = all["leases"]
@@ -392,7 +310,7 @@ pub fn status_all_lists_every_holder<S: Store>() {
     assert_ne!(holders[0]["since"], Value::Null);
 
     // Text status: a line per holder with its since and command.
-    let (code, stdout, stderr) = subcommand(&endpoint, &["status", "--lease", "sa"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["status", "--lease", "sa"]).run();
     assert_eq!(code, 0, "{stderr}");
     for (identity, token) in [("host-a", a_token), ("host-b", b_token)] {
         assert!(
@@ -514,16 +432,15 @@ pub fn hold_at_least_and_recampaign_with_several_holders<S: Store>() {
     // b resigned with --recampaign: to the back of the line, behind d.
     let mut d = start("d", "host-d");
     waits_in_line(&store, "hr", 3, &d);
-    let (code, stdout, stderr) = subcommand(
-        &endpoint,
-        &[
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args([
             "resign",
             "--lease",
             "hr",
             "--token",
             &b_first.token().to_string(),
-        ],
-    );
+        ])
+        .run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     scratch
         .wait_record("term", "b", TEN)
@@ -556,11 +473,10 @@ pub fn hold_at_least_and_recampaign_with_several_holders<S: Store>() {
     assert!(d.running() && alive(d_start.pid()));
     // The same instance, a holder again: its new token is current, its first one stale.
     let check = |token: i64| {
-        subcommand(
-            &endpoint,
-            &["check", "--lease", "hr", "--token", &token.to_string()],
-        )
-        .0
+        Cmd::at(&endpoint)
+            .args(["check", "--lease", "hr", "--token", &token.to_string()])
+            .run()
+            .0
     };
     assert_eq!(check(b_again.token()), 0);
     assert_eq!(check(d_start.token()), 0);
@@ -610,7 +526,7 @@ pub fn resign_ends_one_holders_hold_at_least<S: Store>() {
     let mut text = String::new();
     assert!(
         wait_for(TEN, || {
-            text = subcommand(&endpoint, &["status", "--lease", "rh"]).1;
+            text = Cmd::at(&endpoint).args(["status", "--lease", "rh"]).run().1;
             [("host-a", a_token), ("host-b", b_token)]
                 .iter()
                 .all(|(identity, token)| {
@@ -625,10 +541,9 @@ pub fn resign_ends_one_holders_hold_at_least<S: Store>() {
     );
 
     // resign --token b ends b's hold alone: c holds, a holds on.
-    let (code, stdout, stderr) = subcommand(
-        &endpoint,
-        &["resign", "--lease", "rh", "--token", &b_token.to_string()],
-    );
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args(["resign", "--lease", "rh", "--token", &b_token.to_string()])
+        .run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_eq!(b.wait(TEN), Some(75), "{}", b.stderr());
     let c_token = token_of(&scratch, "c");
@@ -652,10 +567,9 @@ pub fn resign_ends_one_holders_hold_at_least<S: Store>() {
         "{status}"
     );
 
-    let (code, stdout, stderr) = subcommand(
-        &endpoint,
-        &["resign", "--lease", "rh", "--token", &a_token.to_string()],
-    );
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args(["resign", "--lease", "rh", "--token", &a_token.to_string()])
+        .run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert_eq!(a.wait(TEN), Some(75), "{}", a.stderr());
     open_gate(&scratch, "c");
@@ -668,24 +582,17 @@ pub fn resign_ends_one_holders_hold_at_least<S: Store>() {
     );
 }
 
-/// Starts leader-exec in a process group of its own (as a shell starts a job), so that a
-/// SIGSTOP sent to it is not discarded as one sent to an orphaned group would be.
-fn start_as_job(args: &[&str], command: &[String]) -> Instance {
-    use std::os::unix::process::CommandExt;
-    let mut leader = leader_exec();
-    leader.args(args).arg("--").args(command).process_group(0);
-    Instance::start_command(&mut leader)
-}
-
 pub fn resign_names_a_frozen_holder_and_force_removes_it_alone<S: Store>() {
     let store = S::start();
     let scratch = Scratch::new();
     let endpoint = store.endpoint();
     let args = patient_holder_args(&endpoint, "rf");
-    let mut a = start_as_job(
-        &with_identity(&args, "host-a"),
-        &holder_job(&scratch, "a", &gated(&scratch, "a")),
-    );
+    let mut a = Cmd::bare()
+        .args(with_identity(&args, "host-a"))
+        .arg("--")
+        .args(holder_job(&scratch, "a", &gated(&scratch, "a")))
+        .in_own_group()
+        .start();
     let a_start = scratch.wait_record("start", "a", TEN).expect("a started");
     let mut b = Instance::start(
         &with_identity(&args, "host-b"),
@@ -705,9 +612,8 @@ pub fn resign_names_a_frozen_holder_and_force_removes_it_alone<S: Store>() {
     );
     // Well within the TTL (8 s): a's claim stands, nobody answers for it.
     let asked = std::time::Instant::now();
-    let (code, stdout, stderr) = subcommand(
-        &endpoint,
-        &[
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args([
             "resign",
             "--lease",
             "rf",
@@ -715,8 +621,8 @@ pub fn resign_names_a_frozen_holder_and_force_removes_it_alone<S: Store>() {
             &a_start.token().to_string(),
             "--timeout",
             "2s",
-        ],
-    );
+        ])
+        .run();
     let took = asked.elapsed();
     assert_eq!(code, 124, "{stdout}{stderr}");
     assert!(
@@ -735,17 +641,16 @@ pub fn resign_names_a_frozen_holder_and_force_removes_it_alone<S: Store>() {
     assert!(alive(a_start.pid()) && alive(b_start.pid()));
 
     // --force: a's claim alone goes; c takes its place while b holds on.
-    let (code, stdout, stderr) = subcommand(
-        &endpoint,
-        &[
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args([
             "resign",
             "--lease",
             "rf",
             "--token",
             &a_start.token().to_string(),
             "--force",
-        ],
-    );
+        ])
+        .run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
         stdout.contains("resigned leader host-a") && stdout.contains("--force"),

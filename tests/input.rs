@@ -6,10 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-fn run(args: &[&str]) -> Output {
-    leader_exec().args(args).output().unwrap()
-}
-
 /// Asserts exit 125 with exactly one line on stderr that mentions `needle`.
 fn assert_usage_error(out: &Output, needle: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -25,7 +21,7 @@ fn assert_usage_error(out: &Output, needle: &str) {
 
 #[test]
 fn help_and_version() {
-    let help = run(&["--help"]);
+    let help = Cmd::bare().args(["--help"]).output();
     assert_eq!(help.status.code(), Some(0));
     let text = String::from_utf8_lossy(&help.stdout);
     for needle in [
@@ -38,7 +34,7 @@ fn help_and_version() {
     ] {
         assert!(text.contains(needle), "--help lacks {needle}");
     }
-    let version = run(&["--version"]);
+    let version = Cmd::bare().args(["--version"]).output();
     assert_eq!(version.status.code(), Some(0));
     assert_eq!(
         String::from_utf8_lossy(&version.stdout).trim(),
@@ -52,7 +48,7 @@ pub fn malformed_flags_are_one_line_and_125<S: Store>() {
     let with = |extra: &[&str]| {
         let mut args = vec!["--endpoints", endpoint.as_str()];
         args.extend_from_slice(extra);
-        run(&args)
+        Cmd::bare().args(&args).output()
     };
     assert_usage_error(
         &with(&["--lease", "x", "--ttl", "15", "--", "true"]),
@@ -134,7 +130,9 @@ pub fn malformed_flags_are_one_line_and_125<S: Store>() {
         "--wait-timeout",
     );
     assert_usage_error(
-        &run(&["--endpoints", "http://", "--lease", "x", "--", "true"]),
+        &Cmd::bare()
+            .args(["--endpoints", "http://", "--lease", "x", "--", "true"])
+            .output(),
         "--endpoints",
     );
     // An environment variable is checked like its flag.
@@ -151,16 +149,18 @@ pub fn malformed_flags_are_one_line_and_125<S: Store>() {
 fn an_unreachable_etcd_fails_within_the_connect_timeout() {
     let nobody = format!("http://127.0.0.1:{}", free_port());
     let started = Instant::now();
-    let out = run(&[
-        "--endpoints",
-        &nobody,
-        "--connect-timeout",
-        "1s",
-        "--lease",
-        "x",
-        "--",
-        "true",
-    ]);
+    let out = Cmd::bare()
+        .args([
+            "--endpoints",
+            &nobody,
+            "--connect-timeout",
+            "1s",
+            "--lease",
+            "x",
+            "--",
+            "true",
+        ])
+        .output();
     let took = started.elapsed();
     // A refusal is an answer: no need to wait out the timeout.
     assert_usage_error(&out, "connection refused (is etcd running there?)");
@@ -171,16 +171,18 @@ fn an_unreachable_etcd_fails_within_the_connect_timeout() {
     let proxy = Proxy::start(etcd.addr());
     proxy.freeze();
     let started = Instant::now();
-    let out = run(&[
-        "--endpoints",
-        &proxy.endpoint(),
-        "--connect-timeout",
-        "1s",
-        "--lease",
-        "x",
-        "--",
-        "true",
-    ]);
+    let out = Cmd::bare()
+        .args([
+            "--endpoints",
+            &proxy.endpoint(),
+            "--connect-timeout",
+            "1s",
+            "--lease",
+            "x",
+            "--",
+            "true",
+        ])
+        .output();
     let took = started.elapsed();
     assert_usage_error(&out, "did not answer");
     assert!(took < Duration::from_secs(4), "took {took:?}");
@@ -193,16 +195,18 @@ fn unreadable_tls_files_are_named() {
     let scratch = Scratch::new();
     let missing = path_str(&scratch.path("missing.pem"));
     assert_usage_error(
-        &run(&[
-            "--endpoints",
-            "https://127.0.0.1:1",
-            "--cacert",
-            &missing,
-            "--lease",
-            "x",
-            "--",
-            "true",
-        ]),
+        &Cmd::bare()
+            .args([
+                "--endpoints",
+                "https://127.0.0.1:1",
+                "--cacert",
+                &missing,
+                "--lease",
+                "x",
+                "--",
+                "true",
+            ])
+            .output(),
         "--cacert",
     );
     let out = leader_exec()
@@ -356,18 +360,20 @@ fn tls_with_client_certificates() {
 
     // Without a client certificate the server refuses: 125, one line.
     let started = Instant::now();
-    let out = run(&[
-        "--endpoints",
-        &endpoint,
-        "--cacert",
-        &ca,
-        "--connect-timeout",
-        "2s",
-        "--lease",
-        "tls",
-        "--",
-        "true",
-    ]);
+    let out = Cmd::bare()
+        .args([
+            "--endpoints",
+            &endpoint,
+            "--cacert",
+            &ca,
+            "--connect-timeout",
+            "2s",
+            "--lease",
+            "tls",
+            "--",
+            "true",
+        ])
+        .output();
     assert_eq!(
         out.status.code(),
         Some(125),
@@ -400,18 +406,20 @@ fn authentication() {
     std::fs::write(&password_file, "s3cret-pw\n").unwrap();
     let pw = path_str(&password_file);
 
-    let ok = run(&[
-        "--endpoints",
-        &endpoint,
-        "--user",
-        "root",
-        "--password-file",
-        &pw,
-        "--lease",
-        "auth",
-        "--",
-        "true",
-    ]);
+    let ok = Cmd::bare()
+        .args([
+            "--endpoints",
+            &endpoint,
+            "--user",
+            "root",
+            "--password-file",
+            &pw,
+            "--lease",
+            "auth",
+            "--",
+            "true",
+        ])
+        .output();
     assert_eq!(
         ok.status.code(),
         Some(0),
@@ -434,44 +442,50 @@ fn authentication() {
     let started = Instant::now();
     // -q: without it, the warnings about a password on the command line and over plain http
     // come first (tested in credential_warnings).
-    let bad = run(&[
-        "-q",
-        "--endpoints",
-        &endpoint,
-        "--user",
-        "root:wrong-password-xyz",
-        "--lease",
-        "auth",
-        "--",
-        "true",
-    ]);
-    assert_usage_error(&bad, "auth");
-    assert!(started.elapsed() < Duration::from_secs(3));
-    assert!(!String::from_utf8_lossy(&bad.stderr).contains("wrong-password-xyz"));
-
-    let unknown = run(&[
-        "-q",
-        "--endpoints",
-        &endpoint,
-        "--user",
-        "nobody:pw",
-        "--lease",
-        "auth",
-        "--",
-        "true",
-    ]);
-    assert_usage_error(&unknown, "auth");
-    assert_usage_error(
-        &run(&[
+    let bad = Cmd::bare()
+        .args([
+            "-q",
             "--endpoints",
             &endpoint,
             "--user",
-            "root",
+            "root:wrong-password-xyz",
             "--lease",
             "auth",
             "--",
             "true",
-        ]),
+        ])
+        .output();
+    assert_usage_error(&bad, "auth");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(!String::from_utf8_lossy(&bad.stderr).contains("wrong-password-xyz"));
+
+    let unknown = Cmd::bare()
+        .args([
+            "-q",
+            "--endpoints",
+            &endpoint,
+            "--user",
+            "nobody:pw",
+            "--lease",
+            "auth",
+            "--",
+            "true",
+        ])
+        .output();
+    assert_usage_error(&unknown, "auth");
+    assert_usage_error(
+        &Cmd::bare()
+            .args([
+                "--endpoints",
+                &endpoint,
+                "--user",
+                "root",
+                "--lease",
+                "auth",
+                "--",
+                "true",
+            ])
+            .output(),
         "password",
     );
 

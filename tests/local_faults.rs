@@ -3,7 +3,6 @@
 //! exactly as a partition must not.
 
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -111,25 +110,18 @@ fn a_broken_stderr_neither_aborts_nor_keeps_the_lease() {
     assert!(etcd.leases().is_empty(), "{:?}", etcd.leases());
 }
 
-/// Starts leader-exec the way a shell starts a job: in a process group of its own, with its
-/// parent (this test) alive in another group of the same session. (The kernel discards stop
-/// signals sent to an orphaned process group, so `setsid` would prove nothing.)
-fn start_as_job(args: &[&str], command: &[String]) -> Instance {
-    let mut leader = leader_exec();
-    leader.args(args).arg("--").args(command).process_group(0);
-    Instance::start_command(&mut leader)
-}
-
 #[test]
 fn job_control_stop_signals_do_not_stop_a_leader() {
     let etcd = Etcd::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     // Runs longer than the TTL: a stopped leader would lose its lease meanwhile.
-    let mut a = start_as_job(
-        &lease_args(&endpoint, "tstp"),
-        &scratch.job("a", "sleep 4.5"),
-    );
+    let mut a = Cmd::bare()
+        .args(lease_args(&endpoint, "tstp"))
+        .arg("--")
+        .args(scratch.job("a", "sleep 4.5"))
+        .in_own_group()
+        .start();
     scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
@@ -198,10 +190,12 @@ fn killing_everything_named_leader_exec_still_kills_the_grandchild() {
     let etcd = Etcd::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
-    let mut a = start_as_job(
-        &lease_args(&endpoint, "pkill"),
-        &scratch.job("a", &stubborn("a")),
-    );
+    let mut a = Cmd::bare()
+        .args(lease_args(&endpoint, "pkill"))
+        .arg("--")
+        .args(scratch.job("a", &stubborn("a")))
+        .in_own_group()
+        .start();
     let start = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");

@@ -7,18 +7,10 @@ use crate::harness::*;
 /// Runs one uncontended election on `etcd` with `LEADER_EXEC_LOG` set to `filter` (and `-q`,
 /// which it overrides); returns stderr.
 fn stderr_with(etcd: &Etcd, filter: &str) -> String {
-    let out = leader_exec()
-        .args([
-            "-q",
-            "--endpoints",
-            &etcd.endpoint(),
-            "--lease",
-            "log-filter",
-        ])
-        .args(["--", "true"])
+    let out = Cmd::new(etcd)
+        .args(["-q", "--lease", "log-filter", "--", "true"])
         .env("LEADER_EXEC_LOG", filter)
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -49,18 +41,18 @@ fn the_log_filter_takes_targets_and_levels_and_overrides_quiet() {
         etcd.keys("/leader-exec/log-filter-wait/").len() == 1
     }));
     let waiter = |filter: &str| {
-        let out = leader_exec()
+        let out = Cmd::new(&etcd)
             .args([
                 "-q",
-                "--endpoints",
-                &etcd.endpoint(),
                 "--lease",
                 "log-filter-wait",
+                "--wait-timeout",
+                "1s",
+                "--",
+                "true",
             ])
-            .args(["--wait-timeout", "1s", "--", "true"])
             .env("LEADER_EXEC_LOG", filter)
-            .output()
-            .unwrap();
+            .output();
         assert_eq!(out.status.code(), Some(124), "{out:?}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };

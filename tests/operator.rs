@@ -1,8 +1,6 @@
 //! The operator surface: status, watch, check, --recampaign, systemd notifications, JSON logs.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -11,28 +9,17 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-fn subcommand(etcd_endpoint: &str, args: &[&str]) -> (i32, String, String) {
-    let out = leader_exec()
-        .args(args)
-        .args(["--endpoints", etcd_endpoint])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 pub fn status_shows_the_leader_or_exits_3<S: Store>() {
     let etcd = S::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
 
-    let (code, stdout, _) = subcommand(&endpoint, &["status", "--lease", "stat"]);
+    let (code, stdout, _) = Cmd::at(&endpoint).args(["status", "--lease", "stat"]).run();
     assert_eq!(code, 3, "{stdout}");
     assert!(stdout.contains("leader:      none"), "{stdout}");
-    let (code, stdout, _) = subcommand(&endpoint, &["status", "--lease", "stat", "--json"]);
+    let (code, stdout, _) = Cmd::at(&endpoint)
+        .args(["status", "--lease", "stat", "--json"])
+        .run();
     assert_eq!(code, 3);
     let json: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(json["leader"], Value::Null);
@@ -50,7 +37,7 @@ pub fn status_shows_the_leader_or_exits_3<S: Store>() {
     // Every store counts every candidate: the leader and the one waiting.
     let candidates = 2;
 
-    let (code, stdout, stderr) = subcommand(&endpoint, &["status", "--lease", "stat"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["status", "--lease", "stat"]).run();
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("leader:      host-a:1"), "{stdout}");
     assert!(
@@ -62,7 +49,9 @@ pub fn status_shows_the_leader_or_exits_3<S: Store>() {
         "{stdout}"
     );
 
-    let (code, stdout, _) = subcommand(&endpoint, &["status", "--lease", "stat", "--json"]);
+    let (code, stdout, _) = Cmd::at(&endpoint)
+        .args(["status", "--lease", "stat", "--json"])
+        .run();
     assert_eq!(code, 0);
     let json: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(json["lease"], "stat");
@@ -140,21 +129,19 @@ pub fn check_tells_current_from_stale_tokens<S: Store>() {
         .unwrap()
         .token();
 
-    let (code, _, _) = subcommand(
-        &endpoint,
-        &["check", "--lease", "chk", "--token", &old.to_string()],
-    );
+    let (code, _, _) = Cmd::at(&endpoint)
+        .args(["check", "--lease", "chk", "--token", &old.to_string()])
+        .run();
     assert_eq!(code, 0);
-    let (code, _, stderr) = subcommand(
-        &endpoint,
-        &[
+    let (code, _, stderr) = Cmd::at(&endpoint)
+        .args([
             "check",
             "--lease",
             "chk",
             "--token",
             &(old + 1000).to_string(),
-        ],
-    );
+        ])
+        .run();
     assert_eq!(code, 1);
     assert!(stderr.contains("stale"), "{stderr}");
 
@@ -168,44 +155,31 @@ pub fn check_tells_current_from_stale_tokens<S: Store>() {
         .expect("b started")
         .token();
     assert!(new > old);
-    let (code, _, _) = subcommand(
-        &endpoint,
-        &["check", "--lease", "chk", "--token", &old.to_string()],
-    );
+    let (code, _, _) = Cmd::at(&endpoint)
+        .args(["check", "--lease", "chk", "--token", &old.to_string()])
+        .run();
     assert_eq!(code, 1, "the old leader's token must be stale");
-    let (code, _, _) = subcommand(
-        &endpoint,
-        &["check", "--lease", "chk", "--token", &new.to_string()],
-    );
+    let (code, _, _) = Cmd::at(&endpoint)
+        .args(["check", "--lease", "chk", "--token", &new.to_string()])
+        .run();
     assert_eq!(code, 0);
     b.signal(Signal::SIGTERM);
     assert_eq!(b.wait(Duration::from_secs(5)), Some(143));
     // No leader at all: stale.
-    let (code, _, _) = subcommand(
-        &endpoint,
-        &["check", "--lease", "chk", "--token", &new.to_string()],
-    );
+    let (code, _, _) = Cmd::at(&endpoint)
+        .args(["check", "--lease", "chk", "--token", &new.to_string()])
+        .run();
     assert_eq!(code, 1);
 
-    let (code, _, stderr) = subcommand(&endpoint, &["check", "--lease", "chk", "--token", ""]);
+    let (code, _, stderr) = Cmd::at(&endpoint)
+        .args(["check", "--lease", "chk", "--token", ""])
+        .run();
     assert_eq!(code, 125, "{stderr}");
     assert_eq!(stderr.lines().count(), 1);
-    let (code, _, _) = subcommand(&endpoint, &["check", "--lease", "chk", "--token", "abc"]);
+    let (code, _, _) = Cmd::at(&endpoint)
+        .args(["check", "--lease", "chk", "--token", "abc"])
+        .run();
     assert_eq!(code, 125);
-}
-
-/// Reads a child's stdout lines on a thread, so the test can wait for them with a timeout.
-fn lines_of(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    receiver
 }
 
 fn next_json(lines: &mpsc::Receiver<String>) -> Value {
@@ -219,15 +193,7 @@ pub fn watch_reports_each_change_and_survives_a_store_restart<S: Store>() {
     let mut etcd = S::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
-    let mut watch = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_leader-exec"))
-            .args(["watch", "--lease", "w", "--json", "--endpoints", &endpoint])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let lines = lines_of(watch.0.stdout.take().unwrap());
+    let (watch, lines) = watch(&endpoint, "w", true);
     assert_eq!(next_json(&lines)["leader"], Value::Null);
 
     // The leader must ride out the restart: a renew deadline longer than the store takes to
@@ -272,13 +238,7 @@ pub fn watch_reports_each_change_and_survives_a_store_restart<S: Store>() {
     assert_eq!(second["leader"]["identity"], "second", "{second}");
     assert!(second["leader"]["token"].as_i64().unwrap() > first_token);
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(watch.0.id() as i32),
-        Signal::SIGINT,
-    )
-    .unwrap();
-    let status = watch.0.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    stop_watch(watch);
 }
 
 #[test]

@@ -19,16 +19,6 @@ const LONG: [&str; 8] = [
     "1s",
 ];
 
-/// `leader-exec ARGS` to its end: (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = leader_exec().args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A job that records its start and end around waiting for the file `go`.
 fn wait_for_file(scratch: &Scratch, name: &str, go: &str) -> Vec<String> {
     let go = scratch.path(go);
@@ -97,15 +87,17 @@ fn a_lagging_standby_first_in_the_url_is_passed_over_by_check_status_and_run() {
         standby.port, primary.port
     );
     let check = |token: i64| {
-        run(&[
-            "check",
-            "--endpoints",
-            &both,
-            "--lease",
-            "standby",
-            "--token",
-            &token.to_string(),
-        ])
+        Cmd::bare()
+            .args([
+                "check",
+                "--endpoints",
+                &both,
+                "--lease",
+                "standby",
+                "--token",
+                &token.to_string(),
+            ])
+            .run()
     };
     let (code, _, stderr) = check(a_token);
     assert_eq!(code, 1, "the deposed token passed the check: {stderr}");
@@ -114,26 +106,30 @@ fn a_lagging_standby_first_in_the_url_is_passed_over_by_check_status_and_run() {
     // The standby alone: no answer from it, whatever it holds (retried as an unreachable
     // server would be, until --connect-timeout).
     let only_standby = Store::endpoint(&standby);
-    let (code, stdout, stderr) = run(&[
-        "check",
-        "--endpoints",
-        &only_standby,
-        "--lease",
-        "standby",
-        "--token",
-        &a_token.to_string(),
-        "--connect-timeout",
-        "2s",
-    ]);
+    let (code, stdout, stderr) = Cmd::bare()
+        .args([
+            "check",
+            "--endpoints",
+            &only_standby,
+            "--lease",
+            "standby",
+            "--token",
+            &a_token.to_string(),
+            "--connect-timeout",
+            "2s",
+        ])
+        .run();
     assert_eq!(code, 125, "{stdout}{stderr}");
-    let (code, stdout, stderr) = run(&["status", "--endpoints", &both, "--lease", "standby"]);
+    let (code, stdout, stderr) = Cmd::bare()
+        .args(["status", "--endpoints", &both, "--lease", "standby"])
+        .run();
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("host-b"), "{stdout}");
     assert!(!stdout.contains("host-a"), "{stdout}");
     let mut args = vec!["--endpoints", both.as_str(), "--lease", "standby"];
     args.extend(FAST);
     args.extend(["--no-wait", "--", "sh", "-c", "echo $LEADER_TOKEN"]);
-    let (code, _, stderr) = run(&args);
+    let (code, _, stderr) = Cmd::bare().args(&args).run();
     assert_eq!(code, 124, "b leads on the primary: {stderr}");
 
     std::fs::write(scratch.path("go-b"), "").unwrap();
@@ -144,7 +140,7 @@ fn a_lagging_standby_first_in_the_url_is_passed_over_by_check_status_and_run() {
         let mut args = vec!["--endpoints", url.as_str(), "--lease", "standby"];
         args.extend(FAST);
         args.extend(["--no-wait", "--", "sh", "-c", "echo $LEADER_TOKEN"]);
-        let (code, stdout, stderr) = run(&args);
+        let (code, stdout, stderr) = Cmd::bare().args(&args).run();
         assert_eq!(code, 0, "{attrs}: {stderr}");
         assert!(stdout.trim().parse::<i64>().unwrap() > b_token, "{stdout}");
     }
@@ -161,8 +157,9 @@ fn target_session_attrs_that_allow_a_standby_are_refused_with_125() {
     let pg = Postgres::start();
     for attrs in ["any", "read-only", "standby", "prefer-standby"] {
         let url = format!("{}?target_session_attrs={attrs}", Store::endpoint(&pg));
-        let (code, stdout, stderr) =
-            run(&["--endpoints", &url, "--lease", "x", "--", "echo", "ran"]);
+        let (code, stdout, stderr) = Cmd::bare()
+            .args(["--endpoints", &url, "--lease", "x", "--", "echo", "ran"])
+            .run();
         assert_eq!(code, 125, "{attrs}: {stdout}{stderr}");
         assert_eq!(stdout, "", "{attrs}: the command ran");
         assert_eq!(stderr.lines().count(), 1, "{attrs}: {stderr}");
@@ -170,8 +167,9 @@ fn target_session_attrs_that_allow_a_standby_are_refused_with_125() {
             stderr.contains(&format!("target_session_attrs={attrs}")) && stderr.contains("standby"),
             "{stderr}"
         );
-        let (code, _, stderr) =
-            run(&["check", "--endpoints", &url, "--lease", "x", "--token", "1"]);
+        let (code, _, stderr) = Cmd::bare()
+            .args(["check", "--endpoints", &url, "--lease", "x", "--token", "1"])
+            .run();
         assert_eq!(code, 125, "{attrs}: {stderr}");
     }
     // Nothing was made in the store.
@@ -212,7 +210,7 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
         let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "own"];
         args.extend(FAST);
         args.extend(["--no-wait", "--", "sh", "-c", job.as_str()]);
-        run(&args)
+        Cmd::bare().args(&args).run()
     };
     let refused = |(code, stdout, stderr): (i32, String, String), object: &str| {
         assert_eq!(code, 125, "{stdout}{stderr}");
@@ -228,19 +226,23 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
     refused(first, "table public.leader_exec_leases");
     assert!(!ran.exists(), "the command ran");
     refused(
-        run(&[
-            "check",
-            "--endpoints",
-            &endpoint,
-            "--lease",
-            "own",
-            "--token",
-            "1",
-        ]),
+        Cmd::bare()
+            .args([
+                "check",
+                "--endpoints",
+                &endpoint,
+                "--lease",
+                "own",
+                "--token",
+                "1",
+            ])
+            .run(),
         "leader_exec_leases",
     );
     refused(
-        run(&["status", "--endpoints", &endpoint, "--lease", "own"]),
+        Cmd::bare()
+            .args(["status", "--endpoints", &endpoint, "--lease", "own"])
+            .run(),
         "leader_exec_leases",
     );
     assert_eq!(pg.psql(superuser), "f\n", "mallory became a superuser");
@@ -310,7 +312,7 @@ fn a_password_sent_without_tls_is_warned_about_once_and_never_shown() {
         let mut args = vec!["--endpoints", url, "--lease", "pw"];
         args.extend(FAST);
         args.extend(["--no-wait", "--", "true"]);
-        run(&args)
+        Cmd::bare().args(&args).run()
     };
     let warnings = |stderr: &str| {
         assert!(!stderr.contains("hunter2"), "{stderr}");
@@ -348,7 +350,7 @@ fn tables_found_further_down_search_path_are_not_made_again_in_the_first_schema(
         let mut args = vec!["--endpoints", url, "--lease", "path"];
         args.extend(FAST);
         args.extend(["--no-wait", "--", "sh", "-c", "echo $LEADER_TOKEN"]);
-        run(&args)
+        Cmd::bare().args(&args).run()
     };
     let (code, stdout, stderr) = lead(&endpoint);
     assert_eq!(code, 0, "{stderr}");
@@ -389,7 +391,7 @@ fn a_role_and_a_schema_named_with_capitals_are_looked_up_as_they_are_written() {
         let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "caps"];
         args.extend(FAST);
         args.extend(["--no-wait", "--", "sh", "-c", "echo $LEADER_TOKEN"]);
-        run(&args)
+        Cmd::bare().args(&args).run()
     };
     let (code, stdout, stderr) = lead();
     assert_eq!(code, 0, "{stderr}");

@@ -119,25 +119,6 @@ fn assert_tokens_rise(history: &[Record]) {
     }
 }
 
-fn check(endpoint: &str, lease: &str, token: i64) -> i32 {
-    leader_exec()
-        .args([
-            "check",
-            "--endpoints",
-            endpoint,
-            "--lease",
-            lease,
-            "--token",
-        ])
-        .arg(token.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .code()
-        .unwrap_or(-1)
-}
-
 fn holder_tokens(endpoint: &str, lease: &str) -> Vec<i64> {
     let status = status_json(endpoint, lease);
     let mut tokens: Vec<i64> = status["holders"]
@@ -174,9 +155,9 @@ fn two_hold_and_two_wait(endpoint: &str, pg: &Postgres) {
     let status = status_json(endpoint, lease);
     assert_eq!(status["max_holders"], 2, "{status}");
     assert_eq!(status["leader"]["token"], a.token(), "{status}");
-    assert_eq!(check(endpoint, lease, a.token()), 0);
-    assert_eq!(check(endpoint, lease, b.token()), 0);
-    assert_ne!(check(endpoint, lease, b.token() + 1000), 0);
+    assert_eq!(check_token(endpoint, lease, a.token()), 0);
+    assert_eq!(check_token(endpoint, lease, b.token()), 0);
+    assert_ne!(check_token(endpoint, lease, b.token() + 1000), 0);
     assert_eq!(
         lease_rows(pg, lease).len(),
         2,
@@ -237,8 +218,12 @@ fn two_hold_and_two_wait(endpoint: &str, pg: &Postgres) {
     let c = scratch.wait_record("start", "c", Duration::ZERO).unwrap();
     let d = scratch.wait_record("start", "d", Duration::ZERO).unwrap();
     assert_eq!(holder_tokens(endpoint, lease), vec![c.token(), d.token()]);
-    assert_eq!(check(endpoint, lease, c.token()), 0);
-    assert_ne!(check(endpoint, lease, a.token()), 0, "a's token is stale");
+    assert_eq!(check_token(endpoint, lease, c.token()), 0);
+    assert_ne!(
+        check_token(endpoint, lease, a.token()),
+        0,
+        "a's token is stale"
+    );
     go(&scratch, "c");
     go(&scratch, "d");
     for mut instance in instances {

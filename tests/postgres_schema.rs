@@ -10,22 +10,12 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-/// `leader-exec ARGS` to its end: (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = leader_exec().args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A first run that prints its token: (exit code, stdout, stderr).
 fn lead(endpoint: &str, lease: &str) -> (i32, String, String) {
     let mut args = vec!["--endpoints", endpoint, "--lease", lease];
     args.extend(FAST);
     args.extend(["--no-wait", "--", "sh", "-c", "echo $LEADER_TOKEN"]);
-    run(&args)
+    Cmd::bare().args(&args).run()
 }
 
 /// A refusal: 125, one line, with every piece of `wanted` in it.
@@ -68,7 +58,7 @@ fn a_schema_another_role_owns_or_may_create_in_is_refused_before_anything_is_mad
         vec!["resign", "--endpoints", &endpoint, "--lease", "s"],
     ] {
         refused(
-            run(&sub),
+            Cmd::bare().args(&sub).run(),
             &["role PUBLIC may create objects in schema public"],
         );
     }
@@ -282,7 +272,7 @@ fn a_lock_that_holds_up_bringing_the_tables_up_to_date_is_named_with_its_holder(
     ];
     args.extend(FAST);
     args.extend(["--no-wait", "--", "true"]);
-    let (code, stdout, stderr) = run(&args);
+    let (code, stdout, stderr) = Cmd::bare().args(&args).run();
     let took = started.elapsed();
     let _ = reader.kill();
     let _ = reader.wait();

@@ -6,19 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-fn run(etcd_endpoint: &str, args: &[&str]) -> (i32, String, String) {
-    let out = leader_exec()
-        .args(args)
-        .args(["--endpoints", etcd_endpoint])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
     let etcd = S::start();
     let scratch = Scratch::new();
@@ -40,7 +27,9 @@ pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
 
     // A token that is not the leader's: nothing is asked, nothing happens.
     let wrong = (a_start.token() + 1000).to_string();
-    let (code, stdout, stderr) = run(&endpoint, &["resign", "--lease", "rs", "--token", &wrong]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args(["resign", "--lease", "rs", "--token", &wrong])
+        .run();
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(
         stderr.contains("is not the current leader's") && stderr.contains("host-a:1"),
@@ -59,7 +48,9 @@ pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
         &["--timeout", "0s"],
         &["--force", "--timeout", "1s"],
     ] {
-        let (code, _, stderr) = run(&endpoint, &[&["resign", "--lease", "rs"][..], bad].concat());
+        let (code, _, stderr) = Cmd::at(&endpoint)
+            .args([&["resign", "--lease", "rs"][..], bad].concat())
+            .run();
         assert_eq!(code, 125, "{bad:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{bad:?}: {stderr}");
     }
@@ -68,7 +59,9 @@ pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
     // The leader's own token: it stops its command and hands over; the waiter takes over.
     let token = a_start.token().to_string();
     let resigned_at = Instant::now();
-    let (code, stdout, stderr) = run(&endpoint, &["resign", "--lease", "rs", "--token", &token]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint)
+        .args(["resign", "--lease", "rs", "--token", &token])
+        .run();
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains(&format!("resigned leader host-a:1 (token {token}"))
@@ -97,14 +90,14 @@ pub fn resign_moves_leadership_only_from_the_named_token<S: Store>() {
     );
 
     // Without --token: whoever leads now.
-    let (code, stdout, stderr) = run(&endpoint, &["resign", "--lease", "rs"]);
+    let (code, stdout, stderr) = Cmd::at(&endpoint).args(["resign", "--lease", "rs"]).run();
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("resigned leader host-b:2"), "{stdout}");
     assert_eq!(b.wait(Duration::from_secs(4)), Some(75), "{}", b.stderr());
 
     // Nobody left.
     assert!(wait_for(Duration::from_secs(5), || etcd.claims("rs") == 0));
-    let (code, _, stderr) = run(&endpoint, &["resign", "--lease", "rs"]);
+    let (code, _, stderr) = Cmd::at(&endpoint).args(["resign", "--lease", "rs"]).run();
     assert_eq!(code, 3, "{stderr}");
     assert!(stderr.contains("no leader"), "{stderr}");
     // A handover never overlaps, on every store.
@@ -439,7 +432,9 @@ fn status_shows_since_when_and_running_or_holding() {
     assert!(since <= std::time::SystemTime::now(), "{since_text}");
     assert_eq!(json["leader"]["token"], start.token());
     assert_eq!(json["leader"]["hold_until"], serde_json::Value::Null);
-    let (_, text, _) = run(&endpoint, &["status", "--lease", "detail"]);
+    let (_, text, _) = Cmd::at(&endpoint)
+        .args(["status", "--lease", "detail"])
+        .run();
     assert!(
         text.contains(&format!("since:       {since_text} (")),
         "{text}"
@@ -471,7 +466,9 @@ fn status_shows_since_when_and_running_or_holding() {
         until > before + hour - Duration::from_secs(1)
             && until < before + hour + Duration::from_secs(30)
     );
-    let (_, text, _) = run(&endpoint, &["status", "--lease", "detail"]);
+    let (_, text, _) = Cmd::at(&endpoint)
+        .args(["status", "--lease", "detail"])
+        .run();
     assert!(
         text.contains("command:     ended; holding the lease until "),
         "{text}"

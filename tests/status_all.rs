@@ -7,10 +7,9 @@ use serde_json::Value;
 use crate::harness::*;
 
 fn status_all_json(endpoint: &str) -> Value {
-    let out = leader_exec()
-        .args(["status", "--all", "--json", "--endpoints", endpoint])
-        .output()
-        .unwrap();
+    let out = Cmd::at(endpoint)
+        .args(["status", "--all", "--json"])
+        .output();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     serde_json::from_slice(&out.stdout).unwrap()
 }

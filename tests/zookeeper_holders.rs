@@ -114,16 +114,6 @@ fn holder_args<'a>(endpoint: &'a str, lease: &'a str, name: &'a str, n: &'a str)
     args
 }
 
-fn check(endpoint: &str, lease: &str, token: i64) -> Option<i32> {
-    leader_exec()
-        .args(["check", "--endpoints", endpoint, "--lease", lease])
-        .args(["--token", &token.to_string()])
-        .output()
-        .unwrap()
-        .status
-        .code()
-}
-
 /// `(identity, token)` of every holder `status --json` shows, oldest first.
 fn holders(endpoint: &str, lease: &str) -> Vec<(String, i64)> {
     let status = status_json(endpoint, lease);
@@ -179,8 +169,8 @@ fn two_holders_of_four_run_at_once_with_rising_tokens_and_status_shows_both() {
         holders(&endpoint, lease),
         [("a".to_owned(), a.token()), ("b".to_owned(), b.token())]
     );
-    assert_eq!(check(&endpoint, lease, a.token()), Some(0));
-    assert_eq!(check(&endpoint, lease, b.token()), Some(0));
+    assert_eq!(check_token(&endpoint, lease, a.token()), 0);
+    assert_eq!(check_token(&endpoint, lease, b.token()), 0);
     // The waiters do not run (they had the time of several renewals to).
     std::thread::sleep(RETRY_PERIOD * 3);
     assert_eq!(
@@ -197,7 +187,7 @@ fn two_holders_of_four_run_at_once_with_rising_tokens_and_status_shows_both() {
         .wait_record("start", "c", long)
         .unwrap_or_else(|| panic!("c never held: {}", instances["c"].stderr()));
     assert!(instances.get_mut("b").unwrap().running());
-    assert_eq!(check(&endpoint, lease, a.token()), Some(1), "a's token");
+    assert_eq!(check_token(&endpoint, lease, a.token()), 1, "a's token");
     assert_eq!(
         holders(&endpoint, lease),
         [("b".to_owned(), b.token()), ("c".to_owned(), c.token())]
@@ -206,9 +196,9 @@ fn two_holders_of_four_run_at_once_with_rising_tokens_and_status_shows_both() {
     let d = scratch
         .wait_record("start", "d", long)
         .unwrap_or_else(|| panic!("d never held: {}", instances["d"].stderr()));
-    assert_eq!(check(&endpoint, lease, c.token()), Some(0));
-    assert_eq!(check(&endpoint, lease, d.token()), Some(0));
-    assert_eq!(check(&endpoint, lease, b.token()), Some(1), "b's token");
+    assert_eq!(check_token(&endpoint, lease, c.token()), 0);
+    assert_eq!(check_token(&endpoint, lease, d.token()), 0);
+    assert_eq!(check_token(&endpoint, lease, b.token()), 1, "b's token");
     stop(&scratch, "c");
     stop(&scratch, "d");
     for (name, instance) in instances.iter_mut() {

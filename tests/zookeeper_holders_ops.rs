@@ -14,17 +14,6 @@ use crate::holders::{gated, holder_args, holder_job, open_gate};
 
 const TEN: Duration = Duration::from_secs(10);
 
-fn check(endpoint: &str, lease: &str, token: i64) -> i32 {
-    leader_exec()
-        .args(["check", "--lease", lease, "--endpoints", endpoint])
-        .args(["--token", &token.to_string()])
-        .output()
-        .unwrap()
-        .status
-        .code()
-        .unwrap_or(-1)
-}
-
 fn holder_tokens(json: &Value) -> Vec<i64> {
     json["holders"]
         .as_array()
@@ -55,8 +44,8 @@ fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
     let status = status_json(&endpoint, "pend");
     assert_eq!(status["candidates"], 2, "{status}");
     assert_eq!(holder_tokens(&status), [a_token], "{status}");
-    assert_eq!(check(&endpoint, "pend", czxid), 1);
-    assert_eq!(check(&endpoint, "pend", a_token), 0);
+    assert_eq!(check_token(&endpoint, "pend", czxid), 1);
+    assert_eq!(check_token(&endpoint, "pend", a_token), 0);
 
     let mut watch = KillOnDrop(
         std::process::Command::new(env!("CARGO_BIN_EXE_leader-exec"))
@@ -101,8 +90,8 @@ fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
     let now = next();
     assert_eq!(holder_tokens(&now), [a_token, mzxid], "{now}");
     assert_eq!(now["holders"][1]["identity"], "host-b", "{now}");
-    assert_eq!(check(&endpoint, "pend", mzxid), 0);
-    assert_eq!(check(&endpoint, "pend", czxid), 1);
+    assert_eq!(check_token(&endpoint, "pend", mzxid), 0);
+    assert_eq!(check_token(&endpoint, "pend", czxid), 1);
 
     zk.session(false, async |client| {
         client.delete(path, None).await.unwrap()

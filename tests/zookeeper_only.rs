@@ -824,7 +824,7 @@ fn watch_shows_each_leader_once_with_its_commands_token_and_a_curator_leader_too
     let proxy = Proxy::start(zk.addr());
     let via_proxy = zk.endpoint_via(&proxy);
     let endpoint = zk.endpoint();
-    let (_watch, lines) = crate::holders_ops::watch(&endpoint, "marked", true);
+    let (_watch, lines) = watch(&endpoint, "marked", true);
     let next = |what: &str| -> serde_json::Value {
         let line = lines
             .recv_timeout(Duration::from_secs(15))

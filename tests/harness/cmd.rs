@@ -144,3 +144,11 @@ pub fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
         )
     })
 }
+
+/// `leader-exec check` of `token` for `lease`: its exit code (0 current, 1 stale; -1 for a
+/// signal).
+pub fn check_token(endpoint: &str, lease: &str, token: i64) -> i32 {
+    Cmd::at(endpoint)
+        .args(["check", "--lease", lease, "--token", &token.to_string()])
+        .code()
+}

@@ -9,6 +9,7 @@
 //! - `scratch`: a test's directory, the job scripts that record to its history file;
 //! - `history`: reading a history back and checking it (one at a time, tokens rising);
 //! - `procfs`: what /proc says about a process (alive, its children, its name, its group);
+//! - `watch`: `leader-exec watch` in the background, its lines read with a timeout;
 //! - `proxy`: the TCP proxy that cuts, black-holes or holds back a connection;
 //! - `store`: the [`Store`] trait the store-independent tests are generic over, then one room a
 //!   store: `etcd` (one member or a cluster), `postgres`, `pgbouncer` (transaction mode in
@@ -32,6 +33,7 @@ mod procfs;
 mod proxy;
 mod scratch;
 mod store;
+mod watch;
 mod zookeeper;
 mod zookeeper_ensemble;
 
@@ -60,6 +62,8 @@ pub use proxy::*;
 pub use scratch::*;
 #[allow(unused_imports)]
 pub use store::*;
+#[allow(unused_imports)]
+pub use watch::*;
 #[allow(unused_imports)]
 pub use zookeeper::*;
 #[allow(unused_imports)]
