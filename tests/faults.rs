@@ -191,31 +191,6 @@ pub fn term_ends_the_one_run(a: &mut Instance, scratch: &Scratch) {
     assert_eq!(starts, 1);
 }
 
-#[test]
-fn a_dead_member_in_the_endpoint_list_costs_nothing() {
-    let etcd = Etcd::start();
-    let scratch = Scratch::new();
-    let dead = format!("http://127.0.0.1:{}", free_port());
-    let endpoints = format!("{dead},{}", etcd.endpoint());
-    // Runs for three renew deadlines; a step-down would end it with 75.
-    let mut a = Instance::start(
-        &lease_args(&endpoints, "deadmember"),
-        &scratch.job("a", "sleep 4.5"),
-    );
-    assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
-    assert!(scratch.wait_record("end", "a", Duration::ZERO).is_some());
-    assert!(etcd.keys("/leader-exec/").is_empty());
-}
-
-#[test]
-fn deleting_the_leaders_key_kills_its_command_at_once() {
-    let etcd = Etcd::start();
-    a_deleted_claim_kills_its_command_at_once(&etcd, || {
-        let out = etcd.ctl(&["del", "--prefix", "/leader-exec/deleted/"]);
-        assert!(out.status.success());
-    });
-}
-
 /// The store says the claim is gone (`delete` removes the leader's claim on lease `deleted`
 /// behind its back): the next candidate may lead already, so there is no grace period: SIGKILL
 /// at once, not --kill-signal.

@@ -46,7 +46,7 @@
 //! instance joins the line only once an attempt found the row held) or from when they
 //! moved up that far. A release notifies only the first waiter (lowest id), which tries at once;
 //! the others sleep on, so a handover costs the same few statements with any
-//! number of waiters (measured in `tests/postgres_only.rs`). Every waiter looks at the line every
+//! number of waiters (measured in `tests/postgres/mod.rs`). Every waiter looks at the line every
 //! `--retry-period` (one statement: renews its own row, reads the one just ahead and the lease
 //! row). One that has seen the row ahead unchanged for a full TTL on its boot clock deletes it as
 //! dead (see [`AheadSighting`]); the first waiter takes a released row it finds, and a crashed

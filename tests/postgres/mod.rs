@@ -1,5 +1,15 @@
-//! PostgreSQL only: what no other store has (sessions an administrator can terminate, fencing in
+//! PostgreSQL's own tests, beyond the store-independent list: connections, URLs and standbys
+//! (`conn`), several holders (`holders`), the lease row and the server's clock (`lease`), the
+//! line of waiters (`line`), the schema and other roles (`schema`), an uncontended start
+//! (`start`). Here: what no other store has (sessions an administrator can terminate, fencing in
 //! the same database, tables made on first use) and what it must not do (a waiter herd).
+
+mod conn;
+mod holders;
+mod lease;
+mod line;
+mod schema;
+mod start;
 
 use std::time::{Duration, Instant};
 

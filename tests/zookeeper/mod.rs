@@ -1,6 +1,13 @@
-//! ZooKeeper only: the harness's standalone server (start, restart, freeze, the tree read from
-//! outside) and the Curator LeaderLatch participant the interoperability tests run beside
-//! leader-exec.
+//! ZooKeeper's own tests, beyond the store-independent list: several holders (`holders`,
+//! `holders_ops`), occurrence records and their retention (`retention`), sessions, ACLs and
+//! followers (`safety`). Here: the harness's standalone server (start, restart, freeze, the tree
+//! read from outside), the Curator LeaderLatch participant the interoperability tests run beside
+//! leader-exec, and what only ZooKeeper has (sessions, chroots, an ensemble).
+
+mod holders;
+mod holders_ops;
+mod retention;
+mod safety;
 
 use std::time::{Duration, Instant};
 

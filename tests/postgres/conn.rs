@@ -194,7 +194,7 @@ fn tables_another_role_owns_are_refused_before_its_trigger_can_fire() {
     pg.psql("CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO PUBLIC");
     // mallory pre-creates the tables, with a trigger that makes it a superuser as soon as a
     // superuser writes a row (a trigger runs as whoever writes). Then CREATE is revoked (a
-    // schema where others may create is refused as a whole: tests/postgres_schema.rs); what
+    // schema where others may create is refused as a whole: tests/postgres/schema.rs); what
     // mallory made stays, and stays mallory's.
     pg.psql(&format!(
         "SET ROLE mallory; {LEASES}; {RECORDS};

@@ -1,0 +1,162 @@
+//! etcd's own side of an election: the key and lease id a command sees, `etcdctl elect` as an
+//! observer and as a competitor on the same prefix, a dead member first in the endpoint list,
+//! and the leader's key deleted behind its back.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::faults::a_deleted_claim_kills_its_command_at_once;
+use crate::harness::*;
+
+#[test]
+fn the_command_sees_the_documented_environment() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let out = scratch.path("env");
+    let script = format!(
+        "echo \"$LEADER_TOKEN|$LEADER_LEASE|$LEADER_KEY|$LEADER_IDENTITY|$LEADER_LEASE_ID|$INHERITED\" > '{}'",
+        out.display()
+    );
+    let endpoint = etcd.endpoint();
+    let mut args = lease_args(&endpoint, "envy");
+    args.extend(["--identity", "host-a:42"]);
+    let status = leader_exec()
+        .env("INHERITED", "yes")
+        .args(&args)
+        .args(["--", "sh", "-c", &script])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(out).unwrap();
+    let fields: Vec<&str> = text.trim().split('|').collect();
+    let token: i64 = fields[0].parse().expect("LEADER_TOKEN is a decimal");
+    assert!(token > 0);
+    assert_eq!(fields[1], "envy");
+    let lease_id = fields[4];
+    assert!(
+        i64::from_str_radix(lease_id, 16).is_ok(),
+        "LEADER_LEASE_ID {lease_id} is hex"
+    );
+    assert_eq!(fields[2], format!("/leader-exec/envy/{lease_id}"));
+    assert_eq!(fields[3], "host-a:42");
+    assert_eq!(fields[5], "yes");
+}
+
+#[test]
+fn etcdctl_elect_observes_our_leader() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let mut args = lease_args(&endpoint, "interop");
+    args.extend(["--identity", "host-a:7"]);
+    let _leader = Instance::start(&args, &scratch.job("a", "sleep 30"));
+    let started = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("leader started");
+    let out = Command::new("timeout")
+        .args(["2", "etcdctl"])
+        .arg(format!("--endpoints={}", etcd.endpoint()))
+        .args(["elect", "-l", "/leader-exec/interop"])
+        .env_remove("ETCDCTL_ENDPOINTS")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    let key = lines.next().unwrap_or_default();
+    assert!(
+        key.starts_with("/leader-exec/interop/"),
+        "etcdctl elect -l printed: {stdout}"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("host-a:7"),
+        "etcdctl elect -l printed: {stdout}"
+    );
+    // The key etcd shows as leader carries the token our command got.
+    let revision = etcd.ctl(&["get", key, "-w", "json"]);
+    let json = String::from_utf8_lossy(&revision.stdout);
+    assert!(
+        json.contains(&format!("\"create_revision\":{}", started.token())),
+        "{json}"
+    );
+}
+
+#[test]
+fn an_etcdctl_elect_candidate_is_a_fair_competitor() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    // etcd's own election client campaigns first, on the same prefix.
+    let mut etcdctl = KillOnDrop(
+        Command::new("etcdctl")
+            .arg(format!("--endpoints={endpoint}"))
+            .args(["elect", "/leader-exec/shared", "etcdctl-proposal"])
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || etcd
+            .keys("/leader-exec/shared/")
+            .len()
+            == 1),
+        "etcdctl elect did not campaign"
+    );
+    let mut args = lease_args(&endpoint, "shared");
+    args.push("--no-wait");
+    let mut refused = Instance::start(&args, &scratch.job("refused", "true"));
+    assert_eq!(
+        refused.wait(Duration::from_secs(10)),
+        Some(124),
+        "{}",
+        refused.stderr()
+    );
+
+    let mut waiting = Instance::start(&lease_args(&endpoint, "shared"), &scratch.job("b", "true"));
+    assert!(wait_for(Duration::from_secs(10), || etcd
+        .keys("/leader-exec/shared/")
+        .len()
+        == 2));
+    assert!(scratch.history().is_empty(), "ran while etcdctl led");
+    // etcdctl resigns on SIGINT; our waiter goes next.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(etcdctl.0.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let _ = etcdctl.0.wait();
+    assert_eq!(
+        waiting.wait(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        waiting.stderr()
+    );
+    assert!(scratch.wait_record("start", "b", Duration::ZERO).is_some());
+}
+
+#[test]
+fn a_dead_member_in_the_endpoint_list_costs_nothing() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let endpoints = format!("{dead},{}", etcd.endpoint());
+    // Runs for three renew deadlines; a step-down would end it with 75.
+    let mut a = Instance::start(
+        &lease_args(&endpoints, "deadmember"),
+        &scratch.job("a", "sleep 4.5"),
+    );
+    assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
+    assert!(scratch.wait_record("end", "a", Duration::ZERO).is_some());
+    assert!(etcd.keys("/leader-exec/").is_empty());
+}
+
+#[test]
+fn deleting_the_leaders_key_kills_its_command_at_once() {
+    let etcd = Etcd::start();
+    a_deleted_claim_kills_its_command_at_once(&etcd, || {
+        let out = etcd.ctl(&["del", "--prefix", "/leader-exec/deleted/"]);
+        assert!(out.status.success());
+    });
+}
