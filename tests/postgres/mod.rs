@@ -6,6 +6,7 @@
 
 mod conn;
 mod holders;
+mod holders_fencing;
 mod lease;
 mod line;
 mod schema;
