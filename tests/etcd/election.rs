@@ -2,7 +2,7 @@
 //! observer and as a competitor on the same prefix, a dead member first in the endpoint list,
 //! and the leader's key deleted behind its back.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::faults::a_deleted_claim_kills_its_command_at_once;
@@ -87,16 +87,7 @@ fn an_etcdctl_elect_candidate_is_a_fair_competitor() {
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
     // etcd's own election client campaigns first, on the same prefix.
-    let mut etcdctl = KillOnDrop(
-        Command::new("etcdctl")
-            .arg(format!("--endpoints={endpoint}"))
-            .args(["elect", "/leader-exec/shared", "etcdctl-proposal"])
-            .env_remove("ETCDCTL_ENDPOINTS")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut etcdctl = etcd.elect("/leader-exec/shared", "etcdctl-proposal");
     assert!(
         wait_for(Duration::from_secs(10), || etcd
             .keys("/leader-exec/shared/")

@@ -1,7 +1,6 @@
 //! `--max-holders` on etcd: the key layout (a marker beside each candidate key only with N > 1,
 //! `etcdctl elect` candidates counted as N = 1), and a waiter woken only when it may hold.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::harness::*;
@@ -113,16 +112,7 @@ fn an_etcdctl_elect_candidate_counts_as_one_holder() {
     let etcd = Etcd::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
-    let _etcdctl = KillOnDrop(
-        Command::new("etcdctl")
-            .arg(format!("--endpoints={endpoint}"))
-            .args(["elect", "/leader-exec/mixed", "etcdctl-proposal"])
-            .env_remove("ETCDCTL_ENDPOINTS")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _etcdctl = etcd.elect("/leader-exec/mixed", "etcdctl-proposal");
     assert!(
         wait_for(Duration::from_secs(10), || etcd
             .keys("/leader-exec/mixed/")

@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::{Proxy, Store, first_line_of, free_port, share_machine, wait_for};
+use super::{KillOnDrop, Proxy, Store, first_line_of, free_port, share_machine, wait_for};
 
 /// An etcd member's command line: its name, data, client and peer URLs, the initial cluster, and
 /// errors only on stderr.
@@ -152,6 +152,23 @@ impl Etcd {
             .args(args)
             .output()
             .expect("etcdctl is installed (apt-get install etcd-client)")
+    }
+
+    /// `etcdctl elect ELECTION PROPOSAL`: etcd's own election client campaigning on the same
+    /// prefix as leader-exec (and leading once elected, until SIGINT makes it resign); killed
+    /// when dropped.
+    pub fn elect(&self, election: &str, proposal: &str) -> KillOnDrop {
+        KillOnDrop(
+            Command::new("etcdctl")
+                .env_remove("ETCDCTL_ENDPOINTS")
+                .arg(format!("--endpoints={}", self.endpoint()))
+                .args(&self.ctl_args)
+                .args(["elect", election, proposal])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("etcdctl is installed (apt-get install etcd-client)"),
+        )
     }
 
     /// Keys under a prefix.

@@ -5,15 +5,13 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::harness::{
-    Instance, PgBouncer, Scratch, Store, campaigning, leader_exec, lease_args, wait_for,
-};
+use crate::harness::{Cmd, Instance, PgBouncer, Scratch, Store, campaigning, lease_args, wait_for};
 
 /// A `check` or `status` process, its stderr piped.
 fn spawn(endpoint: &str, args: &[&str]) -> std::process::Child {
-    leader_exec()
+    Cmd::at(endpoint)
         .args(args)
-        .args(["--endpoints", endpoint])
+        .command()
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

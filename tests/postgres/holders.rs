@@ -18,7 +18,7 @@ pub(super) const SLACK: Duration = Duration::from_secs(2);
 pub(super) const TTL: Duration = Duration::from_secs(6);
 pub(super) const RETRY: Duration = Duration::from_secs(1);
 
-const TIMING: [&str; 8] = [
+pub(super) const TIMING: [&str; 8] = [
     "--ttl",
     "6s",
     "--renew-deadline",

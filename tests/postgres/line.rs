@@ -6,30 +6,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use super::holders::{TIMING, go, waiter_rows};
 use crate::harness::*;
 
 /// Slack for a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(2);
-
-const TIMING: [&str; 8] = [
-    "--ttl",
-    "6s",
-    "--renew-deadline",
-    "3s",
-    "--retry-period",
-    "1s",
-    "--kill-after",
-    "1s",
-];
-
-fn waiter_rows(pg: &Postgres, lease: &str) -> i64 {
-    pg.psql(&format!(
-        "SELECT count(*) FROM leader_exec_waiters WHERE name = '{lease}'"
-    ))
-    .trim()
-    .parse()
-    .unwrap()
-}
 
 /// A job that runs until its go file exists.
 fn until_go(scratch: &Scratch, name: &str) -> Vec<String> {
@@ -38,10 +19,6 @@ fn until_go(scratch: &Scratch, name: &str) -> Vec<String> {
         name,
         &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display()),
     )
-}
-
-fn go(scratch: &Scratch, name: &str) {
-    std::fs::write(scratch.path(&format!("go-{name}")), "").unwrap();
 }
 
 #[test]
