@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::harness::*;
-use crate::input::make_certificates;
 
 /// The facts every refusal must show: exit 125, one line on stderr that names `needle`.
 fn assert_refused(out: &Output, needle: &str) {
@@ -780,42 +779,6 @@ fn credential_warnings() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("plain http://"), "{stderr}");
-}
-
-/// ZooKeeper warns about `--user NAME:PASS` on the command line as etcd does, without showing
-/// it; a password from the environment draws no such warning.
-#[test]
-fn zookeeper_credential_warnings() {
-    let zk = ZooKeeper::start();
-    let endpoint = zk.endpoint();
-    let out = leader_exec()
-        .env_remove("LEADER_EXEC_PASSWORD")
-        .args(["--endpoints", &endpoint, "--user", "jobs:s3cret-pw"])
-        .args(["--lease", "warned", "--", "true"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
-    let warned: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("(ps, /proc)"))
-        .collect();
-    assert_eq!(warned.len(), 1, "{stderr}");
-    assert!(
-        warned[0].contains("--user NAME:PASS") && warned[0].contains("--password-file"),
-        "{stderr}"
-    );
-
-    let out = leader_exec()
-        .env("LEADER_EXEC_PASSWORD", "s3cret-pw")
-        .args(["--endpoints", &endpoint, "--user", "jobs"])
-        .args(["--lease", "warned", "--", "true"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(!stderr.contains("(ps, /proc)"), "{stderr}");
 }
 
 /// An occurrence record left `started` by an earlier leader whose identity is hostile.

@@ -9,6 +9,7 @@
 //! - `scratch`: a test's directory, the job scripts that record to its history file;
 //! - `history`: reading a history back and checking it (one at a time, tokens rising);
 //! - `procfs`: what /proc says about a process (alive, its children, its name, its group);
+//! - `tls`: a CA, server and client certificates made with openssl;
 //! - `watch`: `leader-exec watch` in the background, its lines read with a timeout;
 //! - `proxy`: the TCP proxy that cuts, black-holes or holds back a connection;
 //! - `store`: the [`Store`] trait the store-independent tests are generic over, then one room a
@@ -33,6 +34,7 @@ mod procfs;
 mod proxy;
 mod scratch;
 mod store;
+mod tls;
 mod watch;
 mod zookeeper;
 mod zookeeper_ensemble;
@@ -62,6 +64,8 @@ pub use proxy::*;
 pub use scratch::*;
 #[allow(unused_imports)]
 pub use store::*;
+#[allow(unused_imports)]
+pub use tls::*;
 #[allow(unused_imports)]
 pub use watch::*;
 #[allow(unused_imports)]

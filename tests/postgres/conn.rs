@@ -332,7 +332,7 @@ fn a_password_sent_without_tls_is_warned_about_once_and_never_shown() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(warnings(&stderr), 0, "{stderr}");
     // With TLS on the server, prefer gets it: no warning.
-    crate::input::make_certificates(&scratch);
+    make_certificates(&scratch);
     pg.enable_tls(&scratch.path("server.crt"), &scratch.path("server.key"));
     let (code, _, stderr) = lead(&with_password(""));
     assert_eq!(code, 0, "{stderr}");

@@ -476,7 +476,7 @@ fn two_hundred_waiters_make_a_bounded_number_of_requests_per_handover() {
 fn sslmode_is_understood_as_libpq_does() {
     let mut pg = Postgres::start();
     let scratch = Scratch::new();
-    crate::input::make_certificates(&scratch);
+    make_certificates(&scratch);
     pg.enable_tls(&scratch.path("server.crt"), &scratch.path("server.key"));
     let ca = scratch.path("ca.crt");
     let run = |host: &str, query: &str| {

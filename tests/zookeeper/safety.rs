@@ -485,3 +485,39 @@ fn a_reconnect_during_the_grace_that_shrinks_the_session_timeout_sigkills_at_onc
     assert_eq!(b.wait(Duration::from_secs(15)), Some(0), "{}", b.stderr());
     eprintln!("a's command dead {dead_after:?} after the reconnect");
 }
+
+/// ZooKeeper warns about `--user NAME:PASS` on the command line as etcd does, without showing
+/// it; a password from the environment draws no such warning.
+#[test]
+fn zookeeper_credential_warnings() {
+    let zk = ZooKeeper::start();
+    let endpoint = zk.endpoint();
+    let out = leader_exec()
+        .env_remove("LEADER_EXEC_PASSWORD")
+        .args(["--endpoints", &endpoint, "--user", "jobs:s3cret-pw"])
+        .args(["--lease", "warned", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("(ps, /proc)"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(
+        warned[0].contains("--user NAME:PASS") && warned[0].contains("--password-file"),
+        "{stderr}"
+    );
+
+    let out = leader_exec()
+        .env("LEADER_EXEC_PASSWORD", "s3cret-pw")
+        .args(["--endpoints", &endpoint, "--user", "jobs"])
+        .args(["--lease", "warned", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("(ps, /proc)"), "{stderr}");
+}
