@@ -8,13 +8,13 @@ use crate::commands;
 use crate::election::Scope;
 use crate::election::{LeaseTiming, Store};
 use crate::exit::{self, Failure};
-use crate::leader::contain::{Cgroup, PidNamespace};
-use crate::leader::supervisor;
+use crate::process::contain::{Cgroup, PidNamespace};
+use crate::process::supervisor;
 use crate::run::Contain;
 use crate::run::Runner;
-use crate::settings::Settings;
 use crate::signals::Signals;
 use crate::telemetry::logging::LogFormat;
+use crate::validate::Settings;
 
 /// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
 pub fn main() -> u8 {
@@ -313,9 +313,9 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
     {
         return status_all(cli.election, cli.store, args.json);
     }
-    let scope = crate::settings::scope_from_args(cli.election)?;
+    let scope = crate::validate::scope_from_args(cli.election)?;
     crate::telemetry::logging::set_context(&scope.lease, "");
-    let connection = crate::settings::connection(cli.store)?;
+    let connection = crate::validate::connection(cli.store)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -371,8 +371,8 @@ fn status_all(
     store: cli::StoreArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let prefix = crate::settings::validate_prefix(election.prefix)?;
-    let connection = crate::settings::connection(store)?;
+    let prefix = crate::validate::validate_prefix(election.prefix)?;
+    let connection = crate::validate::connection(store)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -530,7 +530,7 @@ pub struct RunArgs {
         default_value = "fail",
         requires = "occurrence"
     )]
-    pub if_unfinished: crate::leader::occurrence::IfUnfinished,
+    pub if_unfinished: crate::records::occurrence::IfUnfinished,
 
     /// How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper);
     /// afterwards they are deleted, or treated as absent until they are.

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 /// The floors, top to bottom, and the top-level modules (`src/NAME.rs` or `src/NAME/`) on each.
 const FLOORS: &[(&str, &[&str])] = &[
-    ("top", &["main", "app", "cli", "settings", "assets"]),
+    ("top", &["main", "app", "cli", "validate", "assets"]),
     ("commands", &["commands"]),
     ("run", &["run"]),
-    ("leader", &["leader"]),
+    ("parts", &["process", "lease", "records"]),
     ("telemetry", &["telemetry"]),
     ("election", &["election"]),
     (
@@ -368,9 +368,9 @@ fn the_floor_checks_catch_what_they_guard() {
     let found = problems(&[
         file("clock", "use crate::run::Runner;\n"),
         file("telemetry", "use crate::{exit::Failure, app};\n"),
-        file("commands", "fn f() { crate::leader::x(); }\n"),
-        file("leader", "fn g() { let _ = crate::commands::y; }\n"),
-        file("run", "use crate::leader::z;\nfn h() -> Etcd { todo!() }\n"),
+        file("commands", "fn f() { crate::lease::x(); }\n"),
+        file("lease", "fn g() { let _ = crate::commands::y; }\n"),
+        file("run", "use crate::lease::z;\nfn h() -> Etcd { todo!() }\n"),
         file("app", "use crate::election::postgres::Target;\n"),
         file("stray", "\n"),
         file(
@@ -389,7 +389,7 @@ fn the_floor_checks_catch_what_they_guard() {
         "{found:#?}"
     );
     assert!(
-        has("src/leader.rs:1: `leader` (leader) uses `commands` (commands)"),
+        has("src/lease.rs:1: `lease` (parts) uses `commands` (commands)"),
         "{found:#?}"
     );
     assert!(has("src/run.rs:2: `Etcd` is named outside"), "{found:#?}");
@@ -408,7 +408,7 @@ fn the_floor_checks_catch_what_they_guard() {
     );
     assert_eq!(found.len(), 6, "{found:#?}");
     let circle = problems(&[
-        file("leader", "use crate::leader::a;\n"),
+        file("lease", "use crate::lease::a;\n"),
         file("telemetry", "use crate::ended::A;\n"),
         file("ended", "use crate::escape::b;\n"),
         file("escape", "use crate::ended::c;\n"),
@@ -428,14 +428,14 @@ fn the_floor_checks_catch_what_they_guard() {
 
 /// SIGKILL reaches the command's group from one place: the run floor's stop path
 /// (`run/stop.rs`, `Stop::kill`, through the supervisor handle). The supervisor itself
-/// (`leader/supervisor.rs`) keeps its own last resorts — the group killed when leader-exec dies
+/// (`process/supervisor.rs`) keeps its own last resorts — the group killed when leader-exec dies
 /// or shuts down — and test doubles are not counted. `run/health.rs` kills the process group of
 /// a `--health-cmd` check at its timeout: the check's own group, never the command's.
 #[test]
 fn sigkill_is_sent_from_one_place() {
     let mut senders = Vec::new();
     for (_, name, source) in sources() {
-        if name.ends_with("src/leader/supervisor.rs") || name.ends_with("tests.rs") {
+        if name.ends_with("src/process/supervisor.rs") || name.ends_with("tests.rs") {
             continue;
         }
         let code = code_only(&source);

@@ -34,7 +34,7 @@ use crate::election::Scope;
 use crate::election::{Leader, Store};
 use crate::escape::{escape, escape_str};
 use crate::exit::Failure;
-use crate::leader::published;
+use crate::records::published;
 use crate::signals::{self, Signals};
 
 /// The leader handed over (or, with `--force`, its claim was deleted).

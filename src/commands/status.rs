@@ -11,8 +11,8 @@ use crate::election::Scope;
 use crate::election::bounded::bounded;
 use crate::election::{Leader, Store};
 use crate::escape::{escape, escape_str};
-use crate::leader::occurrence::{self, Record};
-use crate::leader::published::{Command, State};
+use crate::records::occurrence::{self, Record};
+use crate::records::published::{Command, State};
 
 /// How many occurrences `status` shows as text (JSON has them all).
 const OCCURRENCES_SHOWN: usize = 10;
@@ -83,7 +83,7 @@ pub async fn status<B: Store>(
         None => None,
     };
     // Each holder's own record (with --max-holders 1 the leader's alone, read as before).
-    let states = crate::leader::published::read_each(
+    let states = crate::records::published::read_each(
         backend,
         scope,
         observation.max_holders,
@@ -178,7 +178,7 @@ pub async fn status<B: Store>(
                         )?;
                     }
                 }
-                let (since, command) = crate::leader::published::describe(state.as_ref());
+                let (since, command) = crate::records::published::describe(state.as_ref());
                 writeln!(out, "since:       {since}")?;
                 writeln!(out, "command:     {command}")?;
                 // Only with --health-cmd (as the leader last recorded it).
@@ -289,7 +289,7 @@ mod tests {
             "  since 1970-01-01T00:00:00.000Z  holding until 1970-01-01T00:10:00.000Z\\x1b"
         );
         assert!(object["health"].is_null());
-        state.health = Some(crate::leader::published::Health {
+        state.health = Some(crate::records::published::Health {
             healthy: true,
             failures: 1,
             retries: 3,

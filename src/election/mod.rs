@@ -5,7 +5,7 @@
 //! [`Read`] (what observers see), [`Records`] (fenced records beside the election),
 //! [`Handover`] (`resign` and `resign --force`), [`Describe`] (names and addresses for
 //! messages). [`Store`] is all of them. [`any::Connection`] parses `--endpoints` and the TLS and
-//! credential flags ([`flags::StoreFlags`], filled by settings.rs) by asking the store the
+//! credential flags ([`flags::StoreFlags`], filled by validate.rs) by asking the store the
 //! scheme names, and opens it as an [`any::AnyStore`]. Each store owns its URL parsing, TLS and
 //! credentials in its own folder (`etcd/`, `postgres/`, `zookeeper/`, each with `target.rs`).
 //!
@@ -44,7 +44,7 @@ pub mod zookeeper;
 use std::fmt;
 use std::time::Duration;
 
-/// Which election: the lease name and the key prefix, validated (settings.rs).
+/// Which election: the lease name and the key prefix, validated (validate.rs).
 #[derive(Clone, Debug)]
 pub struct Scope {
     pub lease: String,

@@ -16,10 +16,10 @@
 
 use std::time::Duration;
 
-use super::supervise::Supervise;
 use super::{Claim, Runner};
 use crate::clock::Clock;
 use crate::election::{Backoff, Candidacy, Store, StoreError};
+use crate::process::Supervise;
 use crate::signals::{self, Signals};
 
 /// How long releasing the lease may take before we leave it to expire on its own.

@@ -1,5 +1,5 @@
 //! What one run is told to do: the run form's settings, every one validated by the top floor's
-//! settings.rs (`Settings::from_args`) before anything is contacted.
+//! validate.rs (`Settings::from_args`) before anything is contacted.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -9,8 +9,8 @@ use nix::sys::signal::Signal;
 
 use crate::election::Scope;
 use crate::election::any::Connection;
-use crate::leader::occurrence::Occurrence;
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
+use crate::records::occurrence::Occurrence;
 use crate::telemetry::http::Address;
 
 /// How long to wait for our turn.

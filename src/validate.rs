@@ -10,7 +10,7 @@ use crate::cli::{ElectionArgs, RunArgs, StoreArgs};
 use crate::election::any::Connection;
 use crate::election::flags::StoreFlags;
 use crate::exit::Failure;
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
 
 /// Length limits, in bytes. They keep keys, log lines and the command's environment small: a
 /// single environment string may not exceed 128 KiB, and an identity that large would let the
@@ -98,8 +98,8 @@ impl Settings {
                     lease: lease.clone(),
                     prefix: prefix.clone(),
                 };
-                Some(crate::leader::occurrence::Occurrence {
-                    key: crate::leader::occurrence::record_key(&scope, &id),
+                Some(crate::records::occurrence::Occurrence {
+                    key: crate::records::occurrence::record_key(&scope, &id),
                     id,
                     if_unfinished: run.if_unfinished,
                     retention: run.occurrence_retention,

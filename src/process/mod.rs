@@ -1,14 +1,25 @@
-//! What the run state machine needs of the process that starts and watches the command: the
-//! real one is [`supervisor::Handle`] (a forked supervising process, the command's group led by
-//! the command); the Runner's paused-clock tests use a double that records signals with their
-//! instants and lets a test script the group's life.
+//! The process layer: the command's process group and the small supervising process that keeps
+//! it from outliving leader-exec ([`supervisor`]), `--contain` ([`contain`]), the /proc look-ups
+//! both ends of the supervisor make ([`procfs`]), the command found on PATH before anything else
+//! happens ([`lookup`]) and the supervisor's name in `ps` ([`title`]).
+//!
+//! [`Supervise`] is what the run state machine needs of the process that starts and watches the
+//! command: the real one is [`supervisor::Handle`] (a forked supervising process, the command's
+//! group led by the command); the Runner's paused-clock tests use a double that records signals
+//! with their instants and lets a test script the group's life.
+
+pub mod contain;
+pub mod lookup;
+pub mod procfs;
+pub mod supervisor;
+pub mod title;
 
 use std::future::Future;
 use std::io;
 
 use nix::sys::signal::Signal;
 
-use crate::leader::supervisor::{self, Event, Group};
+use supervisor::{Event, Group};
 
 pub trait Supervise {
     /// Starts the command with these variables added to leader-exec's environment.

@@ -41,11 +41,11 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::exit::{self, ChildStatus};
-use crate::leader::contain::{self, Cgroup, PidNamespace};
-pub use crate::leader::lookup::check_command;
-pub use crate::leader::procfs::members_of;
-use crate::leader::procfs::{children_of, process_group_of, stat_of};
-use crate::leader::title::rename_process;
+use crate::process::contain::{self, Cgroup, PidNamespace};
+pub use crate::process::lookup::check_command;
+pub use crate::process::procfs::members_of;
+use crate::process::procfs::{children_of, process_group_of, stat_of};
+use crate::process::title::rename_process;
 
 /// What the supervisor reports.
 #[derive(Clone, Debug, PartialEq, Eq)]

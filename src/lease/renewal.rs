@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::election::{Keeper, Renewal};
 use crate::ended::Ended;
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
 
 /// The instant (on the boot clock) until which the lease is proven to be ours.
 /// Shared between the renewal loop, which extends it, and the state machine, which reads it.
