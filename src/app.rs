@@ -9,7 +9,7 @@ use crate::election::Scope;
 use crate::election::{LeaseTiming, Store};
 use crate::exit::{self, Failure};
 use crate::process::contain::{Cgroup, PidNamespace};
-use crate::process::supervisor;
+use crate::process::{Handle, lookup, supervisor};
 use crate::run::Contain;
 use crate::run::Runner;
 use crate::signals::Signals;
@@ -182,7 +182,7 @@ fn one_line(rendered: &str) -> String {
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let settings = Settings::from_args(cli.election, cli.run, cli.store)?;
     crate::telemetry::logging::set_context(&settings.lease, &settings.identity);
-    supervisor::check_command(&settings.command[0])?;
+    lookup::check_command(&settings.command[0])?;
     // Before the store is contacted: a containment asked for and unavailable is refused before
     // this instance joins the line, never after it has won.
     let cgroup = match settings.contain {
@@ -217,7 +217,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     let result = runtime.block_on(async move {
         serving.start()?;
         let signals = Signals::install()?;
-        let mut supervisor = supervisor::Handle::new(forked)?;
+        let mut supervisor = Handle::new(forked)?;
         let result = lead_or_wait(&settings, &mut supervisor, signals).await;
         supervisor.shutdown();
         result
@@ -229,7 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
 
 async fn lead_or_wait(
     settings: &Settings,
-    supervisor: &mut supervisor::Handle,
+    supervisor: &mut Handle,
     mut signals: Signals,
 ) -> anyhow::Result<u8> {
     // Before the store is opened: a stop during the splay leaves nothing behind.
@@ -270,7 +270,7 @@ async fn lead_or_wait(
 async fn lead_with<B: Store>(
     settings: &Settings,
     backend: &B,
-    supervisor: &mut supervisor::Handle,
+    supervisor: &mut Handle,
     signals: &mut Signals,
     health: Option<crate::run::health::Checker>,
 ) -> anyhow::Result<u8> {

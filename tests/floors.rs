@@ -427,15 +427,19 @@ fn the_floor_checks_catch_what_they_guard() {
 }
 
 /// SIGKILL reaches the command's group from one place: the run floor's stop path
-/// (`run/stop.rs`, `Stop::kill`, through the supervisor handle). The supervisor itself
-/// (`process/supervisor.rs`) keeps its own last resorts — the group killed when leader-exec dies
-/// or shuts down — and test doubles are not counted. `run/health.rs` kills the process group of
+/// (`run/stop.rs`, `Stop::kill`, through the supervisor handle). The supervisor's two ends
+/// (`process/supervisor.rs`, `process/handle.rs`) keep their own last resorts — the group killed
+/// when leader-exec or the supervisor dies, or leader-exec shuts down — and test doubles are not
+/// counted. `run/health.rs` kills the process group of
 /// a `--health-cmd` check at its timeout: the check's own group, never the command's.
 #[test]
 fn sigkill_is_sent_from_one_place() {
     let mut senders = Vec::new();
     for (_, name, source) in sources() {
-        if name.ends_with("src/process/supervisor.rs") || name.ends_with("tests.rs") {
+        if name.ends_with("src/process/supervisor.rs")
+            || name.ends_with("src/process/handle.rs")
+            || name.ends_with("tests.rs")
+        {
             continue;
         }
         let code = code_only(&source);

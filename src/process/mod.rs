@@ -1,16 +1,22 @@
 //! The process layer: the command's process group and the small supervising process that keeps
-//! it from outliving leader-exec ([`supervisor`]), `--contain` ([`contain`]), the /proc look-ups
-//! both ends of the supervisor make ([`procfs`]), the command found on PATH before anything else
-//! happens ([`lookup`]) and the supervisor's name in `ps` ([`title`]).
+//! it from outliving leader-exec. The socket between them has two ends: the supervising process
+//! ([`supervisor`], forked before the runtime exists) and leader-exec's [`handle::Handle`]; the
+//! lines between them are [`protocol`]. Beside them: `--contain` ([`contain`]), the /proc
+//! look-ups both ends make ([`procfs`]), the environment the command gets ([`environment`]), the
+//! command found on PATH before anything else happens ([`lookup`]) and the supervisor's name in
+//! `ps` ([`title`]).
 //!
 //! [`Supervise`] is what the run state machine needs of the process that starts and watches the
-//! command: the real one is [`supervisor::Handle`] (a forked supervising process, the command's
+//! command: the real one is [`Handle`] (a forked supervising process, the command's
 //! group led by the command); the Runner's paused-clock tests use a double that records signals
 //! with their instants and lets a test script the group's life.
 
 pub mod contain;
+pub mod environment;
+pub mod handle;
 pub mod lookup;
 pub mod procfs;
+pub mod protocol;
 pub mod supervisor;
 pub mod title;
 
@@ -19,7 +25,8 @@ use std::io;
 
 use nix::sys::signal::Signal;
 
-use supervisor::{Event, Group};
+pub use handle::{Group, Handle};
+pub use protocol::Event;
 
 pub trait Supervise {
     /// Starts the command with these variables added to leader-exec's environment.
@@ -35,24 +42,24 @@ pub trait Supervise {
     fn next_event(&mut self) -> impl Future<Output = io::Result<Event>>;
 }
 
-impl Supervise for supervisor::Handle {
+impl Supervise for Handle {
     fn spawn(&mut self, env: &[(&str, String)]) -> io::Result<()> {
-        supervisor::Handle::spawn(self, env)
+        Handle::spawn(self, env)
     }
 
     fn signal(&mut self, signal: Signal) {
-        supervisor::Handle::signal(self, signal)
+        Handle::signal(self, signal)
     }
 
     fn group(&mut self) -> Group {
-        supervisor::Handle::group(self)
+        Handle::group(self)
     }
 
     fn cancel_pending_spawn(&mut self) {
-        supervisor::Handle::cancel_pending_spawn(self)
+        Handle::cancel_pending_spawn(self)
     }
 
     fn next_event(&mut self) -> impl Future<Output = io::Result<Event>> {
-        supervisor::Handle::next_event(self)
+        Handle::next_event(self)
     }
 }

@@ -237,7 +237,7 @@ fn check_once(check: &HealthCheck) -> Outcome {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
-    crate::process::supervisor::without_credentials(&mut command);
+    crate::process::environment::without_credentials(&mut command);
     let child = command.spawn();
     let mut child = match child {
         Ok(child) => child,

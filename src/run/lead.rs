@@ -17,8 +17,9 @@ use crate::election::{Candidacy, Store};
 use crate::ended::Ended;
 use crate::exit::{self, ChildStatus, Failure};
 use crate::notify;
+use crate::process::Event;
 use crate::process::Supervise;
-use crate::process::supervisor::{self, Event};
+use crate::process::protocol::spawn_failure_code;
 use crate::records::occurrence::Record;
 use crate::records::published;
 use crate::signals;
@@ -171,7 +172,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     Ok(Event::SpawnFailed { errno, message }) => {
                         let command = settings.command[0].to_string_lossy();
                         let e = Failure::new(
-                            supervisor::spawn_failure_code(errno),
+                            spawn_failure_code(errno),
                             format!("{command}: {message}"),
                         );
                         return End::release(Then::Fail(e.into()));

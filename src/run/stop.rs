@@ -28,7 +28,7 @@ use crate::ended::Ended;
 use crate::exit::ChildStatus;
 use crate::notify;
 use crate::process::Supervise;
-use crate::process::supervisor::{Event, Group};
+use crate::process::{Event, Group};
 use crate::records::occurrence::Record;
 use crate::signals;
 

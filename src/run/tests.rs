@@ -20,7 +20,7 @@ use crate::election::flags::StoreFlags;
 use crate::election::{Ahead, Renewal, StoreError, Turn};
 use crate::exit::{self, ChildStatus};
 use crate::lease::timing::Timing;
-use crate::process::supervisor::{Event, Group};
+use crate::process::{Event, Group};
 use crate::signals::Signals;
 
 const S: Duration = Duration::from_secs(1);
