@@ -250,10 +250,7 @@ async fn lead_or_wait(
     let timing = LeaseTiming {
         ttl: t.ttl,
         retry_period: t.retry_period,
-        needed: t
-            .renew_deadline
-            .saturating_add(t.kill_after)
-            .saturating_add(t.margin()),
+        needed: t.needed(),
     };
     let store = settings
         .connection
