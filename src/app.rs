@@ -12,9 +12,10 @@ use crate::process::contain::{Cgroup, PidNamespace};
 use crate::process::{Handle, lookup, supervisor};
 use crate::run::Contain;
 use crate::run::Runner;
+use crate::run::Settings;
 use crate::signals::Signals;
 use crate::telemetry::logging::LogFormat;
-use crate::validate::Settings;
+use crate::validate;
 
 /// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
 pub fn main() -> u8 {
@@ -180,7 +181,7 @@ fn one_line(rendered: &str) -> String {
 
 /// The run form.
 fn run(cli: Cli) -> anyhow::Result<u8> {
-    let settings = Settings::from_args(cli.election, cli.run, cli.store)?;
+    let settings = validate::settings_from_args(cli.election, cli.run, cli.store)?;
     crate::telemetry::logging::set_context(&settings.lease, &settings.identity);
     lookup::check_command(&settings.command[0])?;
     // Before the store is contacted: a containment asked for and unavailable is refused before
@@ -310,9 +311,9 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
     {
         return status_all(cli.election, cli.store, args.json);
     }
-    let scope = crate::validate::scope_from_args(cli.election)?;
+    let scope = validate::scope_from_args(cli.election)?;
     crate::telemetry::logging::set_context(&scope.lease, "");
-    let connection = crate::validate::connection(cli.store)?;
+    let connection = validate::connection(cli.store)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -368,8 +369,8 @@ fn status_all(
     store: cli::StoreArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let prefix = crate::validate::validate_prefix(election.prefix)?;
-    let connection = crate::validate::connection(store)?;
+    let prefix = validate::validate_prefix(election.prefix)?;
+    let connection = validate::connection(store)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

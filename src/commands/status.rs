@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, print, read_settled};
+use super::{leader_json, print, read_settled};
 use crate::election::Scope;
 use crate::election::bounded::bounded;
 use crate::election::{Leader, Store};
 use crate::escape::{escape, escape_str};
+use crate::exit::{STATUS_LEADER, STATUS_NO_LEADER};
 use crate::records::occurrence::{self, Record};
 use crate::records::published::{Command, State};
 

@@ -1,5 +1,7 @@
-//! What one run is told to do: the run form's settings, every one validated by the top floor's
-//! validate.rs (`Settings::from_args`) before anything is contacted.
+//! What one run is told to do: the run form's settings. They are defined here, beside the run
+//! that reads them, and built from the command line by the top floor
+//! (`validate::settings_from_args`), every one validated before anything is contacted: the run
+//! floor knows nothing of flags.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
