@@ -88,8 +88,8 @@ pub fn settings_from_args(
                 validate_text("--occurrence", id)?,
                 MAX_OCCURRENCE_ID,
             )?;
-            // Records are kept as long as a lease on etcd: the same bounds as --ttl (the upper one is
-            // checked when the duration is parsed).
+            // Records are kept as long as a lease may last: the same bounds as --ttl (the upper one
+            // is checked when the duration is parsed).
             if run.occurrence_retention < Duration::from_secs(1) {
                 return Err(Failure::usage("--occurrence-retention must be at least 1s"));
             }

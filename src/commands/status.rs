@@ -149,7 +149,7 @@ pub async fn status<B: Store>(
         });
         writeln!(out, "{object}")?;
     } else {
-        // Everything read from etcd is escaped: it may hold terminal control sequences.
+        // Everything read from the store is escaped: it may hold terminal control sequences.
         writeln!(out, "lease:       {}", escape_str(&scope.lease))?;
         match observation.leader() {
             Some(leader) => {
@@ -161,13 +161,15 @@ pub async fn status<B: Store>(
                 }
                 if let Some(time) = lease_time {
                     // How stale this view may be: a leader that died without releasing stays
-                    // listed until its lease runs out, and an etcd restart starts that over.
+                    // listed until its lease runs out, and on some stores a restart starts that
+                    // over.
                     if backend.restart_resets_leases() {
                         writeln!(
                             out,
-                            "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; an etcd restart resets it to {}s)",
+                            "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; a restart of {} resets it to {}s)",
                             time.remaining.as_secs(),
                             time.granted.as_secs(),
+                            backend.store_name(),
                             time.granted.as_secs()
                         )?;
                     } else {

@@ -1,8 +1,8 @@
 //! `leader-exec status --all`: every lease under the prefix, one line each, sorted by name —
 //! the fleet overview. Read-only, like `status`.
 //!
-//! Everything shown comes from etcd, where any client with access to the prefix can write: text
-//! output escapes it (`crate::escape`), JSON output is escaped by JSON itself.
+//! Everything shown comes from the store, where any client with access to the prefix can write:
+//! text output escapes it (`crate::escape`), JSON output is escaped by JSON itself.
 
 use std::fmt::Write as _;
 use std::io::Write as _;

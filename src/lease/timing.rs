@@ -27,7 +27,7 @@ impl Timing {
     ///
     /// It absorbs what the arithmetic does not see: a timer that fires late on a loaded machine,
     /// the time between SIGKILL and the last process of the group being gone, and clocks that run
-    /// at slightly different rates on this host and on the etcd leader.
+    /// at slightly different rates on this host and on the store's servers.
     pub fn margin(&self) -> Duration {
         (self.ttl / 20).max(Duration::from_millis(250))
     }
@@ -62,7 +62,7 @@ impl Timing {
         let ms = |d: Duration| humantime::format_duration(d).to_string();
         if self.ttl < Duration::from_secs(1) || self.ttl.subsec_nanos() != 0 {
             return Err(Failure::usage(format!(
-                "--ttl ({}) must be a whole number of seconds, at least 1s (etcd leases have 1s granularity)",
+                "--ttl ({}) must be a whole number of seconds, at least 1s (etcd leases have 1s granularity, and --ttl means the same on every store)",
                 ms(self.ttl)
             )));
         }

@@ -1,7 +1,7 @@
 //! Running the child so that it cannot outlive leader-exec.
 //!
 //! ```text
-//! leader-exec (tokio, etcd)          -- socket --  supervisor (single-threaded, subreaper)
+//! leader-exec (tokio, the store)     -- socket --  supervisor (single-threaded, subreaper)
 //!                                                    └─ COMMAND   (own process group, PDEATHSIG=KILL)
 //!                                                         └─ grandchildren (same group)
 //! ```

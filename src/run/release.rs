@@ -1,18 +1,21 @@
 //! The one release that ends every candidacy ([`Runner::settle`]), and the last release of a
-//! run, retried through an etcd outage.
+//! run, retried through a store outage.
 //!
+//! Releasing is not what keeps the commands apart (the safety argument, `src/election/mod.rs`,
+//! rests on the claim ending on its own): it decides how soon the next instance starts. A store
+//! that gives every lease a full TTL again when it restarts
+//! ([`crate::election::Describe::restart_resets_leases`]: etcd, also when a new raft leader takes
+//! over, and ZooKeeper) would keep a claim left behind during an outage standing for a full TTL
+//! *after the store is back*: `status` shows a leader whose process is long gone, and the next
+//! instance in line starts that much later.
 //!
-//! etcd resets every lease's TTL when it restarts (and when a new raft leader takes over). A
-//! leader whose command ended while etcd was down, and which then gave up on revoking its lease,
-//! would leave its key standing for a full TTL *after etcd is back*: `status` shows a leader
-//! whose process is long gone, and the next instance in line starts that much later.
-//!
-//! So when the release that ends a run finds etcd unreachable, leader-exec keeps trying for up
-//! to one TTL (counted from the first attempt, which starts once the command's whole group is
-//! gone), and exits as soon as a revoke goes through or etcd says the lease no longer exists.
-//! Past that TTL the lease may have expired anyway had etcd kept running, and an outage that
-//! long is not worth waiting out: leader-exec exits and the lease expires a TTL after etcd is
-//! back. TERM or INT during the retry end it at once. The lease is never renewed meanwhile.
+//! So when the release that ends a run finds the store unreachable, leader-exec keeps trying for
+//! up to one TTL (counted from the first attempt, which starts once the command's whole group is
+//! gone), and exits as soon as a release goes through or the store says the claim no longer
+//! exists. Past that TTL the claim may have ended anyway had the store kept running, and an
+//! outage that long is not worth waiting out: leader-exec exits and the claim ends on its own
+//! (with such a store, a TTL after it is back). TERM or INT during the retry end it at once. The
+//! claim is never renewed meanwhile.
 
 use std::time::Duration;
 
@@ -30,9 +33,9 @@ pub const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 pub enum Release {
     /// The lease is revoked (or no longer existed).
     Done,
-    /// etcd did not answer in time: worth trying again later.
+    /// The store did not answer in time: worth trying again later.
     Unreachable,
-    /// etcd refused (permission, invalid request): trying again will not help.
+    /// The store refused (permission, invalid request): trying again will not help.
     Refused,
 }
 
