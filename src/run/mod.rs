@@ -114,9 +114,9 @@ struct End {
 /// What happens to the claim when the candidacy ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Claim {
-    /// Revoked, retried briefly ([`release::RELEASE_BUDGET`]).
+    /// Released, retried briefly ([`release::RELEASE_BUDGET`]).
     Release,
-    /// Revoked, and when the store is unreachable retried for up to a TTL: the release that
+    /// Released, and when the store is unreachable retried for up to a TTL: the release that
     /// ends a run, once the command's whole group is gone.
     ReleaseAtExit,
     /// Left to expire on its own: the group may not be gone, or a stop was asked for.

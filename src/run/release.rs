@@ -31,7 +31,7 @@ pub const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 /// How one release ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Release {
-    /// The lease is revoked (or no longer existed).
+    /// The claim is released (or no longer existed).
     Done,
     /// The store did not answer in time: worth trying again later.
     Unreachable,
@@ -49,10 +49,10 @@ impl From<&StoreError> for Release {
     }
 }
 
-/// How long one revoke may take before it is abandoned and sent again.
+/// How long one release may take before it is abandoned and sent again.
 const ATTEMPT: Duration = Duration::from_secs(1);
 
-/// Keeps revoking the lease until it works, `until` (a value of `clock.now()`) passes, or TERM
+/// Keeps releasing the claim until it works, `until` (a value of `clock.now()`) passes, or TERM
 /// or INT arrives. Returns whether the lease was released.
 async fn retry<B: Store, C: Clock>(
     backend: &B,
@@ -168,8 +168,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         }
     }
 
-    /// Revokes the lease (deleting the candidate key), retrying briefly; if that fails the lease
-    /// expires on its own within the TTL.
+    /// Releases the claim ([`crate::election::Campaign::release_claim`]), retrying briefly; if
+    /// that fails the claim ends on its own within the TTL.
     async fn release(&mut self, candidacy: &Candidacy) -> Release {
         let clock = self.clock.clone();
         let limit = clock.now() + RELEASE_BUDGET;
