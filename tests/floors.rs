@@ -3,7 +3,8 @@
 //! top-level modules); nothing above `src/election/` names a store, a store's type or a store's
 //! crate; no source file grows past the size a reader can hold in mind. The checks read the
 //! sources as text (comments and string literals removed), so a new module or file is checked the
-//! moment it exists — and a new top-level module must be given a floor here.
+//! moment it exists — and a new top-level module must be given a floor here, and a place in
+//! docs/development.md's layout table, which is checked against these floors too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -352,6 +353,41 @@ fn no_source_file_is_too_long_to_read() {
             }
         }
     }
+}
+
+/// docs/development.md's layout table is the floors as they are: one row per floor, in order,
+/// naming every module on it (`src/NAME/` or `NAME.rs`), and no row for a floor that is gone.
+#[test]
+fn the_documented_layout_is_the_floors() {
+    let doc = fs::read_to_string(root().join("docs/development.md")).unwrap();
+    let rows: Vec<&str> = doc
+        .lines()
+        .skip_while(|line| !line.starts_with("| floor | where | what |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    let cell = |row: &str, n: usize| row.split('|').nth(n).unwrap_or("").trim().to_owned();
+    let documented: Vec<String> = rows.iter().map(|row| cell(row, 1)).collect();
+    let floors: Vec<String> = FLOORS.iter().map(|(name, _)| name.to_string()).collect();
+    assert_eq!(
+        documented, floors,
+        "docs/development.md's layout table lists other floors than tests/floors.rs"
+    );
+    let mut missing = Vec::new();
+    for (row, (floor, modules)) in rows.iter().zip(FLOORS) {
+        let place = cell(row, 2);
+        for module in *modules {
+            if !place.contains(&format!("{module}.rs`")) && !place.contains(&format!("{module}/`"))
+            {
+                missing.push(format!("the `{floor}` row does not name `{module}`"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/development.md's layout table:\n{}",
+        missing.join("\n")
+    );
 }
 
 /// The checks can fail: an upward import, a circle, a store named above the door, an unknown

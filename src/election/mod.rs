@@ -10,7 +10,7 @@
 //! credentials in its own folder (`etcd/`, `postgres/`, `zookeeper/`, each with `target.rs`).
 //!
 //! Nothing above this module knows which store it is talking to, and nothing here imports
-//! from above it (settings, cli, the run form, the subcommands).
+//! from above it (validation, cli, the run form, the subcommands).
 //!
 //! # The safety argument, stated once
 //!
