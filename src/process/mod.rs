@@ -7,9 +7,9 @@
 //! `ps` ([`title`]).
 //!
 //! [`Supervise`] is what the run state machine needs of the process that starts and watches the
-//! command: the real one is [`Handle`] (a forked supervising process, the command's
-//! group led by the command); the Runner's paused-clock tests use a double that records signals
-//! with their instants and lets a test script the group's life.
+//! command: the real one is [`Handle`] (a forked supervising process, the command's group led by
+//! the command); the Runner's paused-clock tests use a double that records signals with their
+//! instants and lets a test script the group's life.
 
 pub mod contain;
 pub mod environment;
@@ -28,6 +28,7 @@ use nix::sys::signal::Signal;
 pub use handle::{Group, Handle};
 pub use protocol::Event;
 
+/// What the run needs of the process layer (see above); [`Handle`] is the real one.
 pub trait Supervise {
     /// Starts the command with these variables added to leader-exec's environment.
     fn spawn(&mut self, env: &[(&str, String)]) -> io::Result<()>;
