@@ -1,5 +1,5 @@
 //! Bad input: one clear line on stderr, exit 125 (126/127 for the command), in bounded time, and
-//! nothing left behind in etcd. (TLS and authentication against a real etcd: etcd/access.rs.)
+//! nothing left behind in the store. (TLS and authentication against etcd: etcd/access.rs.)
 
 use std::process::Output;
 use std::time::{Duration, Instant};
