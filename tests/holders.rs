@@ -39,12 +39,6 @@ echo "end {name} $(date +%s%N)" >> "$h"
     vec!["sh".into(), "-c".into(), script]
 }
 
-/// A job body that runs until the file `go-NAME` exists.
-pub fn gated(scratch: &Scratch, name: &str) -> String {
-    let go = scratch.path(&format!("go-{name}"));
-    format!(r#"while [ ! -e '{}' ]; do sleep 0.05; done"#, go.display())
-}
-
 /// `args` with `--identity identity`.
 pub fn with_identity<'a>(args: &[&'a str], identity: &'a str) -> Vec<&'a str> {
     let mut args = args.to_vec();
@@ -65,11 +59,6 @@ pub fn start_holder(
         &with_identity(args, identity),
         &holder_job(scratch, name, &body(scratch, name)),
     )
-}
-
-/// Lets a `gated` job end.
-pub fn open_gate(scratch: &Scratch, name: &str) {
-    std::fs::write(scratch.path(&format!("go-{name}")), "").unwrap();
 }
 
 /// The safety property with `n` holders, on a history of `holder_job` records: no job found `n`

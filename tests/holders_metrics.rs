@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::harness::*;
-use crate::holders::{gated, holder_args, holder_job, open_gate, waits_in_line};
+use crate::holders::{holder_args, holder_job, waits_in_line};
 use crate::metrics::{get, sample, scrape};
 
 const TEN: Duration = Duration::from_secs(10);

@@ -11,8 +11,7 @@ use serde_json::Value;
 
 use crate::harness::*;
 use crate::holders::{
-    assert_at_most, gated, holder_args, holder_job, open_gate, start_holder, starts, waits_in_line,
-    with_identity,
+    assert_at_most, holder_args, holder_job, start_holder, starts, waits_in_line, with_identity,
 };
 
 const TEN: Duration = Duration::from_secs(10);

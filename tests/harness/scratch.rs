@@ -145,3 +145,14 @@ pub const JOB_FUNCTIONS: &str = r#"started() { st=; case $1 in ''|*[!0-9]*) retu
   { read -r s < "/proc/$1/stat"; } 2>/dev/null || return 1
   s=${s##*) }; set -- $s; [ "$1" != Z ] || return 1; st=${20}; [ -n "$st" ]; }
 register() { started "$2" && echo "$1 $2 $st" >> "$pids"; }"#;
+
+/// A job body that runs until the file `go-NAME` exists ([`open_gate`]).
+pub fn gated(scratch: &Scratch, name: &str) -> String {
+    let go = scratch.path(&format!("go-{name}"));
+    format!(r#"while [ ! -e '{}' ]; do sleep 0.05; done"#, go.display())
+}
+
+/// Lets a [`gated`] job end.
+pub fn open_gate(scratch: &Scratch, name: &str) {
+    std::fs::write(scratch.path(&format!("go-{name}")), "").unwrap();
+}

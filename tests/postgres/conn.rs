@@ -19,15 +19,6 @@ const LONG: [&str; 8] = [
     "1s",
 ];
 
-/// A job that records its start and end around waiting for the file `go`.
-fn wait_for_file(scratch: &Scratch, name: &str, go: &str) -> Vec<String> {
-    let go = scratch.path(go);
-    scratch.job(
-        name,
-        &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display()),
-    )
-}
-
 #[test]
 fn a_lagging_standby_first_in_the_url_is_passed_over_by_check_status_and_run() {
     let primary = Postgres::start();
@@ -45,7 +36,7 @@ fn a_lagging_standby_first_in_the_url_is_passed_over_by_check_status_and_run() {
         args.extend(LONG);
         args
     };
-    let mut a = Instance::start(&with("host-a"), &wait_for_file(&scratch, "a", "go-a"));
+    let mut a = Instance::start(&with("host-a"), &scratch.job("a", &gated(&scratch, "a")));
     let a_token = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started")
@@ -65,9 +56,9 @@ fn a_lagging_standby_first_in_the_url_is_passed_over_by_check_status_and_run() {
     standby.pause_replay();
 
     // a hands over to b on the primary.
-    std::fs::write(scratch.path("go-a"), "").unwrap();
+    open_gate(&scratch, "a");
     assert_eq!(a.wait(Duration::from_secs(10)), Some(0), "{}", a.stderr());
-    let mut b = Instance::start(&with("host-b"), &wait_for_file(&scratch, "b", "go-b"));
+    let mut b = Instance::start(&with("host-b"), &scratch.job("b", &gated(&scratch, "b")));
     let b_token = scratch
         .wait_record("start", "b", Duration::from_secs(10))
         .expect("b started")
@@ -132,7 +123,7 @@ fn a_lagging_standby_first_in_the_url_is_passed_over_by_check_status_and_run() {
     let (code, _, stderr) = Cmd::bare().args(&args).run();
     assert_eq!(code, 124, "b leads on the primary: {stderr}");
 
-    std::fs::write(scratch.path("go-b"), "").unwrap();
+    open_gate(&scratch, "b");
     assert_eq!(b.wait(Duration::from_secs(10)), Some(0), "{}", b.stderr());
     // libpq's names for "only a primary" are accepted too.
     for attrs in ["read-write", "primary"] {

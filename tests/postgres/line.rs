@@ -6,20 +6,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use super::holders::{TIMING, go, waiter_rows};
+use super::holders::{TIMING, waiter_rows};
 use crate::harness::*;
 
 /// Slack for a loaded 2-core machine.
 const SLACK: Duration = Duration::from_secs(2);
-
-/// A job that runs until its go file exists.
-fn until_go(scratch: &Scratch, name: &str) -> Vec<String> {
-    let go = scratch.path(&format!("go-{name}"));
-    scratch.job(
-        name,
-        &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display()),
-    )
-}
 
 #[test]
 fn waiters_take_the_lease_in_the_order_they_joined() {
@@ -28,7 +19,7 @@ fn waiters_take_the_lease_in_the_order_they_joined() {
     let endpoint = Store::endpoint(&pg);
     let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "line"];
     args.extend(TIMING);
-    let _a = Instance::start(&args, &until_go(&scratch, "a"));
+    let _a = Instance::start(&args, &scratch.job("a", &gated(&scratch, "a")));
     scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
@@ -36,7 +27,10 @@ fn waiters_take_the_lease_in_the_order_they_joined() {
     let names = ["b", "c", "d", "e"];
     let mut waiters = Vec::new();
     for (i, name) in names.iter().enumerate() {
-        waiters.push(Instance::start(&args, &until_go(&scratch, name)));
+        waiters.push(Instance::start(
+            &args,
+            &scratch.job(name, &gated(&scratch, name)),
+        ));
         assert!(
             wait_for(Duration::from_secs(10), || waiter_rows(&pg, "line")
                 == i as i64 + 1),
@@ -45,7 +39,7 @@ fn waiters_take_the_lease_in_the_order_they_joined() {
     }
     let mut leader = "a";
     for name in names {
-        go(&scratch, leader);
+        open_gate(&scratch, leader);
         let start = scratch
             .wait_record("start", name, Duration::from_secs(10))
             .unwrap_or_else(|| panic!("{name} did not follow {leader}: {:?}", scratch.history()));
@@ -57,7 +51,7 @@ fn waiters_take_the_lease_in_the_order_they_joined() {
         assert!(handover < Duration::from_secs(1), "{name}: {handover:?}");
         leader = name;
     }
-    go(&scratch, leader);
+    open_gate(&scratch, leader);
     for (name, w) in names.iter().zip(&mut waiters) {
         assert_eq!(
             w.wait(Duration::from_secs(20)),
@@ -84,12 +78,12 @@ fn status_counts_waiters_and_a_withdrawn_waiter_leaves_the_line() {
     let endpoint = Store::endpoint(&pg);
     let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "counted"];
     args.extend(TIMING);
-    let mut a = Instance::start(&args, &until_go(&scratch, "a"));
+    let mut a = Instance::start(&args, &scratch.job("a", &gated(&scratch, "a")));
     scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
-    let mut b = Instance::start(&args, &until_go(&scratch, "b"));
-    let mut c = Instance::start(&args, &until_go(&scratch, "c"));
+    let mut b = Instance::start(&args, &scratch.job("b", &gated(&scratch, "b")));
+    let mut c = Instance::start(&args, &scratch.job("c", &gated(&scratch, "c")));
     assert!(
         wait_for(Duration::from_secs(10), || status_json(
             &endpoint, "counted"
@@ -116,14 +110,14 @@ fn status_counts_waiters_and_a_withdrawn_waiter_leaves_the_line() {
     assert_eq!(e.wait(Duration::from_secs(20)), Some(124), "{}", e.stderr());
     assert_eq!(waiter_rows(&pg, "counted"), 1);
 
-    go(&scratch, "a");
+    open_gate(&scratch, "a");
     scratch
         .wait_record("start", "c", Duration::from_secs(10))
         .expect("c followed a");
     assert_eq!(a.wait(Duration::from_secs(10)), Some(0));
     let json = status_json(&endpoint, "counted");
     assert_eq!(json["candidates"], 1, "{json}");
-    go(&scratch, "c");
+    open_gate(&scratch, "c");
     assert_eq!(c.wait(Duration::from_secs(10)), Some(0), "{}", c.stderr());
     assert_one_at_a_time(&scratch.history());
     assert_eq!(waiter_rows(&pg, "counted"), 0);
@@ -136,7 +130,7 @@ fn a_sigkilled_first_waiter_is_skipped_within_a_ttl() {
     let endpoint = Store::endpoint(&pg);
     let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "skipped"];
     args.extend(TIMING);
-    let _a = Instance::start(&args, &until_go(&scratch, "a"));
+    let _a = Instance::start(&args, &scratch.job("a", &gated(&scratch, "a")));
     scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
@@ -144,13 +138,13 @@ fn a_sigkilled_first_waiter_is_skipped_within_a_ttl() {
     assert!(wait_for(Duration::from_secs(10), || waiter_rows(
         &pg, "skipped"
     ) == 1));
-    let mut c = Instance::start(&args, &until_go(&scratch, "c"));
+    let mut c = Instance::start(&args, &scratch.job("c", &gated(&scratch, "c")));
     assert!(wait_for(Duration::from_secs(10), || waiter_rows(
         &pg, "skipped"
     ) == 2));
     b.signal(Signal::SIGKILL);
     let killed = Instant::now();
-    go(&scratch, "a");
+    open_gate(&scratch, "a");
     // The release woke b, which is dead: c, behind it, sees b's row unchanged for a TTL (6 s),
     // deletes it, finds itself first and the lease row free.
     let start = scratch
@@ -165,7 +159,7 @@ fn a_sigkilled_first_waiter_is_skipped_within_a_ttl() {
     assert!(scratch.wait_record("start", "b", Duration::ZERO).is_none());
     let end = scratch.wait_record("end", "a", Duration::ZERO).unwrap();
     assert!(start.time() > end.time());
-    go(&scratch, "c");
+    open_gate(&scratch, "c");
     assert_eq!(c.wait(Duration::from_secs(10)), Some(0), "{}", c.stderr());
     assert_one_at_a_time(&scratch.history());
     assert_eq!(

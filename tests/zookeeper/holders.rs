@@ -32,18 +32,6 @@ echo "end {name} $(date +%s%N)" >> "$h"
     vec!["sh".into(), "-c".into(), script]
 }
 
-/// A body that runs until the file `stop-NAME` exists.
-fn until_stopped(scratch: &Scratch, name: &str) -> String {
-    format!(
-        "while [ ! -e '{}' ]; do sleep 0.05; done",
-        scratch.path(&format!("stop-{name}")).display()
-    )
-}
-
-fn stop(scratch: &Scratch, name: &str) {
-    std::fs::write(scratch.path(&format!("stop-{name}")), "").unwrap();
-}
-
 /// The pids of earlier jobs alive when this `start` record's job started.
 fn live_at_start(record: &Record) -> Vec<i32> {
     record
@@ -148,7 +136,7 @@ fn two_holders_of_four_run_at_once_with_rising_tokens_and_status_shows_both() {
     // a, then b: both hold; c and d wait in line behind them.
     for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
         let args = holder_args(&endpoint, lease, name, "2");
-        let body = until_stopped(&scratch, name);
+        let body = gated(&scratch, name);
         instances.insert(name, Instance::start(&args, &job(&scratch, name, &body)));
         if i < 2 {
             scratch
@@ -181,7 +169,7 @@ fn two_holders_of_four_run_at_once_with_rising_tokens_and_status_shows_both() {
     );
 
     // a's command ends: c, the first waiter, holds beside b; then b's: d holds.
-    stop(&scratch, "a");
+    open_gate(&scratch, "a");
     assert_eq!(instances.get_mut("a").unwrap().wait(long), Some(0));
     let c = scratch
         .wait_record("start", "c", long)
@@ -192,15 +180,15 @@ fn two_holders_of_four_run_at_once_with_rising_tokens_and_status_shows_both() {
         holders(&endpoint, lease),
         [("b".to_owned(), b.token()), ("c".to_owned(), c.token())]
     );
-    stop(&scratch, "b");
+    open_gate(&scratch, "b");
     let d = scratch
         .wait_record("start", "d", long)
         .unwrap_or_else(|| panic!("d never held: {}", instances["d"].stderr()));
     assert_eq!(check_token(&endpoint, lease, c.token()), 0);
     assert_eq!(check_token(&endpoint, lease, d.token()), 0);
     assert_eq!(check_token(&endpoint, lease, b.token()), 1, "b's token");
-    stop(&scratch, "c");
-    stop(&scratch, "d");
+    open_gate(&scratch, "c");
+    open_gate(&scratch, "d");
     for (name, instance) in instances.iter_mut() {
         assert_eq!(
             instance.wait(long),
@@ -376,10 +364,10 @@ fn a_holder_cut_off_from_zookeeper_stops_before_a_waiter_takes_its_place() {
     );
     let a_start = scratch.wait_record("start", "a", long).expect("a holds");
     let args = holder_args(&endpoint, lease, "b", "2");
-    let mut b = Instance::start(&args, &job(&scratch, "b", &until_stopped(&scratch, "b")));
+    let mut b = Instance::start(&args, &job(&scratch, "b", &gated(&scratch, "b")));
     let b_start = scratch.wait_record("start", "b", long).expect("b holds");
     let args = holder_args(&endpoint, lease, "c", "2");
-    let mut c = Instance::start(&args, &job(&scratch, "c", &until_stopped(&scratch, "c")));
+    let mut c = Instance::start(&args, &job(&scratch, "c", &gated(&scratch, "c")));
     assert!(wait_for(long, || line(&zk, lease).len() == 3));
 
     proxy.cut();
@@ -401,8 +389,8 @@ fn a_holder_cut_off_from_zookeeper_stops_before_a_waiter_takes_its_place() {
             ("c".to_owned(), c_start.token())
         ]
     );
-    stop(&scratch, "b");
-    stop(&scratch, "c");
+    open_gate(&scratch, "b");
+    open_gate(&scratch, "c");
     assert_eq!(b.wait(long), Some(0), "{}", b.stderr());
     assert_eq!(c.wait(long), Some(0), "{}", c.stderr());
     assert_at_most(&scratch.history(), 2);
@@ -428,7 +416,7 @@ fn a_holder_leaving_wakes_the_first_waiter_and_the_one_behind_it_only() {
     for (i, name) in names.iter().enumerate() {
         let mut args = holder_args(&endpoint, lease, name, "2");
         args.push("-vv");
-        let body = until_stopped(&scratch, name);
+        let body = gated(&scratch, name);
         instances.push(Instance::start(&args, &job(&scratch, name, &body)));
         if i < 2 {
             scratch.wait_record("start", name, long).expect("holds");
@@ -441,11 +429,11 @@ fn a_holder_leaving_wakes_the_first_waiter_and_the_one_behind_it_only() {
     let before: Vec<usize> = instances.iter().map(looks).collect();
 
     // i0 leaves: i2 (the first waiter) holds, and its touch moves i3 up to first waiter.
-    stop(&scratch, "i0");
+    open_gate(&scratch, "i0");
     scratch.wait_record("start", "i2", long).expect("i2 holds");
     assert!(wait_for(long, || looks(&instances[3]) == 2));
     // i1 leaves: i3 holds, i4 moves up.
-    stop(&scratch, "i1");
+    open_gate(&scratch, "i1");
     scratch.wait_record("start", "i3", long).expect("i3 holds");
     assert!(wait_for(long, || looks(&instances[4]) == 2));
     // The instance a holder's leaving wakes looks again at once; give any other the time of
@@ -458,7 +446,7 @@ fn a_holder_leaving_wakes_the_first_waiter_and_the_one_behind_it_only() {
     assert_eq!(&after[5..], &before[5..], "later waiters woke");
     assert_eq!(starts(&scratch.history()).len(), 4);
     for name in &names {
-        stop(&scratch, name);
+        open_gate(&scratch, name);
     }
     for instance in instances.iter_mut() {
         assert_eq!(instance.wait(long), Some(0), "{}", instance.stderr());
@@ -509,7 +497,7 @@ fn holders_ride_out_a_restart_and_a_killed_holder_is_replaced_after_its_group_di
     let start = |name: &str| {
         let mut args = patient_lease_args(&endpoint, lease);
         args.extend(["--identity", name, "--max-holders", "2"]);
-        Instance::start(&args, &job(&scratch, name, &until_stopped(&scratch, name)))
+        Instance::start(&args, &job(&scratch, name, &gated(&scratch, name)))
     };
     let mut a = start("a");
     let a_start = scratch.wait_record("start", "a", long).expect("a holds");
@@ -541,8 +529,8 @@ fn holders_ride_out_a_restart_and_a_killed_holder_is_replaced_after_its_group_di
     assert!(live.contains(&b_start.pid()), "{:#?}", scratch.history());
     assert!(c_start.token() > b_start.token());
     eprintln!("c held {:?} after a was killed", killed.elapsed());
-    stop(&scratch, "b");
-    stop(&scratch, "c");
+    open_gate(&scratch, "b");
+    open_gate(&scratch, "c");
     assert_eq!(b.wait(long), Some(0), "{}", b.stderr());
     assert_eq!(c.wait(long), Some(0), "{}", c.stderr());
     assert_at_most(&scratch.history(), 2);
@@ -607,7 +595,7 @@ fn watch_with_two_holders_sleeps_until_the_holders_change() {
     let mut instances = Vec::new();
     for name in ["a", "b"] {
         let args = holder_args(&endpoint, lease, name, "2");
-        let body = until_stopped(&scratch, name);
+        let body = gated(&scratch, name);
         instances.push(Instance::start(&args, &job(&scratch, name, &body)));
         scratch.wait_record("start", name, long).expect("holds");
     }
@@ -651,14 +639,14 @@ fn watch_with_two_holders_sleeps_until_the_holders_change() {
     let used = cpu_ticks(pid) - before;
     assert!(used <= 5, "watch used {used} ticks while nothing changed");
 
-    stop(&scratch, "a");
+    open_gate(&scratch, "a");
     let reported = wait_for(long, || {
         lines
             .recv_timeout(Duration::from_millis(100))
             .is_ok_and(|line| leader_of(line) == "b")
     });
     assert!(reported, "watch did not report b");
-    stop(&scratch, "b");
+    open_gate(&scratch, "b");
     for instance in instances.iter_mut() {
         assert_eq!(instance.wait(long), Some(0), "{}", instance.stderr());
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::harness::*;
-use crate::holders::{gated, holder_args, holder_job, open_gate};
+use crate::holders::{holder_args, holder_job};
 
 const TEN: Duration = Duration::from_secs(10);
 
