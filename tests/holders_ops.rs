@@ -145,15 +145,6 @@ pub fn resign_with_several_holders_hands_over_only_the_holder_it_names<S: Store>
     );
 }
 
-fn json_tokens(line: &Value) -> Vec<i64> {
-    line["holders"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no holders: {line}"))
-        .iter()
-        .map(|h| h["token"].as_i64().unwrap())
-        .collect()
-}
-
 pub fn watch_reports_each_change_of_the_holder_set<S: Store>() {
     let store = S::start();
     let scratch = Scratch::new();
@@ -178,7 +169,7 @@ pub fn watch_reports_each_change_of_the_holder_set<S: Store>() {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"))
     };
     let came = lines_until(&json_lines, |l| {
-        json_tokens(&json_of(l)) == [a_token, b_token]
+        json_holder_tokens(&json_of(l)) == [a_token, b_token]
     });
     let both = json_of(came.last().unwrap());
     assert_eq!(both["max_holders"], 2, "{both}");
@@ -200,10 +191,14 @@ pub fn watch_reports_each_change_of_the_holder_set<S: Store>() {
     let c_token = token_of(&scratch, "c");
     assert!(c_token > b_token);
     let changed = lines_until(&json_lines, |l| {
-        json_tokens(&json_of(l)) == [b_token, c_token]
+        json_holder_tokens(&json_of(l)) == [b_token, c_token]
     });
     for line in &changed[..changed.len() - 1] {
-        assert_eq!(json_tokens(&json_of(line)), [b_token], "{changed:#?}");
+        assert_eq!(
+            json_holder_tokens(&json_of(line)),
+            [b_token],
+            "{changed:#?}"
+        );
     }
     let now = json_of(changed.last().unwrap());
     assert_eq!(now["leader"]["token"], b_token, "the oldest holder: {now}");
@@ -229,7 +224,7 @@ pub fn watch_reports_each_change_of_the_holder_set<S: Store>() {
         assert_eq!(instance.wait(TEN), Some(0), "{name}: {}", instance.stderr());
     }
     // Both watches see everyone gone.
-    lines_until(&json_lines, |l| json_tokens(&json_of(l)).is_empty());
+    lines_until(&json_lines, |l| json_holder_tokens(&json_of(l)).is_empty());
     lines_until(&text_lines, |l| {
         l.contains("holders 0 of 2") || l.contains("no leader")
     });
@@ -688,7 +683,9 @@ pub fn watch_with_several_holders_survives_a_store_restart<S: Store>() {
     let json_of = |line: &str| -> Value {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"))
     };
-    lines_until(&lines, |l| json_tokens(&json_of(l)) == [a_token, b_token]);
+    lines_until(&lines, |l| {
+        json_holder_tokens(&json_of(l)) == [a_token, b_token]
+    });
     let mut c = start("c", "host-c");
     waits_in_line(&store, "wr", 3, &c);
 
@@ -698,9 +695,11 @@ pub fn watch_with_several_holders_survives_a_store_restart<S: Store>() {
     open_gate(&scratch, "a");
     assert_eq!(a.wait(Duration::from_secs(15)), Some(0), "{}", a.stderr());
     let c_token = token_of(&scratch, "c");
-    let changed = lines_until(&lines, |l| json_tokens(&json_of(l)) == [b_token, c_token]);
+    let changed = lines_until(&lines, |l| {
+        json_holder_tokens(&json_of(l)) == [b_token, c_token]
+    });
     for line in &changed[..changed.len() - 1] {
-        let tokens = json_tokens(&json_of(line));
+        let tokens = json_holder_tokens(&json_of(line));
         assert!(
             tokens == [a_token, b_token] || tokens == [b_token],
             "{changed:#?}"

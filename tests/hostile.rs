@@ -13,19 +13,6 @@ use nix::sys::signal::Signal;
 
 use crate::harness::*;
 
-/// The facts every refusal must show: exit 125, one line on stderr that names `needle`.
-fn assert_refused(out: &Output, needle: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
-    assert_eq!(
-        stderr.lines().count(),
-        1,
-        "expected one line, got: {stderr}"
-    );
-    assert!(stderr.starts_with("leader-exec: "), "{stderr}");
-    assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
-}
-
 /// etcdctl with arguments that may be any bytes (keys that are not UTF-8).
 fn ctl_bytes(etcd: &Etcd, args: &[&[u8]]) -> Output {
     let out = Command::new("etcdctl")

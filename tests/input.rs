@@ -1,23 +1,9 @@
 //! Bad input: one clear line on stderr, exit 125 (126/127 for the command), in bounded time, and
 //! nothing left behind in the store. (TLS and authentication against etcd: etcd/access.rs.)
 
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
-
-/// Asserts exit 125 with exactly one line on stderr that mentions `needle`.
-pub(crate) fn assert_usage_error(out: &Output, needle: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
-    assert_eq!(
-        stderr.lines().count(),
-        1,
-        "expected one line, got: {stderr}"
-    );
-    assert!(stderr.starts_with("leader-exec: "), "{stderr}");
-    assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
-}
 
 #[test]
 fn help_and_version() {
@@ -50,27 +36,27 @@ pub fn malformed_flags_are_one_line_and_125<S: Store>() {
         args.extend_from_slice(extra);
         Cmd::bare().args(&args).output()
     };
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--ttl", "15", "--", "true"]),
         "--ttl",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--kill-after", "soon", "--", "true"]),
         "--kill-after",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--kill-signal", "TERMINATE", "--", "true"]),
         "TERMINATE",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--max-runtime", "0", "--", "true"]),
         "--max-runtime",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--splay", "-1s", "--", "true"]),
         "--splay",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&[
             "--lease",
             "x",
@@ -83,41 +69,41 @@ pub fn malformed_flags_are_one_line_and_125<S: Store>() {
         ]),
         "--health-interval",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--health-timeout", "1s", "--", "true"]),
         "--health-cmd",
     );
-    assert_usage_error(&with(&["--lease", "", "--", "true"]), "--lease");
-    assert_usage_error(&with(&["--lease", "a/b", "--", "true"]), "'/'");
-    assert_usage_error(
+    assert_refused(&with(&["--lease", "", "--", "true"]), "--lease");
+    assert_refused(&with(&["--lease", "a/b", "--", "true"]), "'/'");
+    assert_refused(
         &with(&["--lease", "a\tb", "--", "true"]),
         "control characters",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--identity", "a\nb", "--", "true"]),
         "--identity",
     );
-    assert_usage_error(&with(&["--", "true"]), "--lease");
-    assert_usage_error(&with(&["--lease", "x"]), "missing command");
-    assert_usage_error(&with(&["--lease", "x", "--"]), "missing command");
-    assert_usage_error(&with(&["--lease", "x", "true"]), "true");
-    assert_usage_error(
+    assert_refused(&with(&["--", "true"]), "--lease");
+    assert_refused(&with(&["--lease", "x"]), "missing command");
+    assert_refused(&with(&["--lease", "x", "--"]), "missing command");
+    assert_refused(&with(&["--lease", "x", "true"]), "true");
+    assert_refused(
         &with(&["--lease", "x", "--no-such-flag", "--", "true"]),
         "--no-such-flag",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--ttl", "5s", "--", "true"]),
         "--renew-deadline",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--retry-period", "5s", "--", "true"]),
         "--retry-period",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&["--lease", "x", "--ttl", "2500ms", "--", "true"]),
         "whole number",
     );
-    assert_usage_error(
+    assert_refused(
         &with(&[
             "--lease",
             "x",
@@ -129,7 +115,7 @@ pub fn malformed_flags_are_one_line_and_125<S: Store>() {
         ]),
         "--wait-timeout",
     );
-    assert_usage_error(
+    assert_refused(
         &Cmd::bare()
             .args(["--endpoints", "http://", "--lease", "x", "--", "true"])
             .output(),
@@ -141,7 +127,7 @@ pub fn malformed_flags_are_one_line_and_125<S: Store>() {
         .args(["--endpoints", &endpoint, "--lease", "x", "--", "true"])
         .output()
         .unwrap();
-    assert_usage_error(&out, "forever");
+    assert_refused(&out, "forever");
     assert!(etcd.held().is_empty(), "left: {:?}", etcd.held());
 }
 
@@ -163,7 +149,7 @@ fn an_unreachable_etcd_fails_within_the_connect_timeout() {
         .output();
     let took = started.elapsed();
     // A refusal is an answer: no need to wait out the timeout.
-    assert_usage_error(&out, "connection refused (is etcd running there?)");
+    assert_refused(&out, "connection refused (is etcd running there?)");
     assert!(took < Duration::from_secs(4), "took {took:?}");
 
     // A black hole (accepts, never answers) is bounded the same way.
@@ -184,7 +170,7 @@ fn an_unreachable_etcd_fails_within_the_connect_timeout() {
         ])
         .output();
     let took = started.elapsed();
-    assert_usage_error(&out, "did not answer");
+    assert_refused(&out, "did not answer");
     assert!(took < Duration::from_secs(4), "took {took:?}");
     proxy.heal();
     assert!(etcd.keys("").is_empty());
@@ -194,7 +180,7 @@ fn an_unreachable_etcd_fails_within_the_connect_timeout() {
 fn unreadable_tls_files_are_named() {
     let scratch = Scratch::new();
     let missing = path_str(&scratch.path("missing.pem"));
-    assert_usage_error(
+    assert_refused(
         &Cmd::bare()
             .args([
                 "--endpoints",
@@ -222,5 +208,5 @@ fn unreadable_tls_files_are_named() {
         ])
         .output()
         .unwrap();
-    assert_usage_error(&out, "--cert");
+    assert_refused(&out, "--cert");
 }

@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
-use crate::input::assert_usage_error;
 
 #[test]
 fn tls_with_client_certificates() {
@@ -165,7 +164,7 @@ fn authentication() {
             "true",
         ])
         .output();
-    assert_usage_error(&bad, "auth");
+    assert_refused(&bad, "auth");
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(!String::from_utf8_lossy(&bad.stderr).contains("wrong-password-xyz"));
 
@@ -182,8 +181,8 @@ fn authentication() {
             "true",
         ])
         .output();
-    assert_usage_error(&unknown, "auth");
-    assert_usage_error(
+    assert_refused(&unknown, "auth");
+    assert_refused(
         &Cmd::bare()
             .args([
                 "--endpoints",

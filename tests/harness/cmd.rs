@@ -145,6 +145,30 @@ pub fn status_json(endpoint: &str, lease: &str) -> serde_json::Value {
     })
 }
 
+/// The tokens of the holders in a `status --json` or `watch --json` answer, in its order.
+pub fn json_holder_tokens(json: &serde_json::Value) -> Vec<i64> {
+    json["holders"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no holders: {json}"))
+        .iter()
+        .map(|h| h["token"].as_i64().unwrap())
+        .collect()
+}
+
+/// The facts every refusal of bad input must show: exit 125, one line on stderr, starting
+/// `leader-exec: ` and naming `needle`.
+pub fn assert_refused(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "expected one line, got: {stderr}"
+    );
+    assert!(stderr.starts_with("leader-exec: "), "{stderr}");
+    assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+}
+
 /// `leader-exec check` of `token` for `lease`: its exit code (0 current, 1 stale; -1 for a
 /// signal).
 pub fn check_token(endpoint: &str, lease: &str, token: i64) -> i32 {

@@ -14,15 +14,6 @@ use crate::holders::{holder_args, holder_job};
 
 const TEN: Duration = Duration::from_secs(10);
 
-fn holder_tokens(json: &Value) -> Vec<i64> {
-    json["holders"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no holders: {json}"))
-        .iter()
-        .map(|h| h["token"].as_i64().unwrap())
-        .collect()
-}
-
 #[test]
 fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
     let zk = ZooKeeper::start();
@@ -43,7 +34,7 @@ fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
     let czxid = zk.create(path, b"host-b", true);
     let status = status_json(&endpoint, "pend");
     assert_eq!(status["candidates"], 2, "{status}");
-    assert_eq!(holder_tokens(&status), [a_token], "{status}");
+    assert_eq!(json_holder_tokens(&status), [a_token], "{status}");
     assert_eq!(check_token(&endpoint, "pend", czxid), 1);
     assert_eq!(check_token(&endpoint, "pend", a_token), 0);
 
@@ -79,7 +70,7 @@ fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
             .expect("watch printed nothing");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"))
     };
-    assert_eq!(holder_tokens(&next()), [a_token]);
+    assert_eq!(json_holder_tokens(&next()), [a_token]);
 
     // The touch (a setData of its own data): a holder now, with the touch's zxid as its token,
     // and watch (waiting on the line, which did not change) reports it.
@@ -88,7 +79,7 @@ fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
     });
     assert!(mzxid > a_token);
     let now = next();
-    assert_eq!(holder_tokens(&now), [a_token, mzxid], "{now}");
+    assert_eq!(json_holder_tokens(&now), [a_token, mzxid], "{now}");
     assert_eq!(now["holders"][1]["identity"], "host-b", "{now}");
     assert_eq!(check_token(&endpoint, "pend", mzxid), 0);
     assert_eq!(check_token(&endpoint, "pend", czxid), 1);
@@ -96,7 +87,7 @@ fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
     zk.session(false, async |client| {
         client.delete(path, None).await.unwrap()
     });
-    assert_eq!(holder_tokens(&next()), [a_token]);
+    assert_eq!(json_holder_tokens(&next()), [a_token]);
     open_gate(&scratch, "a");
     assert_eq!(a.wait(TEN), Some(0), "{}", a.stderr());
     let _ = watch.0.kill();
