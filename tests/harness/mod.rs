@@ -3,10 +3,12 @@
 //! a history file, and a Curator LeaderLatch participant for ZooKeeper interoperability.
 //!
 //! One room a concern; everything is re-exported here, so a test says `use crate::harness::*`:
-//! - `cmd`: [`Cmd`], the one way a test runs leader-exec (`Cmd::new(&store).args(..).run()`);
+//! - `cmd`: [`Cmd`], the one way a test runs leader-exec (`Cmd::new(&store).args(..).run()`),
+//!   and what the tests read from a run (`status_json`, `check_token`, `assert_refused`);
 //! - `instance`: the binary under test, [`Instance`] (a running leader-exec, killed when
 //!   dropped), the timing flags tests pass;
-//! - `scratch`: a test's directory, the job scripts that record to its history file;
+//! - `scratch`: a test's directory, the job scripts that record to its history file, a job body
+//!   that waits for its gate (`gated`, `open_gate`);
 //! - `history`: reading a history back and checking it (one at a time, tokens rising);
 //! - `procfs`: what /proc says about a process (alive, its children, its name, its group);
 //! - `tls`: a CA, server and client certificates made with openssl;
