@@ -160,12 +160,11 @@ fn a_missing_or_wrong_postgres_password_names_where_a_password_goes() {
 
     // The right password works: the hints are about the password, not the server.
     std::fs::write(&file, "pw-right-9\n").unwrap();
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(lease)
         .args(["--password-file", &file, "--no-wait", "--", "sh", "-c"])
         .arg("echo token $LEADER_TOKEN")
-        .output()
-        .unwrap();
+        .output();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),

@@ -129,7 +129,7 @@ fn every_duration_flag_at_its_boundaries() {
                 args.extend(["--occurrence", lease.as_str()]);
             }
             args.extend([flag, value, "--", "true"]);
-            let out = leader_exec().args(&args).output().unwrap();
+            let out = Cmd::bare().args(&args).output();
             let stderr = String::from_utf8_lossy(&out.stderr);
             let code = out.status.code();
             let what = format!("{flag} {value:?}: exit {code:?}, stderr: {stderr}");
@@ -188,7 +188,7 @@ fn bad_input_is_refused_before_anything_is_written() {
     let with = |extra: &[&str]| {
         let mut args = vec!["--endpoints", endpoint.as_str()];
         args.extend_from_slice(extra);
-        leader_exec().args(&args).output().unwrap()
+        Cmd::bare().args(&args).output()
     };
     for signal in [
         "STOP", "sigstop", "19", "CHLD", "CONT", "TSTP", "TTIN", "TTOU", "URG", "WINCH",
@@ -244,21 +244,19 @@ fn bad_input_is_refused_before_anything_is_written() {
     assert_refused(&with(&["check", "--lease", "x"]), "--token");
 
     // A password in an endpoint is refused and never shown.
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["--endpoints", "http://root:hunter2-secret@127.0.0.1:2379"])
         .args(["--lease", "x", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     assert_refused(&out, "--endpoints");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
-    let out = leader_exec()
+    let out = Cmd::bare()
         .env(
             "ETCDCTL_ENDPOINTS",
             "https://root:hunter2-secret@127.0.0.1:2379",
         )
         .args(["status", "--lease", "x"])
-        .output()
-        .unwrap();
+        .output();
     assert_refused(&out, "--endpoints");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 
@@ -283,7 +281,7 @@ fn the_fatal_line_follows_the_log_format() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         serde_json::from_str(stderr.trim()).unwrap_or_else(|e| panic!("{e}: {stderr}"))
     };
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args([
             "--log-format",
             "json",
@@ -294,8 +292,7 @@ fn the_fatal_line_follows_the_log_format() {
             "--",
             "true",
         ])
-        .output()
-        .unwrap();
+        .output();
     let line = parse(&out);
     assert_eq!(line["level"], "ERROR");
     assert!(
@@ -304,7 +301,7 @@ fn the_fatal_line_follows_the_log_format() {
     );
     assert_eq!(line["exit_code"], 125);
 
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args([
             "--log-format=json",
             "--lease",
@@ -314,8 +311,7 @@ fn the_fatal_line_follows_the_log_format() {
             "--",
             "true",
         ])
-        .output()
-        .unwrap();
+        .output();
     assert!(
         parse(&out)["message"]
             .as_str()
@@ -324,12 +320,11 @@ fn the_fatal_line_follows_the_log_format() {
     );
 
     let nobody = format!("http://127.0.0.1:{}", free_port());
-    let out = leader_exec()
+    let out = Cmd::bare()
         .env("LEADER_EXEC_LOG_FORMAT", "json")
         .args(["--endpoints", &nobody, "--connect-timeout", "300ms"])
         .args(["--lease", "x", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     assert!(
         parse(&out)["message"]
             .as_str()
@@ -350,7 +345,7 @@ fn wait_timeout_zero_tries_once() {
         let touch = format!("touch '{}'", marker.display());
         let mut args = lease_args(&endpoint, "once");
         args.extend(["--wait-timeout", timeout, "--", "sh", "-c", &touch]);
-        let out = leader_exec().args(&args).output().unwrap();
+        let out = Cmd::bare().args(&args).output();
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -378,7 +373,7 @@ fn wait_timeout_zero_tries_once() {
     let started = Instant::now();
     let mut args = lease_args(&endpoint, "once");
     args.extend(["--wait-timeout", "0", "--", "true"]);
-    let out = leader_exec().args(&args).output().unwrap();
+    let out = Cmd::bare().args(&args).output();
     assert_eq!(
         out.status.code(),
         Some(124),
@@ -471,10 +466,9 @@ fn hostile_identities_and_keys_are_escaped_in_status_and_watch() {
     let endpoint = etcd.endpoint();
     plant_hostile_leader(&etcd, "hostile");
 
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["status", "--endpoints", &endpoint, "--lease", "hostile"])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -499,7 +493,7 @@ fn hostile_identities_and_keys_are_escaped_in_status_and_watch() {
     );
 
     // JSON escapes by itself: the identity reads back as it was written (lossy where not UTF-8).
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args([
             "status",
             "--json",
@@ -508,8 +502,7 @@ fn hostile_identities_and_keys_are_escaped_in_status_and_watch() {
             "--lease",
             "hostile",
         ])
-        .output()
-        .unwrap();
+        .output();
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         status["leader"]["identity"],
@@ -560,10 +553,7 @@ fn an_unreadable_occurrence_record_is_shown() {
     let endpoint = etcd.endpoint();
     let mut args = lease_args(&endpoint, "occ");
     args.extend(["--occurrence", "good", "--", "true"]);
-    assert_eq!(
-        leader_exec().args(&args).output().unwrap().status.code(),
-        Some(0)
-    );
+    assert_eq!(Cmd::bare().args(&args).output().status.code(), Some(0));
     ctl_bytes(
         &etcd,
         &[
@@ -573,10 +563,9 @@ fn an_unreadable_occurrence_record_is_shown() {
         ],
     );
 
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["status", "--endpoints", &endpoint, "--lease", "occ"])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -596,7 +585,7 @@ fn an_unreadable_occurrence_record_is_shown() {
         "{text}"
     );
 
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args([
             "status",
             "--json",
@@ -605,8 +594,7 @@ fn an_unreadable_occurrence_record_is_shown() {
             "--lease",
             "occ",
         ])
-        .output()
-        .unwrap();
+        .output();
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let occurrences = status["occurrences"].as_array().unwrap();
     assert_eq!(occurrences.len(), 2, "{status}");
@@ -703,12 +691,11 @@ fn tls_files_are_checked() {
     let not_pem = scratch.path("not.pem");
     std::fs::write(&not_pem, "this is not a certificate\n").unwrap();
     let run = |args: &[&str]| {
-        leader_exec()
+        Cmd::bare()
             .args(["--endpoints", "https://127.0.0.1:1"])
             .args(args)
             .args(["--lease", "x", "--", "true"])
             .output()
-            .unwrap()
     };
     assert_refused(&run(&["--cacert", &path_str(&not_pem)]), "--cacert");
     // A private key given as the CA is not a certificate either.
@@ -740,11 +727,10 @@ fn credential_warnings() {
         assert!(etcd.ctl(args).status.success());
     }
     let endpoint = etcd.endpoint();
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["--endpoints", &endpoint, "--user", "root:s3cret-pw"])
         .args(["--lease", "warned", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("s3cret-pw"), "{stderr}");
@@ -756,12 +742,11 @@ fn credential_warnings() {
     assert!(stderr.contains("plain http://"), "{stderr}");
 
     // From the environment: not visible in ps, so only the clear-text warning.
-    let out = leader_exec()
+    let out = Cmd::bare()
         .env("ETCDCTL_USER", "root")
         .env("LEADER_EXEC_PASSWORD", "s3cret-pw")
         .args(["--endpoints", &endpoint, "--lease", "warned", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -788,11 +773,7 @@ fn hostile_record_fields_are_escaped_in_text_logs() {
     let endpoint = etcd.endpoint();
     let mut args = lease_args(&endpoint, "logs");
     args.extend(["--occurrence", "nightly", "--if-unfinished", "skip"]);
-    let out = leader_exec()
-        .args(&args)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
+    let out = Cmd::bare().args(&args).args(["--", "true"]).output();
     assert_eq!(out.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("skipping"), "{stderr}");
@@ -815,11 +796,7 @@ fn the_suggested_recovery_command_is_shell_quoted() {
     let endpoint = etcd.endpoint();
     let mut args = lease_args(&endpoint, "quote");
     args.extend(["--occurrence", id, "--if-unfinished", "fail"]);
-    let out = leader_exec()
-        .args(&args)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
+    let out = Cmd::bare().args(&args).args(["--", "true"]).output();
     assert_ne!(out.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let suggestion = stderr

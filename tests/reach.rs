@@ -14,7 +14,7 @@ const SLACK: Duration = Duration::from_secs(1);
 /// Runs leader-exec with `args`, returning its output and how long it took.
 fn timed(args: &[&str]) -> (Output, Duration) {
     let started = Instant::now();
-    let out = leader_exec().args(args).output().unwrap();
+    let out = Cmd::bare().args(args).output();
     (out, started.elapsed())
 }
 

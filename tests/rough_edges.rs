@@ -264,11 +264,10 @@ fn quiet_levels_do_what_the_help_says() {
     let endpoint = etcd.endpoint();
     let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", "quiet"];
     args.extend(FAST);
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(&args)
         .args(["--identity", "h:1", "-qq", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(0));
     assert!(
         out.stderr.is_empty(),
@@ -276,7 +275,7 @@ fn quiet_levels_do_what_the_help_says() {
         String::from_utf8_lossy(&out.stderr)
     );
     let nobody = format!("http://127.0.0.1:{}", free_port());
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args([
             "--endpoints",
             &nobody,
@@ -286,8 +285,7 @@ fn quiet_levels_do_what_the_help_says() {
             "1s",
         ])
         .args(["-qq", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(125));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -371,10 +369,9 @@ fn term_while_the_command_runs_skips_the_hold() {
 /// values would.
 #[test]
 fn a_short_ttl_alone_gets_values_that_fit() {
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["--lease", "hint", "--ttl", "5s", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(125));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -387,11 +384,7 @@ fn a_short_ttl_alone_gets_values_that_fit() {
     let mut args = vec!["--endpoints", endpoint.as_str()];
     args.extend(["--lease", "hint", "--ttl", "5s"]);
     args.extend(suggested.split(' '));
-    let out = leader_exec()
-        .args(&args)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
+    let out = Cmd::bare().args(&args).args(["--", "true"]).output();
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -61,10 +61,9 @@ fn a_marker_with_n_stands_beside_each_candidate_key_only_with_more_than_one_hold
     );
 
     // status --all: the markers are no election; each lease its oldest holder.
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["status", "--all", "--json", "--endpoints", &endpoint])
-        .output()
-        .unwrap();
+        .output();
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let leases: Vec<(&str, i64)> = json["leases"]
         .as_array()
@@ -130,7 +129,7 @@ fn an_etcdctl_elect_candidate_counts_as_one_holder() {
     assert!(etcd.keys("/leader-exec/.holders/").is_empty());
     assert!(scratch.history().is_empty());
     // status: one leader, N = 1.
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args([
             "status",
             "--lease",
@@ -139,8 +138,7 @@ fn an_etcdctl_elect_candidate_counts_as_one_holder() {
             "--endpoints",
             &endpoint,
         ])
-        .output()
-        .unwrap();
+        .output();
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["max_holders"], 1, "{json}");
     assert_eq!(json["holders"].as_array().map(Vec::len), Some(1), "{json}");

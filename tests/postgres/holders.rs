@@ -165,16 +165,14 @@ fn two_hold_and_two_wait(endpoint: &str, pg: &Postgres) {
         lease_rows(pg, lease)
     );
     // The text form: a line per holder; `status --all`: one election per name, not per slot.
-    let text = leader_exec()
+    let text = Cmd::bare()
         .args(["status", "--endpoints", endpoint, "--lease", lease])
-        .output()
-        .unwrap();
+        .output();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("holders:     2 of 2"), "{text}");
-    let all = leader_exec()
+    let all = Cmd::bare()
         .args(["status", "--all", "--json", "--endpoints", endpoint])
-        .output()
-        .unwrap();
+        .output();
     let all: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap();
     let names: Vec<&str> = all["leases"]
         .as_array()

@@ -292,11 +292,10 @@ fn a_database_that_does_not_exist_is_refused_with_125_and_not_created() {
     let pg = Postgres::start();
     let endpoint = format!("postgres://postgres@127.0.0.1:{}/nosuchdb", pg.port);
     let started = Instant::now();
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(lease_args(&endpoint, "x"))
         .args(["--", "true"])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(stderr.contains("nosuchdb"), "{stderr}");
@@ -305,11 +304,10 @@ fn a_database_that_does_not_exist_is_refused_with_125_and_not_created() {
     assert!(!dbs.contains("nosuchdb"));
     // A password in the URL is never echoed.
     let endpoint = format!("postgres://postgres:hunter2@127.0.0.1:{}/nosuchdb", pg.port);
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(lease_args(&endpoint, "x"))
         .args(["--", "true"])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(!stderr.contains("hunter2"), "{stderr}");
@@ -481,11 +479,10 @@ fn sslmode_is_understood_as_libpq_does() {
     let ca = scratch.path("ca.crt");
     let run = |host: &str, query: &str| {
         let endpoint = format!("postgres://postgres@{host}:{}/postgres?{query}", pg.port);
-        let out = leader_exec()
+        let out = Cmd::bare()
             .args(lease_args(&endpoint, "tls"))
             .args(["--", "sh", "-c", "echo $LEADER_TOKEN"])
-            .output()
-            .unwrap();
+            .output();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -647,12 +644,11 @@ fn handover_with(endpoint: &str, lease: &str, pg: &Postgres) -> (Duration, i64, 
 fn with_listening_off_in_the_url_waiters_poll_and_a_handover_comes_within_the_retry_period() {
     let pg = Postgres::start();
     // Only on and off are understood.
-    let bad = leader_exec()
+    let bad = Cmd::bare()
         .args(["--endpoints"])
         .arg(format!("{}?leader_exec_listen=maybe", Store::endpoint(&pg)))
         .args(["--lease", "polled", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(bad.status.code(), Some(125));
     let message = String::from_utf8_lossy(&bad.stderr);
     assert!(message.contains("leader_exec_listen=maybe"), "{message}");

@@ -353,7 +353,7 @@ fn a_negotiated_timeout_too_short_for_the_flags_is_125_and_leaves_nothing() {
     let zk = ZooKeeper::start();
     let scratch = Scratch::new();
     let endpoint = zk.endpoint();
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args([
             "--endpoints",
             &endpoint,
@@ -371,8 +371,7 @@ fn a_negotiated_timeout_too_short_for_the_flags_is_125_and_leaves_nothing() {
             "touch",
         ])
         .arg(scratch.path("ran"))
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -389,11 +388,7 @@ fn a_negotiated_timeout_too_short_for_the_flags_is_125_and_leaves_nothing() {
     let endpoint = zk.endpoint();
     let mut args = lease_args(&endpoint, "raised");
     args.retain(|a| *a != "-v");
-    let out = leader_exec()
-        .args(&args)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
+    let out = Cmd::bare().args(&args).args(["--", "true"]).output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
@@ -778,7 +773,7 @@ fn a_chroot_that_does_not_exist_is_125_naming_it_for_status_as_for_a_run() {
     let scratch = Scratch::new();
     let endpoint = format!("{}/typo", zk.endpoint());
     let one_line_125 = |args: &[&str]| {
-        let out = leader_exec().args(args).output().unwrap();
+        let out = Cmd::bare().args(args).output();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(125), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
@@ -813,10 +808,9 @@ fn a_chroot_that_does_not_exist_is_125_naming_it_for_status_as_for_a_run() {
         one_line_125(&args);
     }
     // Below a chroot that exists, an election nobody stands in is still "no leader".
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["status", "--lease", "job", "--endpoints", &zk.endpoint()])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 }
 
@@ -892,11 +886,10 @@ fn watch_shows_each_leader_once_with_its_commands_token_and_a_curator_leader_too
     assert_eq!(shown["leader"]["identity"], "curator-1", "{shown}");
     let czxid = status_json(&endpoint, "marked")["leader"]["token"].clone();
     assert_eq!(shown["leader"]["token"], czxid, "{shown}");
-    let check = leader_exec()
+    let check = Cmd::bare()
         .args(["check", "--lease", "marked", "--endpoints", &endpoint])
         .args(["--token", &czxid.to_string()])
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(check.status.code(), Some(1), "{check:?}");
     curator.close();
 }

@@ -159,11 +159,10 @@ fn check_and_status_through_a_follower_answer_the_current_leader_right_after_a_c
     let on_follower = format!("zk://{}", ensemble.addr(follower));
     let scratch = Scratch::new();
     let check = |token: i64| {
-        leader_exec()
+        Cmd::bare()
             .args(["check", "--endpoints", &on_follower, "--lease", "synced"])
             .args(["--token", &token.to_string()])
             .output()
-            .unwrap()
             .status
             .code()
     };
@@ -285,13 +284,12 @@ fn with_credentials_an_unauthenticated_client_can_neither_delete_the_leader_nor_
     // --no-wait with the credentials: another instance leads, 124, nothing left behind.
     let ran = scratch.path("ran");
     let no_wait = |credentials: &[&str]| {
-        leader_exec()
+        Cmd::bare()
             .args(["--endpoints", &endpoint, "--lease", "guarded", "--no-wait"])
             .args(credentials)
             .args(["--", "touch"])
             .arg(&ran)
             .output()
-            .unwrap()
     };
     let out = no_wait(&["--user", "ops:s3cret"]);
     assert_eq!(out.status.code(), Some(124), "{out:?}");
@@ -317,11 +315,10 @@ fn with_credentials_open_nodes_on_the_elections_path_are_warned_about() {
         acl_of(&zk, "/open/warned"),
         vec![("world".into(), "anyone".into(), Permission::ALL)]
     );
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["--endpoints", &zk.endpoint(), "--prefix", "/open/"])
         .args(["--lease", "warned", "--user", "ops:s3cret", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
@@ -329,11 +326,10 @@ fn with_credentials_open_nodes_on_the_elections_path_are_warned_about() {
         "{stderr}"
     );
     // Nodes it created itself are not open: a second run with a fresh prefix says nothing.
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["--endpoints", &zk.endpoint(), "--prefix", "/closed/"])
         .args(["--lease", "quiet", "--user", "ops:s3cret", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("more than read"), "{stderr}");
@@ -492,12 +488,11 @@ fn a_reconnect_during_the_grace_that_shrinks_the_session_timeout_sigkills_at_onc
 fn zookeeper_credential_warnings() {
     let zk = ZooKeeper::start();
     let endpoint = zk.endpoint();
-    let out = leader_exec()
+    let out = Cmd::bare()
         .env_remove("LEADER_EXEC_PASSWORD")
         .args(["--endpoints", &endpoint, "--user", "jobs:s3cret-pw"])
         .args(["--lease", "warned", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("s3cret-pw"), "{stderr}");
@@ -511,12 +506,11 @@ fn zookeeper_credential_warnings() {
         "{stderr}"
     );
 
-    let out = leader_exec()
+    let out = Cmd::bare()
         .env("LEADER_EXEC_PASSWORD", "s3cret-pw")
         .args(["--endpoints", &endpoint, "--user", "jobs"])
         .args(["--lease", "warned", "--", "true"])
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("(ps, /proc)"), "{stderr}");

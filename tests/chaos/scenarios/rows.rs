@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::{SLACK, next_leader, parent_of, single, wait_all_dead};
 use crate::Ctx;
 use crate::harness::{
-    Postgres, Proxy, Store, ZooKeeper, group_has_live_member, leader_exec, now_ns, wait_for,
+    Cmd, Postgres, Proxy, Store, ZooKeeper, group_has_live_member, leader_exec, now_ns, wait_for,
 };
 use crate::history::Record;
 use crate::trial::{FAST, JobKind, NAMES, Timing, Trial, die_with_the_runner};
@@ -130,11 +130,10 @@ fn standby_first(standby: u16, primary: u16) -> String {
 
 /// `leader-exec check` of `token` through `endpoints`: Some(true) current, Some(false) stale.
 fn check(endpoints: &str, lease: &str, token: i64) -> Option<bool> {
-    let out = leader_exec()
+    let out = Cmd::bare()
         .args(["check", "--endpoints", endpoints, "--lease", lease])
         .args(["--token", &token.to_string()])
-        .output()
-        .unwrap();
+        .output();
     match out.status.code() {
         Some(0) => Some(true),
         Some(1) => Some(false),
