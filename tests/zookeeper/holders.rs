@@ -586,7 +586,6 @@ fn cpu_ticks(pid: i32) -> u64 {
 /// reports the next one.
 #[test]
 fn watch_with_two_holders_sleeps_until_the_holders_change() {
-    use std::io::BufRead;
     let zk = ZooKeeper::start();
     let scratch = Scratch::new();
     let endpoint = zk.endpoint();
@@ -599,31 +598,7 @@ fn watch_with_two_holders_sleeps_until_the_holders_change() {
         instances.push(Instance::start(&args, &job(&scratch, name, &body)));
         scratch.wait_record("start", name, long).expect("holds");
     }
-    let mut watch = KillOnDrop(
-        leader_exec()
-            .args([
-                "watch",
-                "--lease",
-                lease,
-                "--json",
-                "--endpoints",
-                &endpoint,
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let (sender, lines) = std::sync::mpsc::channel();
-    let stdout = watch.0.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let (watch, lines) = watch(&endpoint, lease, true);
     let leader_of = |line: String| -> String {
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
         value["leader"]["identity"]

@@ -4,7 +4,6 @@
 //! zxid was given to nobody. From its touch on it is one, with the touch's zxid, and `watch`
 //! reports it.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -38,32 +37,7 @@ fn a_node_that_has_not_touched_itself_is_no_holder_until_it_does() {
     assert_eq!(check_token(&endpoint, "pend", czxid), 1);
     assert_eq!(check_token(&endpoint, "pend", a_token), 0);
 
-    let mut watch = KillOnDrop(
-        std::process::Command::new(env!("CARGO_BIN_EXE_leader-exec"))
-            .args([
-                "watch",
-                "--lease",
-                "pend",
-                "--json",
-                "--endpoints",
-                &endpoint,
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let (sender, lines) = mpsc::channel();
-    let stdout = watch.0.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let (mut watch, lines) = watch(&endpoint, "pend", true);
     let next = || -> Value {
         let line = lines
             .recv_timeout(Duration::from_secs(15))
