@@ -5,8 +5,10 @@
 //! `--force`), the store restarted and paused, an instance's route cut or black-holed, a joiner
 //! whose first claiming request's answer is held back while the others come and go, and each
 //! store's own manipulations (etcd: a candidate key deleted by hand; ZooKeeper: a candidate node
-//! deleted by hand; PostgreSQL: the token sequence set back with `ALTER SEQUENCE … RESTART`,
-//! waiter rows deleted) — checked by one history checker (`check.rs`).
+//! deleted by hand, the server restarted with other session bounds so that sessions renegotiate
+//! their timeout; PostgreSQL: the token sequence set back with `ALTER SEQUENCE … RESTART`,
+//! waiter rows deleted, the server's clock stepped through libfaketime) — checked by one history
+//! checker (`check.rs`).
 //!
 //! ```text
 //! LEADER_EXEC_NEMESIS_SEED=N LEADER_EXEC_NEMESIS_STEPS=K cargo test --locked --test chaos nemesis::
