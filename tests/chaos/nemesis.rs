@@ -563,10 +563,10 @@ impl<S: Nemesis> Run<S> {
     /// - `minSessionTimeout` above `--ttl`: sessions get more than they asked;
     /// - `maxSessionTimeout` below what the flags need: every holder that reconnects stops its
     ///   command at once (SIGKILL, exit 75) and every campaign exits 125, until the harness's
-    ///   bounds come back 1–4 s later. Only while no route is cut and no leader-exec stopped:
-    ///   a reconnect whose answer is lost leaves its leader counting with the old timeout, which
-    ///   no client can see (docs/zookeeper.md: never lower the maximum while leaders hold
-    ///   longer sessions), and the runner lets every reconnect finish before the next fault;
+    ///   bounds come back 1–4 s later. Every cut route is healed and every stopped leader-exec
+    ///   resumed first, and every reconnect finishes before the next fault: a reconnect whose
+    ///   answer is lost leaves its leader counting with the old timeout, which no client can see
+    ///   (docs/zookeeper.md: never lower the maximum while leaders hold longer sessions);
     /// - back to the harness's bounds (1–30 s).
     fn step_session_bounds(&mut self) {
         if self.bounds_too_short {
@@ -575,8 +575,6 @@ impl<S: Nemesis> Run<S> {
         let margin = (TIMING.ttl / 20).max(Duration::from_millis(250));
         let needed = (TIMING.renew_deadline + TIMING.kill_after + margin).as_millis() as u64;
         let ttl = TIMING.ttl.as_millis() as u64;
-        let quiet = !self.members.iter().any(|m| m.paused)
-            && !self.later.iter().any(|(_, l)| matches!(l, Later::Heal(_)));
         let (cfg, what, too_short) = match self.rng.u8(..10) {
             0..=3 => {
                 let max = self.rng.u64(needed..ttl);
@@ -596,7 +594,15 @@ impl<S: Nemesis> Run<S> {
                     false,
                 )
             }
-            6..=7 if quiet => {
+            6..=7 => {
+                // Every cut route healed and every stopped leader-exec resumed first.
+                let pending = std::mem::take(&mut self.later);
+                for (at, what) in pending {
+                    match what {
+                        Later::Heal(_) | Later::Resume(_) => self.run_later(what),
+                        what => self.later.push((at, what)),
+                    }
+                }
                 let max = self.rng.u64(1000..needed - 250);
                 (
                     format!("maxSessionTimeout={max}\n"),

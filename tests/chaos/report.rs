@@ -639,12 +639,12 @@ lease:
   gets it: `maxSessionTimeout` below `--ttl` but not below what the flags need (3.75–4 s:
   sessions get less than they asked, enough; holders keep holding, and a deadline noticed late
   counts with the shorter session), `minSessionTimeout` above `--ttl` (4.5–12 s), back to the
-  harness's bounds (1–30 s), or, while no route is cut and no leader-exec stopped,
-  `maxSessionTimeout` below what the flags need (1–3.5 s): every holder SIGKILLs its command as
-  it reconnects (exit 75) and every campaign exits 125, until the harness's bounds return 1–4 s
-  later. (Not while a route is cut: a reconnect whose answer is lost leaves its leader counting
-  with the old timeout, which no client can see; docs/zookeeper.md says never to lower the
-  maximum below the sessions leaders hold.)
+  harness's bounds (1–30 s), or `maxSessionTimeout` below what the flags need (1–3.5 s): every
+  holder SIGKILLs its command as it reconnects (exit 75) and every campaign exits 125, until the
+  harness's bounds return 1–4 s later. Before that one, every cut route is healed and every
+  stopped leader-exec resumed, and every reconnect finishes before the next fault: a reconnect
+  whose answer is lost leaves its leader counting with the old timeout, which no client can see
+  (docs/zookeeper.md says never to lower the maximum below the sessions leaders hold).
 
 etcd's server clock is not stepped: libfaketime cannot reach it (etcd is a Go program, which reads
 the clock through the vDSO, not libc), and its lessor times a lease with Go's monotonic clock
