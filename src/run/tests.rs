@@ -19,8 +19,8 @@ use crate::election::fake::{Call, Fake, Script, Step};
 use crate::election::flags::StoreFlags;
 use crate::election::{Ahead, Renewal, StoreError, Turn};
 use crate::exit::{self, ChildStatus};
-use crate::leader::supervisor::{Event, Group};
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
+use crate::process::{Event, Group};
 use crate::signals::Signals;
 
 const S: Duration = Duration::from_secs(1);
