@@ -6,7 +6,8 @@
 //! `PREFIX .leaders/NAME`, outside every election's key range (lease names cannot start with
 //! `.`). The leader writes it on its own lease, in a transaction fenced by its election key: it
 //! goes when the lease goes, and a deposed leader cannot overwrite its successor's. It is
-//! written beside the command's start, never before it (handover latency is unchanged), again
+//! written once the command has started, never before it (the handover path ends at the
+//! start: the record costs it nothing), again
 //! when a hold begins, and with `--health-cmd` again whenever the verdict changes ([`Health`];
 //! one write at a time, each an arm of the leading or holding loop that nothing waits for). A
 //! write that fails is only logged at debug level: `status` then says the detail is unknown.
