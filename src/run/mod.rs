@@ -221,8 +221,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             // Our own key is watched from the start: a deleted key is noticed while waiting, and
             // no request is left to make at the moment leadership passes to us (handover path).
             let backend = self.backend;
-            let key_gone = backend.key_gone(&candidacy);
-            tokio::pin!(key_gone);
+            // Boxed, so that it can go before the release (below).
+            let mut key_gone = Box::pin(backend.key_gone(&candidacy));
             // The claim as it leads (with its token), once elected.
             let leader = std::cell::OnceCell::new();
             // `resign` asks through the store; the request names this leader's token. Not polled
@@ -374,6 +374,11 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             };
             // The one release: of the claim as it leads, or of the candidacy in line.
             let claim = leader.get().unwrap_or(&candidacy);
+            // Nothing polls the watch on our own key any more: it goes before the release, so
+            // that the store has no watcher of ours to tell of the delete (etcd: the waiter
+            // behind is the only one, as with etcdctl) and this process is not woken by it
+            // while the next leader starts.
+            drop(key_gone);
             self.settle(claim, end.claim).await;
             if led && !matches!(end.then, Then::Fail(_)) {
                 crate::telemetry::metrics::led_ended(matches!(
