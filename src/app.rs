@@ -232,6 +232,9 @@ async fn lead_or_wait(
     supervisor: &mut supervisor::Handle,
     mut signals: Signals,
 ) -> anyhow::Result<u8> {
+    // Every transition of the run, as logs, metrics and sd_notify status.
+    let report =
+        crate::run::Reporter::new(crate::telemetry::report::Exporter::new(&settings.lease));
     // Before the store is opened: a stop during the splay leaves nothing behind.
     if let Some(splay) = settings.splay
         && let Some(signal) = crate::run::splay::wait(splay, &mut signals).await
@@ -264,7 +267,7 @@ async fn lead_or_wait(
             settings.max_holders,
         )
         .await?;
-    lead_with(settings, &store, supervisor, &mut signals, health).await
+    lead_with(settings, &store, supervisor, &mut signals, health, report).await
 }
 
 async fn lead_with<B: Store>(
@@ -273,6 +276,7 @@ async fn lead_with<B: Store>(
     supervisor: &mut supervisor::Handle,
     signals: &mut Signals,
     health: Option<crate::run::health::Checker>,
+    report: crate::run::Reporter,
 ) -> anyhow::Result<u8> {
     Runner {
         settings,
@@ -281,6 +285,7 @@ async fn lead_with<B: Store>(
         supervisor,
         signals,
         health,
+        report,
     }
     .run()
     .await

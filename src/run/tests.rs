@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::{Runner, Supervise};
+use super::{Report, Reporter, Runner, Supervise};
 use super::{Settings, Wait};
 use crate::clock::TokioClock;
 use crate::election::any::Connection;
@@ -206,6 +206,13 @@ impl Supervise for FakeGroup {
     }
 }
 
+/// Reports nothing: these tests look at what the run did.
+struct Discard;
+
+impl Report for Discard {
+    fn emit(&self, _event: &super::Event) {}
+}
+
 /// What a run did.
 struct Ran {
     code: u8,
@@ -258,6 +265,7 @@ async fn run_checked(
         supervisor: &mut group,
         signals: &mut intake,
         health: checker,
+        report: Reporter::new(Discard),
     };
     let checks = async move {
         if let Some((send, verdicts)) = verdicts {
