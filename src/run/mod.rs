@@ -71,7 +71,7 @@ use crate::leader::renewal::{Deadline, keep_renewing};
 use crate::signals::Signals;
 
 pub use crate::telemetry::event::{
-    CandidacyLost, Event, NotAcquired, Recampaign, Report, Reporter, Withdrawal,
+    CandidacyLost, Event, NotAcquired, Recampaign, Report, Reporter, Seen, Sigkill, Withdrawal,
 };
 use campaign::{Joined, Waited};
 use lead::Held;
