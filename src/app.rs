@@ -237,18 +237,19 @@ async fn lead_or_wait(
         crate::run::Reporter::new(crate::telemetry::report::Exporter::new(&settings.lease));
     // Before the store is opened: a stop during the splay leaves nothing behind.
     if let Some(splay) = settings.splay
-        && let Some(signal) = crate::run::splay::wait(splay, &mut signals).await
+        && let Some(signal) = crate::run::splay::wait(splay, &mut signals, &report).await
     {
         return Ok(128 + signal as u8);
     }
     // The first check runs while the store is opened; the first campaign waits for its pass.
-    let health =
-        match settings.health.clone() {
-            Some(check) => Some(crate::run::health::Checker::start(check).map_err(|e| {
+    let health = match settings.health.clone() {
+        Some(check) => Some(
+            crate::run::health::Checker::start(check, report.clone()).map_err(|e| {
                 Failure::usage(format!("cannot start the health-check thread: {e}"))
-            })?),
-            None => None,
-        };
+            })?,
+        ),
+        None => None,
+    };
     let t = &settings.timing;
     let timing = LeaseTiming {
         ttl: t.ttl,

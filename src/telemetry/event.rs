@@ -14,9 +14,6 @@
 //! non-blocking socket and drops what does not fit (notify.rs). The one call that may wait,
 //! [`Reporter::barrier`], is not an event and is made only on an exit path.
 
-// The state machine reports through these once every call site in run/ does.
-#![allow(dead_code)]
-
 use std::sync::Arc;
 use std::time::Duration;
 
