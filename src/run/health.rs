@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 use tokio::sync::watch;
 
 use super::{Event, Reporter};
-use crate::leader::published::Health;
+use crate::records::published::Health;
 
 /// `--health-cmd` and its timing, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,7 +231,7 @@ fn check_once(check: &HealthCheck) -> Outcome {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
-    crate::leader::supervisor::without_credentials(&mut command);
+    crate::process::environment::without_credentials(&mut command);
     let child = command.spawn();
     let mut child = match child {
         Ok(child) => child,

@@ -21,14 +21,14 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::supervise::Supervise;
 use super::{End, Phase, Reporter, Runner, Sigkill, Then};
 use crate::clock::Clock;
 use crate::election::{Candidacy, Store};
 use crate::ended::Ended;
 use crate::exit::ChildStatus;
-use crate::leader::occurrence::Record;
-use crate::leader::supervisor::{Event, Group};
+use crate::process::Supervise;
+use crate::process::{Event, Group};
+use crate::records::occurrence::Record;
 use crate::signals;
 
 /// How long the command's group may outlive SIGKILL before leader-exec stops waiting for it
@@ -178,7 +178,7 @@ impl Stop {
 
 /// Whether a stop that begins at `now` must skip the grace: the lease, last proven by the request
 /// that set the renew deadline `deadline`, may end before `--kill-after` does (see
-/// [`crate::leader::timing::Timing::grace_fits`]).
+/// [`crate::lease::timing::Timing::grace_fits`]).
 ///
 /// Why SIGKILL at once is then the safe choice: the grace is only given on the promise that the
 /// lease outlives it, which validation keeps for a stop that begins at the deadline. A stop that
@@ -189,7 +189,7 @@ impl Stop {
 /// pause made as soon as this process runs again. Pure arithmetic on the clock, decided before
 /// the first signal: nothing on the way from the deadline to SIGKILL waits.
 pub(super) fn late_for_the_grace(
-    timing: crate::leader::timing::Timing,
+    timing: crate::lease::timing::Timing,
     deadline: Duration,
     now: Duration,
 ) -> bool {

@@ -24,8 +24,8 @@ use crate::election::flags::StoreFlags;
 use crate::election::{Ahead, Renewal, StoreError, Turn};
 use crate::ended::Ended;
 use crate::exit::{self, ChildStatus};
-use crate::leader::supervisor::{Event, Group};
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
+use crate::process::{Event, Group};
 use crate::signals::Signals;
 
 mod in_line;

@@ -27,9 +27,19 @@ impl Timing {
     ///
     /// It absorbs what the arithmetic does not see: a timer that fires late on a loaded machine,
     /// the time between SIGKILL and the last process of the group being gone, and clocks that run
-    /// at slightly different rates on this host and on the etcd leader.
+    /// at slightly different rates on this host and on the store's servers.
     pub fn margin(&self) -> Duration {
         (self.ttl / 20).max(Duration::from_millis(250))
+    }
+
+    /// The least lease time that is safe: a stop that begins at the renew deadline gives the
+    /// command its whole `--kill-after`, and the margin covers what the arithmetic does not see
+    /// ([`Timing::margin`]). Validation keeps it at most `--ttl`; a store that may grant less
+    /// than it was asked for refuses a lease shorter than this.
+    pub fn needed(&self) -> Duration {
+        self.renew_deadline
+            .saturating_add(self.kill_after)
+            .saturating_add(self.margin())
     }
 
     /// Whether a stop that begins at `now` can give the command its whole `--kill-after` and
@@ -52,7 +62,7 @@ impl Timing {
         let ms = |d: Duration| humantime::format_duration(d).to_string();
         if self.ttl < Duration::from_secs(1) || self.ttl.subsec_nanos() != 0 {
             return Err(Failure::usage(format!(
-                "--ttl ({}) must be a whole number of seconds, at least 1s (etcd leases have 1s granularity)",
+                "--ttl ({}) must be a whole number of seconds, at least 1s (etcd leases have 1s granularity, and --ttl means the same on every store)",
                 ms(self.ttl)
             )));
         }
@@ -81,11 +91,7 @@ impl Timing {
                 ms(self.renew_deadline)
             )));
         }
-        let needed = self
-            .renew_deadline
-            .saturating_add(self.kill_after)
-            .saturating_add(self.margin());
-        if needed > self.ttl {
+        if self.needed() > self.ttl {
             let fit = Timing::fitting(self.ttl);
             return Err(Failure::usage(format!(
                 "--renew-deadline ({}) + --kill-after ({}) must be at most --ttl ({}) minus a margin of {}: the command must be dead before the lease can expire; with --ttl {} use, for example, --renew-deadline {} --kill-after {} --retry-period {}, or keep these and raise --ttl to {}",
@@ -141,7 +147,7 @@ impl Timing {
     pub fn ttl_needed(&self) -> Duration {
         let busy = self.renew_deadline.saturating_add(self.kill_after);
         let mut ttl = Duration::from_secs(busy.as_secs().max(1));
-        while ttl < MAX_DURATION && busy.saturating_add(Timing::with_ttl(ttl).margin()) > ttl {
+        while ttl < MAX_DURATION && (Timing { ttl, ..*self }).needed() > ttl {
             ttl += Duration::from_secs(1);
         }
         ttl
@@ -175,6 +181,11 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert!(timing(15, 10_000, 2_000, 4_000).validate().is_ok());
+        // 10 s + 4 s + a margin of 750 ms: a quarter of a second to spare within 15 s.
+        assert_eq!(
+            timing(15, 10_000, 2_000, 4_000).needed(),
+            Duration::from_millis(14_750)
+        );
     }
 
     #[test]
