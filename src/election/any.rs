@@ -311,6 +311,10 @@ impl Campaign for AnyStore {
     async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
         each!(self, store => store.release_claim(candidacy).await)
     }
+
+    fn lease_length(&self) -> Option<Duration> {
+        each!(self, store => store.lease_length())
+    }
 }
 
 impl Read for AnyStore {

@@ -54,6 +54,8 @@ pub struct Script {
     pub key_gone: Step<()>,
     /// When (after the call) `resign` asks this leader to hand over; `Never` by default.
     pub handover: Step<()>,
+    /// What `lease_length` answers: None (`--ttl`) by default.
+    pub lease_length: Option<Duration>,
 }
 
 impl Default for Script {
@@ -66,6 +68,7 @@ impl Default for Script {
             release: VecDeque::new(),
             key_gone: Step::Never,
             handover: Step::Never,
+            lease_length: None,
         }
     }
 }
@@ -208,6 +211,10 @@ impl Campaign for Fake {
     ) -> impl Future<Output = Result<(), StoreError>> {
         self.log(Call::Release);
         answer(self.next(|s| &mut s.release, Ok(())))
+    }
+
+    fn lease_length(&self) -> Option<Duration> {
+        self.state.borrow().script.lease_length
     }
 }
 

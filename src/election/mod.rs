@@ -361,6 +361,15 @@ pub trait Campaign {
     /// Gives up this candidacy's own claim at once (revokes its lease, releases its row, closes
     /// its session), so the next in line need not wait for it to expire.
     fn release_claim(&self, candidacy: &Candidacy) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// How long after its send instant a request that proved the lease keeps it, when the store
+    /// keeps it for less than `--ttl`: ZooKeeper's session timeout, negotiated on the session's
+    /// current connection, which the server may clamp below what was asked (never below
+    /// `--renew-deadline + --kill-after + margin`, or leadership is already lost). None: `--ttl`
+    /// (etcd refuses a shorter lease; PostgreSQL's row holds the TTL it was written with).
+    fn lease_length(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Reading the election from outside: what `status`, `watch`, `check` and `status --all` show.

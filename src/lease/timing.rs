@@ -44,17 +44,21 @@ impl Timing {
 
     /// Whether a stop that begins at `now` can give the command its whole `--kill-after` and
     /// still have it dead before the lease can end, when the last proof of the lease was a
-    /// request sent at `deadline - renew_deadline` (`deadline` is the renew deadline it proved).
+    /// request sent at `deadline - renew_deadline` (`deadline` is the renew deadline it proved)
+    /// and the store keeps a lease `lease` from a proof's send instant: the TTL, or less where
+    /// the store keeps it for less (ZooKeeper's negotiated session timeout, at least
+    /// `renew_deadline + kill_after + margin`). The margin stays the flags' own: what it covers
+    /// does not shrink with the lease.
     ///
-    /// The lease cannot end before that send instant + TTL; the grace ends at `now +
+    /// The lease cannot end before that send instant + `lease`; the grace ends at `now +
     /// kill_after`, and the margin covers SIGKILL and the last process going (see
     /// [`Timing::margin`]). Validation makes this true at the deadline itself (the sum of
     /// `renew_deadline`, `kill_after` and the margin is at most the TTL), with `ttl - margin -
     /// renew_deadline - kill_after` to spare; a stop that begins later than that (the process
     /// was paused, or its timers ran that late) cannot fit the grace inside the lease.
-    pub fn grace_fits(&self, deadline: Duration, now: Duration) -> bool {
+    pub fn grace_fits(&self, lease: Duration, deadline: Duration, now: Duration) -> bool {
         let sent = deadline.saturating_sub(self.renew_deadline);
-        now.saturating_add(self.kill_after) <= (sent + self.ttl).saturating_sub(self.margin())
+        now.saturating_add(self.kill_after) <= (sent + lease).saturating_sub(self.margin())
     }
 
     /// Checks the inequalities that make stepping down in time possible.
@@ -195,10 +199,14 @@ mod tests {
         let t = timing(15, 10_000, 2_000, 4_000);
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
-        assert!(t.grace_fits(s(14), s(14)));
-        assert!(t.grace_fits(s(14), ms(14_250)));
-        assert!(!t.grace_fits(s(14), ms(14_251)));
-        assert!(!t.grace_fits(s(14), s(25)));
+        assert!(t.grace_fits(s(15), s(14), s(14)));
+        assert!(t.grace_fits(s(15), s(14), ms(14_250)));
+        assert!(!t.grace_fits(s(15), s(14), ms(14_251)));
+        assert!(!t.grace_fits(s(15), s(14), s(25)));
+        // A lease of 14.75 s (a ZooKeeper session negotiated below --ttl, as much as the flags
+        // need): it lasts until 18.75 s, 18 s less the margin: the grace fits only from 14 s.
+        assert!(t.grace_fits(ms(14_750), s(14), s(14)));
+        assert!(!t.grace_fits(ms(14_750), s(14), ms(14_001)));
     }
 
     #[test]

@@ -188,12 +188,18 @@ impl Stop {
 /// old command run beside the new one for up to `--kill-after` more; SIGKILL ends the overlap the
 /// pause made as soon as this process runs again. Pure arithmetic on the clock, decided before
 /// the first signal: nothing on the way from the deadline to SIGKILL waits.
+///
+/// `lease` is how long the store keeps a lease from a proof's send instant when that is less
+/// than `--ttl` (ZooKeeper's negotiated session timeout, see `Campaign::lease_length`): the
+/// lease ends then, and the grace must end inside it.
 pub(super) fn late_for_the_grace(
     timing: crate::lease::timing::Timing,
+    lease: Option<Duration>,
     deadline: Duration,
     now: Duration,
 ) -> bool {
-    !timing.grace_fits(deadline, now)
+    let lease = lease.map_or(timing.ttl, |lease| lease.min(timing.ttl));
+    !timing.grace_fits(lease, deadline, now)
 }
 
 fn report_stuck(group: &mut impl Supervise, token: i64, report: &Reporter) {
@@ -270,7 +276,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             true
         } else {
             let now = self.clock.now();
-            let late = late_for_the_grace(self.settings.timing, deadline, now);
+            let lease = self.backend.lease_length();
+            let late = late_for_the_grace(self.settings.timing, lease, deadline, now);
             let first = if reason.certain() || late {
                 Signal::SIGKILL
             } else {
