@@ -10,9 +10,11 @@
 //! [`Reporter::emit`] must never block. The exporter keeps that by doing only what cannot block:
 //! a log line is formatted and *queued* with `try_send` (logging.rs: a full queue drops the line
 //! and counts it; the writer thread alone waits on stderr, so a pipe nobody reads stops nothing
-//! here — tests/local_faults.rs), the counters are atomics, and sd_notify sends on a
-//! non-blocking socket and drops what does not fit (notify.rs). The one call that may wait,
-//! [`Reporter::barrier`], is not an event and is made only on an exit path.
+//! here — tests/local_faults.rs), the counters are atomics (a change only wakes the metrics
+//! file's task, which hands the writing to a thread of its own), and sd_notify sends on a non-blocking
+//! socket and drops what does not fit (notify.rs, and its local-fault test of a stalled
+//! socket). The one call that may wait, [`Reporter::barrier`], is not an event and is made only
+//! on an exit path.
 
 use std::sync::Arc;
 use std::time::Duration;
