@@ -4,10 +4,8 @@
 //! reports. Instants are exact: nothing else moves the paused clock. The stop path's tests are
 //! here; in_line.rs and limits.rs hold the rest.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -91,7 +89,7 @@ struct FakeGroup {
     exits_after: Option<(Duration, i32)>,
     /// The supervisor dies this long after the command started (and takes the group with it).
     supervisor_dies_after: Option<Duration>,
-    signals: Rc<RefCell<Vec<(Duration, Signal)>>>,
+    signals: Arc<Mutex<Vec<(Duration, Signal)>>>,
     events: VecDeque<(Duration, Option<Event>)>,
     spawned: Option<Duration>,
     gone_at: Option<Duration>,
@@ -108,7 +106,7 @@ impl FakeGroup {
             dies,
             exits_after: None,
             supervisor_dies_after: None,
-            signals: Rc::default(),
+            signals: Arc::default(),
             events: VecDeque::new(),
             spawned: None,
             gone_at: None,
@@ -165,7 +163,7 @@ impl Supervise for FakeGroup {
 
     fn signal(&mut self, signal: Signal) {
         let now = self.now();
-        self.signals.borrow_mut().push((now, signal));
+        self.signals.lock().unwrap().push((now, signal));
         if self.spawned.is_none() || self.gone_at.is_some_and(|gone| gone <= now) {
             return;
         }
@@ -215,17 +213,22 @@ impl Supervise for FakeGroup {
 }
 
 /// Records every event the Runner reports, and every barrier it asks for, with their instants
-/// on the paused clock.
+/// on the paused clock; and, for each event, how many signals the group had been sent by then.
 #[derive(Clone)]
 struct Recorder {
     origin: tokio::time::Instant,
     events: Arc<Mutex<Vec<(Duration, Ev)>>>,
     barriers: Arc<Mutex<Vec<Duration>>>,
+    /// The fake group's signals.
+    sent: Arc<Mutex<Vec<(Duration, Signal)>>>,
+    signals_before: Arc<Mutex<Vec<usize>>>,
 }
 
 impl Report for Recorder {
     fn emit(&self, event: &Ev) {
         let at = self.origin.elapsed();
+        let sent = self.sent.lock().unwrap().len();
+        self.signals_before.lock().unwrap().push(sent);
         self.events.lock().unwrap().push((at, event.clone()));
     }
 
@@ -251,6 +254,19 @@ struct Ran {
     events: Vec<(Duration, Ev)>,
     /// When the Runner waited for systemd to read what it was sent (on its way out).
     barriers: Vec<Duration>,
+    /// For each event, how many signals had gone to the group when it was reported.
+    signals_before: Vec<usize>,
+}
+
+impl Ran {
+    /// How many signals had gone to the group when each event that is `wanted` was reported.
+    fn signals_before(&self, wanted: impl Fn(&Ev) -> bool) -> Vec<usize> {
+        let events = self.events.iter().zip(&self.signals_before);
+        events
+            .filter(|((_, event), _)| wanted(event))
+            .map(|(_, sent)| *sent)
+            .collect()
+    }
 }
 
 /// Runs the Runner to its end (bounded: a run that never ends fails the test), sending
@@ -288,6 +304,8 @@ async fn run_checked(
         origin,
         events: Arc::default(),
         barriers: Arc::default(),
+        sent: Arc::clone(&sent),
+        signals_before: Arc::default(),
     };
     let report = Reporter::new(recorder.clone());
     let mut runner = Runner {
@@ -328,7 +346,7 @@ async fn run_checked(
         Ok(code) => (code, None),
         Err(e) => (exit::code_of(&e), Some(e.to_string())),
     };
-    let signals = sent.borrow().clone();
+    let signals = sent.lock().unwrap().clone();
     Ran {
         code,
         ended,
@@ -339,6 +357,7 @@ async fn run_checked(
         spawned: group.spawned,
         events: std::mem::take(&mut *recorder.events.lock().unwrap()),
         barriers: std::mem::take(&mut *recorder.barriers.lock().unwrap()),
+        signals_before: std::mem::take(&mut *recorder.signals_before.lock().unwrap()),
     }
 }
 
@@ -487,6 +506,13 @@ async fn a_missed_deadline_signals_at_the_deadline_kills_after_the_grace_and_rel
         stepped_down(14 * S + DYING),
     ];
     assert_eq!(ran.events, expected.concat());
+    // The step-down is counted before the first signal goes, and said after it; SIGKILL is
+    // said after it went.
+    let lost = ran.signals_before(|e| matches!(e, Ev::LeadershipLost { .. }));
+    assert_eq!(lost, [0]);
+    let stepping = ran.signals_before(|e| matches!(e, Ev::SteppingDown { .. }));
+    assert_eq!(stepping, [1]);
+    assert_eq!(ran.signals_before(|e| matches!(e, Ev::Sigkill { .. })), [2]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -758,6 +784,8 @@ async fn a_forwarded_term_takes_the_same_stop_path_and_releases_once() {
         signal: Signal::SIGTERM,
         stop: true,
     };
+    let reported = ran.signals_before(|e| matches!(e, Ev::SignalForwarded { .. }));
+    assert_eq!(reported, [1], "forwarded first, reported after");
     let expected = [
         started(Duration::ZERO),
         vec![
@@ -852,6 +880,9 @@ async fn a_handover_takes_the_same_stop_path_and_releases_once_the_group_is_gone
         ],
     ];
     assert_eq!(ran.events, expected.concat());
+    // Signal first, report after.
+    let handing = ran.signals_before(|e| matches!(e, Ev::HandingOver { .. }));
+    assert_eq!(handing, [1]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -44,6 +44,9 @@ async fn max_runtime_takes_the_stop_path_of_term_and_exits_79_once_the_group_is_
         ],
     ];
     assert_eq!(ran.events, expected.concat());
+    // Signal first, report after.
+    let reported = ran.signals_before(|e| matches!(e, Ev::MaxRuntime { .. }));
+    assert_eq!(reported, [1]);
     // --kill-signal is the first signal, as on TERM.
     let mut settings = self::settings();
     settings.max_runtime = Some(30 * S);
