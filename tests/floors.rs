@@ -15,7 +15,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("top", &["main", "app", "cli", "validate", "assets"]),
     ("commands", &["commands"]),
     ("run", &["run"]),
-    ("parts", &["process", "lease", "records"]),
+    ("leader", &["process", "lease", "records"]),
     ("telemetry", &["telemetry"]),
     ("election", &["election"]),
     (
@@ -425,7 +425,7 @@ fn the_floor_checks_catch_what_they_guard() {
         "{found:#?}"
     );
     assert!(
-        has("src/lease.rs:1: `lease` (parts) uses `commands` (commands)"),
+        has("src/lease.rs:1: `lease` (leader) uses `commands` (commands)"),
         "{found:#?}"
     );
     assert!(has("src/run.rs:2: `Etcd` is named outside"), "{found:#?}");
