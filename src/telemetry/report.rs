@@ -313,159 +313,151 @@ impl Report for Exporter {
             Event::SupervisorDiedWhileStopping { error } => {
                 tracing::error!(event = "supervisor-died", error = %error, "the supervisor process died")
             }
-            _ => release_or_record(event),
+            Event::Released { lease_id } => tracing::info!(
+                event = "released",
+                lease_id = lease_id.as_deref(),
+                "lease released"
+            ),
+            Event::ReleaseFailed { error } => tracing::warn!(
+                event = "release-failed",
+                error = %error,
+                "could not release the lease; it expires on its own within the TTL"
+            ),
+            Event::ReleaseRetrying {
+                lease_id,
+                store,
+                left,
+                restart_resets_leases,
+            } => {
+                let why = if *restart_resets_leases {
+                    format!(
+                        " ({store} restarts reset lease TTLs, so a lease left behind would stand a full TTL after {store} is back)"
+                    )
+                } else {
+                    String::new()
+                };
+                tracing::warn!(
+                    event = "release-retrying",
+                    lease_id = lease_id.as_deref(),
+                    "{store} is unreachable: retrying the release for up to {}{why}; TERM or INT stops this",
+                    // To the millisecond: whole seconds, rounded down, promised up to a second less
+                    // than the retry then took.
+                    humantime::format_duration(Duration::from_millis(
+                        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+                    ))
+                );
+            }
+            Event::ReleasedOnRetry { lease_id, store } => tracing::warn!(
+                event = "released",
+                lease_id = lease_id.as_deref(),
+                "lease released once {store} answered again"
+            ),
+            Event::ReleaseAbandoned { signal } => {
+                tracing::warn!(
+                    event = "release-abandoned",
+                    signal = signal.as_str(),
+                    "stopped retrying the release; the lease expires on its own"
+                )
+            }
+            Event::ReleaseGaveUp { store, error } => tracing::warn!(
+                event = "release-failed",
+                error = %error,
+                "gave up retrying the release; the lease expires on its own within the TTL after {store} is back"
+            ),
+            Event::OccurrenceDone {
+                id,
+                by_token,
+                by,
+                finished_at,
+            } => {
+                metrics::occurrence(OccurrenceOutcome::AlreadyDone);
+                tracing::info!(event = "occurrence-done", occurrence = id.as_str(), by_token = *by_token, by = %by, finished_at = finished_at.as_deref().unwrap_or("unknown"), "occurrence {id} was already done; not running it again");
+            }
+            Event::OccurrenceSkipped { id, by_token, by } => {
+                metrics::occurrence(OccurrenceOutcome::Skipped);
+                tracing::info!(event = "occurrence-skipped", occurrence = id.as_str(), by_token = *by_token, by = %by, "occurrence {id} was started by an earlier leader and never finished; skipping it (--if-unfinished skip)");
+            }
+            Event::OccurrenceUnfinished {
+                id,
+                by_token,
+                by,
+                started_at,
+                hint,
+            } => {
+                metrics::occurrence(OccurrenceOutcome::Refused);
+                tracing::error!(event = "occurrence-unfinished", occurrence = id.as_str(), by_token = *by_token, by = %by, started_at = %started_at, "occurrence {id} was started by an earlier leader and has no recorded outcome: that run died or lost its lease mid-run, or finished but could not record it (its store cut off at the end); not running it (--if-unfinished fail); to run it again: {hint}");
+            }
+            Event::OccurrenceStarted {
+                id,
+                token,
+                previous_token,
+            } => {
+                metrics::occurrence(OccurrenceOutcome::Started);
+                tracing::info!(
+                    event = "occurrence-started",
+                    occurrence = id.as_str(),
+                    token = *token,
+                    previous_token = *previous_token,
+                    "occurrence {id} recorded as started"
+                );
+            }
+            Event::OccurrenceRejected {
+                id,
+                token,
+                before_start,
+            } => {
+                metrics::fenced_write_rejected();
+                if *before_start {
+                    tracing::error!(
+                        event = "occurrence-rejected",
+                        occurrence = id.as_str(),
+                        token = *token,
+                        "fenced write rejected: this instance no longer leads; not starting the command"
+                    );
+                } else {
+                    tracing::error!(
+                        event = "occurrence-rejected",
+                        occurrence = id.as_str(),
+                        token = *token,
+                        "fenced write rejected: this instance no longer leads, so occurrence {id} stays as the current leader recorded it"
+                    );
+                }
+            }
+            Event::OccurrenceFinished {
+                id,
+                token,
+                state,
+                code,
+            } => {
+                metrics::occurrence(if *code == 0 {
+                    OccurrenceOutcome::Done
+                } else {
+                    OccurrenceOutcome::Failed
+                });
+                tracing::info!(event = "occurrence-finished", occurrence = id.as_str(), token = *token, state = %state, exit_code = *code, "occurrence {id} recorded as {}", state);
+            }
+            Event::OccurrenceUnrecorded { id, token, error } => {
+                metrics::occurrence(OccurrenceOutcome::Unrecorded);
+                tracing::error!(event = "occurrence-unrecorded", occurrence = id.as_str(), token = *token, error = %error, "could not record the outcome of occurrence {id}; it stays 'started', and a later leader with the same ID takes it for a run that never finished (--if-unfinished decides)");
+            }
+            Event::HealthCheckFailed { failures, why } => tracing::info!(
+                event = "health-check-failed",
+                failures = *failures,
+                "the health check failed: {why}"
+            ),
+            Event::Healthy => tracing::info!(event = "healthy", "the health check passed"),
+            Event::Unhealthy { failures } => tracing::warn!(
+                event = "unhealthy",
+                failures = *failures,
+                "the health check failed {failures} times in a row (--health-retries)"
+            ),
+            // Called from the checker's thread: atomics only.
+            Event::HealthVerdict { healthy } => metrics::health(*healthy),
         }
     }
 
     fn barrier(&self, limit: Duration) {
         notify::barrier(limit);
-    }
-}
-
-/// The release and `--occurrence`'s records, and `--health-cmd`'s checker.
-fn release_or_record(event: &Event) {
-    match event {
-        Event::Released { lease_id } => tracing::info!(
-            event = "released",
-            lease_id = lease_id.as_deref(),
-            "lease released"
-        ),
-        Event::ReleaseFailed { error } => tracing::warn!(
-            event = "release-failed",
-            error = %error,
-            "could not release the lease; it expires on its own within the TTL"
-        ),
-        Event::ReleaseRetrying {
-            lease_id,
-            store,
-            left,
-            restart_resets_leases,
-        } => {
-            let why = if *restart_resets_leases {
-                format!(
-                    " ({store} restarts reset lease TTLs, so a lease left behind would stand a full TTL after {store} is back)"
-                )
-            } else {
-                String::new()
-            };
-            tracing::warn!(
-                event = "release-retrying",
-                lease_id = lease_id.as_deref(),
-                "{store} is unreachable: retrying the release for up to {}{why}; TERM or INT stops this",
-                // To the millisecond: whole seconds, rounded down, promised up to a second less
-                // than the retry then took.
-                humantime::format_duration(Duration::from_millis(
-                    u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
-                ))
-            );
-        }
-        Event::ReleasedOnRetry { lease_id, store } => tracing::warn!(
-            event = "released",
-            lease_id = lease_id.as_deref(),
-            "lease released once {store} answered again"
-        ),
-        Event::ReleaseAbandoned { signal } => {
-            tracing::warn!(
-                event = "release-abandoned",
-                signal = signal.as_str(),
-                "stopped retrying the release; the lease expires on its own"
-            )
-        }
-        Event::ReleaseGaveUp { store, error } => tracing::warn!(
-            event = "release-failed",
-            error = %error,
-            "gave up retrying the release; the lease expires on its own within the TTL after {store} is back"
-        ),
-        Event::OccurrenceDone {
-            id,
-            by_token,
-            by,
-            finished_at,
-        } => {
-            metrics::occurrence(OccurrenceOutcome::AlreadyDone);
-            tracing::info!(event = "occurrence-done", occurrence = id.as_str(), by_token = *by_token, by = %by, finished_at = finished_at.as_deref().unwrap_or("unknown"), "occurrence {id} was already done; not running it again");
-        }
-        Event::OccurrenceSkipped { id, by_token, by } => {
-            metrics::occurrence(OccurrenceOutcome::Skipped);
-            tracing::info!(event = "occurrence-skipped", occurrence = id.as_str(), by_token = *by_token, by = %by, "occurrence {id} was started by an earlier leader and never finished; skipping it (--if-unfinished skip)");
-        }
-        Event::OccurrenceUnfinished {
-            id,
-            by_token,
-            by,
-            started_at,
-            hint,
-        } => {
-            metrics::occurrence(OccurrenceOutcome::Refused);
-            tracing::error!(event = "occurrence-unfinished", occurrence = id.as_str(), by_token = *by_token, by = %by, started_at = %started_at, "occurrence {id} was started by an earlier leader and has no recorded outcome: that run died or lost its lease mid-run, or finished but could not record it (its store cut off at the end); not running it (--if-unfinished fail); to run it again: {hint}");
-        }
-        Event::OccurrenceStarted {
-            id,
-            token,
-            previous_token,
-        } => {
-            metrics::occurrence(OccurrenceOutcome::Started);
-            tracing::info!(
-                event = "occurrence-started",
-                occurrence = id.as_str(),
-                token = *token,
-                previous_token = *previous_token,
-                "occurrence {id} recorded as started"
-            );
-        }
-        Event::OccurrenceRejected {
-            id,
-            token,
-            before_start,
-        } => {
-            metrics::fenced_write_rejected();
-            if *before_start {
-                tracing::error!(
-                    event = "occurrence-rejected",
-                    occurrence = id.as_str(),
-                    token = *token,
-                    "fenced write rejected: this instance no longer leads; not starting the command"
-                );
-            } else {
-                tracing::error!(
-                    event = "occurrence-rejected",
-                    occurrence = id.as_str(),
-                    token = *token,
-                    "fenced write rejected: this instance no longer leads, so occurrence {id} stays as the current leader recorded it"
-                );
-            }
-        }
-        Event::OccurrenceFinished {
-            id,
-            token,
-            state,
-            code,
-        } => {
-            metrics::occurrence(if *code == 0 {
-                OccurrenceOutcome::Done
-            } else {
-                OccurrenceOutcome::Failed
-            });
-            tracing::info!(event = "occurrence-finished", occurrence = id.as_str(), token = *token, state = %state, exit_code = *code, "occurrence {id} recorded as {}", state);
-        }
-        Event::OccurrenceUnrecorded { id, token, error } => {
-            metrics::occurrence(OccurrenceOutcome::Unrecorded);
-            tracing::error!(event = "occurrence-unrecorded", occurrence = id.as_str(), token = *token, error = %error, "could not record the outcome of occurrence {id}; it stays 'started', and a later leader with the same ID takes it for a run that never finished (--if-unfinished decides)");
-        }
-        Event::HealthCheckFailed { failures, why } => tracing::info!(
-            event = "health-check-failed",
-            failures = *failures,
-            "the health check failed: {why}"
-        ),
-        Event::Healthy => tracing::info!(event = "healthy", "the health check passed"),
-        Event::Unhealthy { failures } => tracing::warn!(
-            event = "unhealthy",
-            failures = *failures,
-            "the health check failed {failures} times in a row (--health-retries)"
-        ),
-        // Called from the checker's thread: atomics only.
-        Event::HealthVerdict { healthy } => metrics::health(*healthy),
-        _ => unreachable!("reported in Exporter::emit: {event:?}"),
     }
 }
 
