@@ -175,6 +175,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
+        mut watch_requests: Pin<&mut impl Future<Output = ()>>,
         give_up_at: Option<Duration>,
     ) -> Waited {
         let backend = self.backend;
@@ -266,6 +267,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     self.report.emit(Event::CandidacyLost(CandidacyLost::KeyDeleted));
                     return Waited::End(End::release(Then::Recampaign));
                 }
+                // Never completes: sets up the watch for `resign` requests before we lead.
+                () = &mut watch_requests => {}
                 signal = self.signals.recv() => {
                     if signals::withdraws_candidacy(signal) {
                         self.report.emit(Event::Withdrawn { signal, when: Withdrawal::Campaigning });
