@@ -238,7 +238,7 @@ pub fn try_parse() -> Result<Cli, clap::Error> {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign> --lease <NAME> [OPTIONS]\n       leader-exec completion <bash|zsh|fish>",
+    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign|hold|release> --lease <NAME> [OPTIONS]\n       leader-exec completion <bash|zsh|fish>",
     disable_help_subcommand = true,
     max_term_width = 100
 )]
@@ -294,6 +294,24 @@ pub enum Subcommand {
     /// current leader's (with several holders: no current holder's; nothing asked or deleted),
     /// 3 no leader, 124 no handover within --timeout, 125 error.
     Resign(ResignArgs),
+    /// Take a slot and keep it with no process behind it (rolling reboots), printing its token.
+    ///
+    /// Waits in line as the run form does (--no-wait, --wait-timeout: exit 124 when not
+    /// acquired), then leaves the slot held and exits 0, printing its token on stdout. The slot
+    /// belongs to --identity (default: the host name, so that the host finds it again after it
+    /// booted), counts against --max-holders like any holder, and gets a token above every
+    /// earlier one. It ends at `leader-exec release` or once --for DUR has passed since it was
+    /// taken, whichever comes first (etcd: a lease of TTL DUR that nobody renews; PostgreSQL and
+    /// ZooKeeper: when a waiting instance has seen it unchanged for DUR on its own clock). Holding
+    /// again under the same identity is a no-op: the same slot, the same token, exit 0.
+    /// `status` shows the slot, `check` accepts its token, `resign --force` removes it. Exit
+    /// status: 0 held, 124 not acquired, 125 error.
+    Hold(HoldArgs),
+    /// Give back the slot `leader-exec hold` took under --identity (default: the host name).
+    ///
+    /// Exit status: 0 released, 3 no slot held under that identity (never taken, already
+    /// released, or its --for ran out), 125 error.
+    Release(ReleaseArgs),
     /// Print the completion script for SHELL (the one installed under share/ for it).
     ///
     /// Under a prefix the shell does not search, load it from the shell's start-up file (bash:
@@ -366,6 +384,42 @@ pub struct ResignArgs {
     /// (4s + 2 x 2s + 5s = 13s for a leader that records none). The request expires then.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "force")]
     pub timeout: Option<Duration>,
+}
+
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    /// How long the slot may stay held at most: it ends DUR after it was taken unless
+    /// `release` ended it sooner. At least 1s.
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub bound: Duration,
+
+    /// Who holds the slot, as `status` shows it and `release` names it [default: <hostname>]
+    #[arg(long, value_name = "ID")]
+    pub identity: Option<String>,
+
+    /// How many slots the lease has (1-1000); the same N as every run-form instance of the
+    /// lease.
+    #[arg(long, value_name = "N", env = "LEADER_EXEC_MAX_HOLDERS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_holders: u32,
+
+    /// Give up waiting in line after this long (exit 124) [default: wait forever]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
+    pub wait_timeout: Option<Duration>,
+
+    /// Try once: exit 124 at once if every slot is held.
+    #[arg(short = 'n', long)]
+    pub no_wait: bool,
+
+    /// The lease of this instance's place in line while it waits, as the run form's --ttl.
+    #[arg(long, value_name = "DUR", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub ttl: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct ReleaseArgs {
+    /// Whose slot to give back [default: <hostname>]
+    #[arg(long, value_name = "ID")]
+    pub identity: Option<String>,
 }
 
 /// Which election: shared by the run form and the subcommands.

@@ -284,6 +284,24 @@ fn validate_text(flag: &str, value: String) -> Result<String, Failure> {
     Ok(value)
 }
 
+/// The identity of `hold` and `release`: `--identity`, checked as the run form's is, or the
+/// host name alone (not `<hostname>:<pid>`), so that the host finds its slot after a reboot.
+pub fn hold_identity(id: Option<String>) -> Result<String, Failure> {
+    match id {
+        Some(id) if id.is_empty() => Err(Failure::usage("--identity must not be empty")),
+        Some(id) => validate_length("--identity", validate_text("--identity", id)?, MAX_IDENTITY),
+        None => Ok(host_name()),
+    }
+}
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty() && !h.chars().any(char::is_control))
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
 fn default_identity() -> String {
     let host = nix::unistd::gethostname()
         .ok()

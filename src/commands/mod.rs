@@ -2,6 +2,7 @@
 //! and `status --all`, each on the store door.
 
 pub mod check;
+pub mod hold;
 pub mod resign;
 pub mod status;
 pub mod status_all;

@@ -311,6 +311,14 @@ impl Campaign for AnyStore {
     async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
         each!(self, store => store.release_claim(candidacy).await)
     }
+
+    async fn hold_claim(
+        &self,
+        candidacy: &Candidacy,
+        bound: Duration,
+    ) -> Result<Option<Candidacy>, StoreError> {
+        each!(self, store => store.hold_claim(candidacy, bound).await)
+    }
 }
 
 impl Read for AnyStore {

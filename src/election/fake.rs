@@ -209,6 +209,14 @@ impl Campaign for Fake {
         self.log(Call::Release);
         answer(self.next(|s| &mut s.release, Ok(())))
     }
+
+    async fn hold_claim(
+        &self,
+        candidacy: &Candidacy,
+        _bound: Duration,
+    ) -> Result<Option<Candidacy>, StoreError> {
+        Ok(Some(candidacy.clone()))
+    }
 }
 
 impl Read for Fake {

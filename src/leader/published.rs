@@ -90,6 +90,12 @@ pub struct State {
     /// in records of earlier versions, which ignore it when they read a newer one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// A held slot (`leader-exec hold --for DUR`): DUR in milliseconds. Such a record has
+    /// `command` = `holding` and `hold_until` = when DUR runs out on the holder's clock (shown
+    /// only), so that earlier versions show it as a lease held with no command. Absent for
+    /// every other holder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_for_ms: Option<u64>,
 }
 
 /// A holder's health as it records it (`--health-cmd`): rewritten whenever the verdict or the
@@ -138,6 +144,7 @@ impl State {
             kill_after_ms: None,
             retry_period_ms: None,
             health: None,
+            held_for_ms: None,
         }
     }
 
@@ -247,6 +254,10 @@ pub fn describe(state: Option<&State>) -> (String, String) {
         None => escape_str(&state.since),
     };
     let command = match (state.command, &state.hold_until) {
+        (Command::Holding, Some(until)) if state.held_for_ms.is_some() => format!(
+            "none; a slot held by `leader-exec hold` until `release`, at most until {}",
+            escape_str(until)
+        ),
         (Command::Running, _) => "running".to_owned(),
         (Command::Holding, Some(until)) => format!(
             "ended; holding the lease until {} (--hold-at-least)",

@@ -242,6 +242,18 @@ fn marker_path(election: &str) -> String {
     }
 }
 
+/// Where the held slot (`leader-exec hold`) whose candidate node is `node` keeps its bound:
+/// `PREFIX .held/NAME/<node>`, outside the election node like [`marker_path`].
+fn held_path(election: &str, node: &str) -> String {
+    match election.rsplit_once('/') {
+        Some((base, name)) => format!("{base}/{HELD}/{name}/{node}"),
+        None => format!("{HELD}/{election}/{node}"),
+    }
+}
+
+/// The node under the prefix that holds every held slot's bound (see [`held_path`]).
+const HELD: &str = ".held";
+
 /// The leader mark of an election (`--max-holders` 1): the name of the candidate node that wrote
 /// it last, and the zxid of that write (the mark's `mzxid`), which is that leader's token.
 #[derive(Clone, Debug, PartialEq, Eq)]
