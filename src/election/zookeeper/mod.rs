@@ -140,6 +140,9 @@ pub struct ZooKeeper {
     sweep: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Whether this process has started its sweep (one a process).
     swept: std::sync::atomic::AtomicBool,
+    /// Held slots (persistent candidate nodes, `hold_claim`) the first waiter has seen, by
+    /// path: the node's czxid and mzxid then, and when it first saw them (CLOCK_BOOTTIME).
+    sightings: Mutex<std::collections::HashMap<String, (i64, i64, Duration)>>,
 }
 
 /// Whether ZooKeeper accepts `c` in a node name (its `PathUtils.validatePath`).
@@ -463,6 +466,7 @@ impl ZooKeeper {
             server_time: Mutex::new(None),
             sweep: Mutex::new(None),
             swept: std::sync::atomic::AtomicBool::new(false),
+            sightings: Mutex::new(Default::default()),
         })
     }
 
@@ -874,6 +878,90 @@ impl ZooKeeper {
             Ok(_) => Ok(Turn::Gone),
             Err(zk::Error::NoNode | zk::Error::SessionExpired) => Ok(Turn::Gone),
             Err(e) => Err(classify(e)),
+        }
+    }
+
+    /// For the first waiter: the held slots among `holders` (candidate paths, the first N in
+    /// line), each sighted on this process's CLOCK_BOOTTIME. A held slot (a persistent
+    /// candidate node: only `hold_claim` makes one, and nothing changes it after its token was
+    /// given) seen unchanged — the same czxid and mzxid — for its bound (the `.held` node's
+    /// milliseconds; this instance's --ttl if that node is missing or unreadable) is removed,
+    /// fenced by the version seen: the rule PostgreSQL keeps for a row nobody renews, with the
+    /// waiter's own clock deciding, never the servers'. Answers whether one was removed (look
+    /// again at once), else how long until the next may be.
+    async fn expire_held(
+        &self,
+        client: &zk::Client,
+        holders: &[String],
+    ) -> Result<(bool, Option<Duration>), StoreError> {
+        use crate::clock::Clock as _;
+        let now = crate::clock::BootClock.now();
+        let mut next: Option<Duration> = None;
+        for path in holders {
+            let stat = match client.check_stat(path).await {
+                Ok(Some(stat)) => stat,
+                Ok(None) => return Ok((true, None)),
+                Err(e) => return Err(classify(e)),
+            };
+            if stat.ephemeral_owner != 0 {
+                continue;
+            }
+            let node = path.rsplit('/').next().unwrap_or_default();
+            let side = held_path(&self.election, node);
+            let bound = match client.get_data(&side).await {
+                Ok((data, _)) => std::str::from_utf8(&data)
+                    .ok()
+                    .and_then(|ms| ms.parse::<u64>().ok())
+                    .map(Duration::from_millis),
+                Err(_) => None,
+            }
+            .unwrap_or(self.timing.ttl);
+            let since = {
+                let mut sightings = self.sightings.lock().expect("not poisoned");
+                let seen = sightings
+                    .entry(path.clone())
+                    .or_insert((stat.czxid, stat.mzxid, now));
+                if (seen.0, seen.1) != (stat.czxid, stat.mzxid) {
+                    *seen = (stat.czxid, stat.mzxid, now);
+                }
+                seen.2
+            };
+            let ripe = since + bound;
+            if now < ripe {
+                let left = ripe - now;
+                next = Some(next.map_or(left, |n| n.min(left)));
+                continue;
+            }
+            tracing::info!(
+                event = "held-slot-expired",
+                node = %crate::escape::escape_str(node),
+                "a held slot was seen unchanged for its bound ({}); removing it",
+                humantime::format_duration(bound)
+            );
+            match client.delete(path, Some(stat.version)).await {
+                Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => {}
+                Err(e) => return Err(classify(e)),
+            }
+            self.forget_held(client, path, &stat).await;
+            return Ok((true, None));
+        }
+        Ok((false, next))
+    }
+
+    /// Best effort, once a held slot's node is gone: its `.held` node, and with N > 1 its state
+    /// record (`PREFIX .leaders/NAME/TOKEN`, persistent for a held slot).
+    async fn forget_held(&self, client: &zk::Client, path: &str, stat: &zk::Stat) {
+        let node = path.rsplit('/').next().unwrap_or_default();
+        self.sightings.lock().expect("not poisoned").remove(path);
+        let _ = client.delete(&held_path(&self.election, node), None).await;
+        if max_holders_of(node) > 1 {
+            let lease = self.election.rsplit('/').next().unwrap_or_default();
+            let record = self.path_of(&format!("{}.leaders/{lease}/{}", self.prefix, stat.mzxid));
+            if let Ok(Some(found)) = client.check_stat(&record).await
+                && found.ephemeral_owner == 0
+            {
+                let _ = client.delete(&record, Some(found.version)).await;
+            }
         }
     }
 
