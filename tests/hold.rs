@@ -122,6 +122,14 @@ pub fn two_hosts_hold_a_third_waits_and_release_lets_it_in<S: Store>() {
         assert_eq!(holder["held_for_seconds"], 120, "{}: {status}", S::NAME);
         assert_eq!(holder["command"], "held", "{}: {status}", S::NAME);
     }
+    let (code, out, err) = run(&endpoint, &["status", "--all", "--json"]);
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    let all: Value = serde_json::from_str(&out).unwrap();
+    let lease = &all["leases"][0];
+    assert_eq!(lease["lease"], "reboot", "{out}");
+    for holder in lease["holders"].as_array().unwrap() {
+        assert_eq!(holder["held_for_seconds"], 120, "{}: {out}", S::NAME);
+    }
     let (code, _, err) = run(
         &endpoint,
         &["check", "--lease", "reboot", "--token", &a.to_string()],
