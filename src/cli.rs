@@ -305,7 +305,8 @@ pub enum Subcommand {
     /// ZooKeeper: when a waiting instance has seen it unchanged for DUR on its own clock). Holding
     /// again under the same identity is a no-op: the same slot, the same token, exit 0.
     /// `status` shows the slot, `check` accepts its token, `resign --force` removes it. Exit
-    /// status: 0 held, 124 not acquired, 125 error.
+    /// status: 0 held, 75 the slot was lost between taking and holding it (run it again), 124 not
+    /// acquired, 125 error.
     Hold(HoldArgs),
     /// Give back the slot `leader-exec hold` took under --identity (default: the host name).
     ///
