@@ -55,6 +55,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+mod held;
 mod records;
 mod store;
 pub mod target;
@@ -244,18 +245,6 @@ fn marker_path(election: &str) -> String {
         None => format!("{TOKENS}/{election}"),
     }
 }
-
-/// Where the held slot (`leader-exec hold`) whose candidate node is `node` keeps its bound:
-/// `PREFIX .held/NAME/<node>`, outside the election node like [`marker_path`].
-fn held_path(election: &str, node: &str) -> String {
-    match election.rsplit_once('/') {
-        Some((base, name)) => format!("{base}/{HELD}/{name}/{node}"),
-        None => format!("{HELD}/{election}/{node}"),
-    }
-}
-
-/// The node under the prefix that holds every held slot's bound (see [`held_path`]).
-const HELD: &str = ".held";
 
 /// The leader mark of an election (`--max-holders` 1): the name of the candidate node that wrote
 /// it last, and the zxid of that write (the mark's `mzxid`), which is that leader's token.
@@ -878,90 +867,6 @@ impl ZooKeeper {
             Ok(_) => Ok(Turn::Gone),
             Err(zk::Error::NoNode | zk::Error::SessionExpired) => Ok(Turn::Gone),
             Err(e) => Err(classify(e)),
-        }
-    }
-
-    /// For the first waiter: the held slots among `holders` (candidate paths, the first N in
-    /// line), each sighted on this process's CLOCK_BOOTTIME. A held slot (a persistent
-    /// candidate node: only `hold_claim` makes one, and nothing changes it after its token was
-    /// given) seen unchanged — the same czxid and mzxid — for its bound (the `.held` node's
-    /// milliseconds; this instance's --ttl if that node is missing or unreadable) is removed,
-    /// fenced by the version seen: the rule PostgreSQL keeps for a row nobody renews, with the
-    /// waiter's own clock deciding, never the servers'. Answers whether one was removed (look
-    /// again at once), else how long until the next may be.
-    async fn expire_held(
-        &self,
-        client: &zk::Client,
-        holders: &[String],
-    ) -> Result<(bool, Option<Duration>), StoreError> {
-        use crate::clock::Clock as _;
-        let now = crate::clock::BootClock.now();
-        let mut next: Option<Duration> = None;
-        for path in holders {
-            let stat = match client.check_stat(path).await {
-                Ok(Some(stat)) => stat,
-                Ok(None) => return Ok((true, None)),
-                Err(e) => return Err(classify(e)),
-            };
-            if stat.ephemeral_owner != 0 {
-                continue;
-            }
-            let node = path.rsplit('/').next().unwrap_or_default();
-            let side = held_path(&self.election, node);
-            let bound = match client.get_data(&side).await {
-                Ok((data, _)) => std::str::from_utf8(&data)
-                    .ok()
-                    .and_then(|ms| ms.parse::<u64>().ok())
-                    .map(Duration::from_millis),
-                Err(_) => None,
-            }
-            .unwrap_or(self.timing.ttl);
-            let since = {
-                let mut sightings = self.sightings.lock().expect("not poisoned");
-                let seen = sightings
-                    .entry(path.clone())
-                    .or_insert((stat.czxid, stat.mzxid, now));
-                if (seen.0, seen.1) != (stat.czxid, stat.mzxid) {
-                    *seen = (stat.czxid, stat.mzxid, now);
-                }
-                seen.2
-            };
-            let ripe = since + bound;
-            if now < ripe {
-                let left = ripe - now;
-                next = Some(next.map_or(left, |n| n.min(left)));
-                continue;
-            }
-            tracing::info!(
-                event = "held-slot-expired",
-                node = %crate::escape::escape_str(node),
-                "a held slot was seen unchanged for its bound ({}); removing it",
-                humantime::format_duration(bound)
-            );
-            match client.delete(path, Some(stat.version)).await {
-                Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => {}
-                Err(e) => return Err(classify(e)),
-            }
-            self.forget_held(client, path, &stat).await;
-            return Ok((true, None));
-        }
-        Ok((false, next))
-    }
-
-    /// Best effort, once a held slot's node is gone: its `.held` node, and with N > 1 its state
-    /// record (`PREFIX .leaders/NAME/TOKEN`, persistent for a held slot).
-    async fn forget_held(&self, client: &zk::Client, path: &str, stat: &zk::Stat) {
-        let node = path.rsplit('/').next().unwrap_or_default();
-        self.sightings.lock().expect("not poisoned").remove(path);
-        let _ = client.delete(&held_path(&self.election, node), None).await;
-        if max_holders_of(node) > 1 {
-            let lease = self.election.rsplit('/').next().unwrap_or_default();
-            let record = self.path_of(&format!("{}.leaders/{lease}/{}", self.prefix, stat.mzxid));
-            if let Ok(Some(found)) = client.check_stat(&record).await
-                && found.ephemeral_owner == 0
-            {
-                let _ = client.delete(&record, Some(found.version)).await;
-            }
         }
     }
 

@@ -257,74 +257,12 @@ impl Campaign for ZooKeeper {
         Ok(())
     }
 
-    /// The ephemeral candidate node is replaced, in one transaction, by a persistent node of
-    /// the same name and data (the same place in line: the line sorts by name) and a node
-    /// `PREFIX .held/NAME/<node>` holding `bound` in milliseconds; the delete is fenced by the
-    /// node's version as read on this session. Then the node leads again as any candidate
-    /// does, by the leader mark (N = 1) or a touch (N > 1), written after the replacement, so
-    /// the token is the zxid of a write newer than every token given before (see
-    /// [`Place::Holds`]). No session stands behind the node: it goes by `remove_claim`
-    /// (`release`, `resign --force`), or when the first waiter behind it has seen it unchanged
-    /// for `bound` on its own CLOCK_BOOTTIME (`check_turn`), the rule PostgreSQL keeps for a
-    /// row not released.
     async fn hold_claim(
         &self,
         candidacy: &Candidacy,
         bound: Duration,
     ) -> Result<Option<Candidacy>, StoreError> {
-        let Some(client) = self.session_of() else {
-            return Ok(None);
-        };
-        let (data, stat) = match client.get_data(&candidacy.key).await {
-            Ok(found) => found,
-            Err(zk::Error::NoNode | zk::Error::SessionExpired) => return Ok(None),
-            Err(e) => return Err(classify(e)),
-        };
-        if stat.czxid != candidacy.place || stat.ephemeral_owner != client.session_id().0 {
-            return Ok(None);
-        }
-        let node = candidacy.key.rsplit('/').next().unwrap_or_default();
-        let side = held_path(&self.election, node);
-        let persistent = CreateMode::Persistent.with_acls(self.acls());
-        client
-            .mkdir(Self::parent(&side), &persistent)
-            .await
-            .map_err(classify)?;
-        let bound_ms = bound.as_millis().to_string();
-        let mut writer = client.new_multi_writer();
-        writer
-            .add_delete(&candidacy.key, Some(stat.version))
-            .map_err(classify)?;
-        writer
-            .add_create(&candidacy.key, &data, &persistent)
-            .map_err(classify)?;
-        writer
-            .add_create(&side, bound_ms.as_bytes(), &persistent)
-            .map_err(classify)?;
-        match writer.commit().await {
-            Ok(_) => {}
-            Err(zk::MultiWriteError::OperationFailed { .. }) => return Ok(None),
-            Err(zk::MultiWriteError::RequestFailed { source }) => return Err(classify(source)),
-        }
-        // The create's stat in a multi's answer may be missing (ZOOKEEPER-4026): read it.
-        let Some(stat) = client.check_stat(&candidacy.key).await.map_err(classify)? else {
-            return Ok(None);
-        };
-        let held = Candidacy {
-            lease_id: None,
-            key: candidacy.key.clone(),
-            place: stat.czxid,
-            token: 0,
-        };
-        let turn = if self.max_holders == 1 {
-            self.mark(&client, &held).await?
-        } else {
-            self.touch(&client, &held).await?
-        };
-        Ok(match turn {
-            Turn::Leading { token } => Some(held.leading(token)),
-            _ => None,
-        })
+        self.hold_slot(candidacy, bound).await
     }
 }
 
