@@ -132,7 +132,17 @@ pub async fn hold<B: Store>(
             }
         };
         let leading = candidacy.leading(token);
-        let Some(held) = backend.hold_claim(&leading, request.bound).await? else {
+        // Bounded like every request of a subcommand: a store that stops answering here leaves
+        // the claim either as it was (it expires as a waiter's would, or, taken, within one
+        // --ttl) or held without its record (it ends at its bound).
+        let held = crate::election::bounded::bounded(
+            backend,
+            limit,
+            "holding the slot",
+            backend.hold_claim(&leading, request.bound),
+        )
+        .await?;
+        let Some(held) = held else {
             return Err(Failure::new(
                 exit::LEADERSHIP_LOST,
                 "the slot was lost before it could be held; run hold again",
