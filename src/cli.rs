@@ -290,9 +290,11 @@ pub enum Subcommand {
     /// --timeout (a frozen host) is named, and `resign` exits 124; --force then deletes its
     /// claim at once. With --max-holders above 1 it asks the oldest holder (the leader `status`
     /// shows), or with --token T the holder with token T, and waits for that holder's claim
-    /// alone. Exit status: 0 handed over (--force: deleted), 1 --token given and not the
-    /// current leader's (with several holders: no current holder's; nothing asked or deleted),
-    /// 3 no leader, 124 no handover within --timeout, 125 error.
+    /// alone. A slot `leader-exec hold` took has no process to hand over: exit 124 at once,
+    /// naming `release` and --force. Exit status: 0 handed over (--force: deleted), 1 --token
+    /// given and not the current leader's (with several holders: no current holder's; nothing
+    /// asked or deleted), 3 no leader, 124 no handover within --timeout (or a held slot), 125
+    /// error.
     Resign(ResignArgs),
     /// Take a slot and keep it with no process behind it (rolling reboots), printing its token.
     ///

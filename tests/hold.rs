@@ -136,6 +136,13 @@ pub fn two_hosts_hold_a_third_waits_and_release_lets_it_in<S: Store>() {
     );
     assert_eq!(code, 0, "{}: check of a held token: {err}", S::NAME);
 
+    // A plain resign cannot be answered by a slot with no process: it says so at once.
+    let asked = Instant::now();
+    let (code, _, err) = run(&endpoint, &["resign", "--lease", "reboot"]);
+    assert_eq!(code, 124, "{}: {err}", S::NAME);
+    assert!(err.contains("leader-exec release"), "{}: {err}", S::NAME);
+    assert!(asked.elapsed() < Duration::from_secs(8), "{}", S::NAME);
+
     // host-a is back: its release lets c in.
     let (code, err) = release(&endpoint, "reboot", "host-a");
     assert_eq!(code, 0, "{}: {err}", S::NAME);
@@ -155,13 +162,27 @@ pub fn two_hosts_hold_a_third_waits_and_release_lets_it_in<S: Store>() {
 
     open_gate(&scratch, "c");
     assert_eq!(c.wait(Duration::from_secs(10)), Some(0), "{}", c.stderr());
+    // resign --force clears a held slot too; nothing is left to release then.
+    let (code, _, err) = run(
+        &endpoint,
+        &[
+            "resign",
+            "--lease",
+            "reboot",
+            "--token",
+            &b.to_string(),
+            "--force",
+        ],
+    );
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
     let (code, err) = release(&endpoint, "reboot", "host-b");
+    assert_eq!(code, 3, "{}: {err}", S::NAME);
+    let status = status_json(&endpoint, "reboot");
     assert_eq!(
-        code,
-        0,
-        "{}: {err} {}",
-        S::NAME,
-        status_json(&endpoint, "reboot")
+        status["holders"].as_array().map(Vec::len),
+        Some(0),
+        "{}: {status}",
+        S::NAME
     );
 }
 
