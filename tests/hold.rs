@@ -242,8 +242,32 @@ pub fn held_slots_and_run_form_holders_never_exceed_n<S: Store>() {
     let a_started = scratch
         .wait_record("start", "a", Duration::from_secs(10))
         .expect("a started");
+    let (_watch, lines) = crate::holders_ops::watch(&endpoint, "mixed", true);
     let (code, x, err) = hold(&endpoint, "mixed", "2", "120s", "host-x", &[]);
     assert_eq!(code, 0, "{}: {err}", S::NAME);
+    // watch shows the held slot with its identity and bound, beside the running holder.
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    let shown = loop {
+        let Ok(line) = lines.recv_timeout(until.saturating_duration_since(Instant::now())) else {
+            break false;
+        };
+        let value: Value = serde_json::from_str(&line).unwrap();
+        let held = value["holders"].as_array().is_some_and(|holders| {
+            holders.iter().any(|h| {
+                h["identity"] == "host-x" && h["held_for_seconds"] == 120 && h["token"] == x
+            })
+        });
+        seen.push(line);
+        if held {
+            break true;
+        }
+    };
+    assert!(
+        shown,
+        "{}: watch never showed the held slot: {seen:#?}",
+        S::NAME
+    );
     assert!(
         x > a_started.token(),
         "{}: {x} after {}",
