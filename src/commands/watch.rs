@@ -392,6 +392,30 @@ mod tests {
     }
 
     #[test]
+    fn a_held_slot_shows_its_bound() {
+        let scope = Scope {
+            lease: "x".into(),
+            prefix: "/p/".into(),
+        };
+        let two = seen(vec![holder(10, b"a:1"), holder(17, b"host-b")], 2);
+        assert_eq!(
+            render_held(&scope, &two, &[], &[None, Some(3_600_000)], false, T),
+            "2026-01-01T00:00:00.000Z holders 2 of 2: a:1 token 10 key /p/x/a, host-b token 17 key /p/x/11 held for 1h\n"
+        );
+        let value: serde_json::Value = serde_json::from_str(&render_held(
+            &scope,
+            &two,
+            &[],
+            &[None, Some(3_600_000)],
+            true,
+            T,
+        ))
+        .unwrap();
+        assert!(value["holders"][0]["held_for_seconds"].is_null());
+        assert_eq!(value["holders"][1]["held_for_seconds"], 3600);
+    }
+
+    #[test]
     fn several_holders_are_named_each_on_one_line() {
         let scope = Scope {
             lease: "x".into(),
