@@ -8,13 +8,14 @@ use crate::commands;
 use crate::election::Scope;
 use crate::election::{LeaseTiming, Store};
 use crate::exit::{self, Failure};
-use crate::leader::contain::{Cgroup, PidNamespace};
-use crate::leader::supervisor;
+use crate::process::contain::{Cgroup, PidNamespace};
+use crate::process::{Handle, lookup, supervisor};
 use crate::run::Contain;
 use crate::run::Runner;
-use crate::settings::Settings;
+use crate::run::Settings;
 use crate::signals::Signals;
 use crate::telemetry::logging::LogFormat;
+use crate::validate;
 
 /// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
 pub fn main() -> u8 {
@@ -180,9 +181,9 @@ fn one_line(rendered: &str) -> String {
 
 /// The run form.
 fn run(cli: Cli) -> anyhow::Result<u8> {
-    let settings = Settings::from_args(cli.election, cli.run, cli.store)?;
+    let settings = validate::settings_from_args(cli.election, cli.run, cli.store)?;
     crate::telemetry::logging::set_context(&settings.lease, &settings.identity);
-    supervisor::check_command(&settings.command[0])?;
+    lookup::check_command(&settings.command[0])?;
     // Before the store is contacted: a containment asked for and unavailable is refused before
     // this instance joins the line, never after it has won.
     let cgroup = match settings.contain {
@@ -217,7 +218,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     let result = runtime.block_on(async move {
         serving.start()?;
         let signals = Signals::install()?;
-        let mut supervisor = supervisor::Handle::new(forked)?;
+        let mut supervisor = Handle::new(forked)?;
         let result = lead_or_wait(&settings, &mut supervisor, signals).await;
         supervisor.shutdown();
         result
@@ -229,7 +230,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
 
 async fn lead_or_wait(
     settings: &Settings,
-    supervisor: &mut supervisor::Handle,
+    supervisor: &mut Handle,
     mut signals: Signals,
 ) -> anyhow::Result<u8> {
     // Before the store is opened: a stop during the splay leaves nothing behind.
@@ -250,10 +251,7 @@ async fn lead_or_wait(
     let timing = LeaseTiming {
         ttl: t.ttl,
         retry_period: t.retry_period,
-        needed: t
-            .renew_deadline
-            .saturating_add(t.kill_after)
-            .saturating_add(t.margin()),
+        needed: t.needed(),
     };
     let store = settings
         .connection
@@ -270,7 +268,7 @@ async fn lead_or_wait(
 async fn lead_with<B: Store>(
     settings: &Settings,
     backend: &B,
-    supervisor: &mut supervisor::Handle,
+    supervisor: &mut Handle,
     signals: &mut Signals,
     health: Option<crate::run::health::Checker>,
 ) -> anyhow::Result<u8> {
@@ -313,9 +311,9 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
     {
         return status_all(cli.election, cli.store, args.json);
     }
-    let scope = crate::settings::scope_from_args(cli.election)?;
+    let scope = validate::scope_from_args(cli.election)?;
     crate::telemetry::logging::set_context(&scope.lease, "");
-    let connection = crate::settings::connection(cli.store)?;
+    let connection = validate::connection(cli.store)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -362,7 +360,7 @@ async fn serve<B: Store>(
                 commands::watch::watch(backend, scope, args.json, limit, signals).await
             }
             Subcommand::Release(args) => {
-                let identity = crate::settings::hold_identity(args.identity)?;
+                let identity = crate::validate::hold_identity(args.identity)?;
                 commands::hold::release(backend, scope, &identity, limit).await
             }
             Subcommand::GenerateAssets { .. }
@@ -382,7 +380,7 @@ async fn hold(
     args: cli::HoldArgs,
     signals: &mut Signals,
 ) -> anyhow::Result<u8> {
-    let identity = crate::settings::hold_identity(args.identity)?;
+    let identity = crate::validate::hold_identity(args.identity)?;
     crate::telemetry::logging::set_context(&scope.lease, &identity);
     if args.ttl < std::time::Duration::from_secs(1) {
         return Err(Failure::usage("--ttl must be at least 1s").into());
@@ -413,8 +411,8 @@ fn status_all(
     store: cli::StoreArgs,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let prefix = crate::settings::validate_prefix(election.prefix)?;
-    let connection = crate::settings::connection(store)?;
+    let prefix = validate::validate_prefix(election.prefix)?;
+    let connection = validate::connection(store)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -121,17 +121,19 @@ deleted) and leader-exec exits 128+N; USR1 and USR2 are ignored.";
 
 pub const SAFETY: &str = "\
 For one lease name, the commands of different instances never run at the same time, and the
-tokens of successive leaders strictly increase. etcd cannot expire a lease before the instant a
-renewal was sent plus the TTL; so leader-exec's deadline is the send time of the last successful
-renewal plus --renew-deadline, measured on CLOCK_BOOTTIME (which, like etcd's clock, keeps running
-while the machine is suspended). At the deadline the command's whole process group gets
+tokens of successive leaders strictly increase, on every store. No store can end a lease before
+the instant a renewal was sent plus the TTL (etcd and ZooKeeper count it on the server from when
+the renewal arrives; on PostgreSQL a row is taken over only after the taker saw it unchanged for
+a TTL on its own clock); so leader-exec's deadline is the send time of the last successful
+renewal plus --renew-deadline, measured on CLOCK_BOOTTIME (which, like the store's clock, keeps
+running while the machine is suspended). At the deadline the command's whole process group gets
 --kill-signal, then SIGKILL after --kill-after. leader-exec refuses to start unless
 --renew-deadline + --kill-after is at most --ttl minus a margin of 5% of --ttl (at least 250ms),
-and --retry-period is at most a third of --renew-deadline. A renewal answered with TTL <= 0, no
+and --retry-period is at most a third of --renew-deadline. A renewal answered as expired, no
 renewal succeeding by the deadline, or the candidate key being deleted all end leadership. The
 command runs under a small supervising process that SIGKILLs the whole group if leader-exec dies,
 even by SIGKILL; the lease then expires. When the command exits, leader-exec waits until its
-process group is empty, then revokes the lease. A leader-exec that is itself frozen (SIGSTOP, a
+process group is empty, then releases the lease. A leader-exec that is itself frozen (SIGSTOP, a
 paused VM) cannot stop its command in time: check $LEADER_TOKEN where the job writes. Once it runs
 again, a deadline noticed too late for --kill-after to end before the lease can (now + --kill-after
 past the last renewal's send time + --ttl - margin) gets SIGKILL to the group at once, no grace.";
@@ -587,7 +589,7 @@ pub struct RunArgs {
         default_value = "fail",
         requires = "occurrence"
     )]
-    pub if_unfinished: crate::leader::occurrence::IfUnfinished,
+    pub if_unfinished: crate::records::occurrence::IfUnfinished,
 
     /// How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper);
     /// afterwards they are deleted, or treated as absent until they are.

@@ -12,8 +12,9 @@ pub enum Ended {
     /// No renewal sent within `renew_deadline` before now has succeeded: no proof either way,
     /// the lease may still be ours until its TTL runs out.
     DeadlineMissed { renew_deadline: Duration },
-    /// The store says the lease is gone (etcd: a renewal answered TTL <= 0; PostgreSQL: the row
-    /// no longer holds our token, or its expiry passed; or a fenced write was rejected).
+    /// The store says the lease is gone (etcd: a renewal answered TTL <= 0; ZooKeeper: the
+    /// session expired; PostgreSQL: the row no longer holds our token, or its expiry passed; or a
+    /// fenced write was rejected).
     Expired,
     /// Our election key was deleted.
     KeyDeleted,

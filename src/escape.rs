@@ -1,4 +1,4 @@
-//! Making bytes read from etcd safe to print on a terminal.
+//! Making bytes read from the store safe to print on a terminal.
 //!
 //! Any client allowed to write under the prefix chooses the keys and values leader-exec reads
 //! back (identities, occurrence records). Printed raw, an identity holding `ESC ] 0 ; … BEL`

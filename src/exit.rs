@@ -1,4 +1,4 @@
-//! The exit-code table, in one place.
+//! The exit-code table, in one place: the run form's codes, then the subcommands'.
 //!
 //! leader-exec follows the conventions of timeout(1) and flock(1) so that service managers and
 //! shell scripts can tell "the job failed" from "the wrapper failed" from "someone else leads".
@@ -22,6 +22,27 @@ pub const FAILURE: u8 = 125;
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found.
 pub const NOT_FOUND: u8 = 127;
+
+// The subcommands' own codes (besides 125 for an error of leader-exec's own).
+
+/// `status`: a leader holds the lease.
+pub const STATUS_LEADER: u8 = 0;
+/// `status`: no leader.
+pub const STATUS_NO_LEADER: u8 = 3;
+/// `check`: the token is a current holder's.
+pub const CHECK_CURRENT: u8 = 0;
+/// `check`: the token is not a current holder's (or there is no holder).
+pub const CHECK_STALE: u8 = 1;
+/// `resign`: the leader handed over (or, with `--force`, its claim was deleted).
+pub const RESIGNED: u8 = 0;
+/// `resign`: `--token` is not the current leader's, or the leader changed while resigning.
+pub const RESIGN_NOT_CURRENT: u8 = 1;
+/// `resign`: there is no leader to resign (same as `status`).
+pub const RESIGN_NO_LEADER: u8 = STATUS_NO_LEADER;
+/// `resign`: the leader did not hand over within `--timeout` (timeout(1)'s code).
+pub const RESIGN_TIMED_OUT: u8 = 124;
+/// `release`: no slot `hold` took is held under the identity (as `status` says none: 3).
+pub const RELEASE_NONE: u8 = STATUS_NO_LEADER;
 
 /// How the child ended, as the shell reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,13 +10,15 @@ mod election;
 mod ended;
 mod escape;
 mod exit;
-mod leader;
+mod lease;
 mod notify;
+mod process;
+mod records;
 mod redact;
 mod run;
-mod settings;
 mod signals;
 mod telemetry;
+mod validate;
 
 use std::process::ExitCode;
 

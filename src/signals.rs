@@ -1,7 +1,8 @@
 //! Signal intake: the signals leader-exec forwards to the child's process group.
 //!
-//! Handlers are installed before leader-exec contacts etcd, so a TERM while campaigning withdraws
-//! the candidacy instead of killing the process with its candidate key still standing in line.
+//! Handlers are installed before leader-exec contacts the store, so a TERM while campaigning
+//! withdraws the candidacy instead of killing the process with its candidate key still standing in
+//! line.
 
 use nix::sys::signal::{SigSet, Signal};
 use tokio::signal::unix::{SignalKind, signal};

@@ -1,5 +1,5 @@
 //! The same crontab line on many hosts: exactly once per occurrence, with `--occurrence` (records
-//! in etcd, fenced by the token) and with `--hold-at-least` + `--no-wait`.
+//! in the store, fenced by the token) and with `--hold-at-least` + `--no-wait`.
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,7 @@ fn starts(scratch: &Scratch) -> Vec<Record> {
         .collect()
 }
 
-/// The record etcd holds for an occurrence, as `status --json` shows it.
+/// The record the store holds for an occurrence, as `status --json` shows it.
 fn occurrence(endpoint: &str, lease: &str, id: &str) -> Option<Value> {
     let status = status_json(endpoint, lease);
     status["occurrences"]

@@ -1,4 +1,4 @@
-//! Who runs, in which order, with which token; and what is left in etcd afterwards.
+//! Who runs, in which order, with which token; and what is left in the store afterwards.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Faults between leader-exec and etcd: the leader steps down before its lease can expire, and
+//! Faults between leader-exec and the store: the leader steps down before its lease can expire, and
 //! the next leader's command starts only after the old command's whole group is gone. Faults
 //! shorter than the renew deadline cost nothing.
 
@@ -133,7 +133,7 @@ pub fn a_store_restart_shorter_than_the_deadline_leaves_the_command_alone<S: Sto
     let mut etcd = S::start();
     let scratch = Scratch::new();
     let endpoint = etcd.endpoint();
-    // A deadline long enough to cover an etcd restart on a loaded machine.
+    // A deadline long enough to cover a store restart on a loaded machine.
     let args = patient_lease_args(&endpoint, "restart");
     let job = STOPPABLE;
     let mut a = Instance::start(&args, &scratch.job("a", job));

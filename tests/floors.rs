@@ -3,7 +3,8 @@
 //! top-level modules); nothing above `src/election/` names a store, a store's type or a store's
 //! crate; no source file grows past the size a reader can hold in mind. The checks read the
 //! sources as text (comments and string literals removed), so a new module or file is checked the
-//! moment it exists — and a new top-level module must be given a floor here.
+//! moment it exists — and a new top-level module must be given a floor here, and a place in
+//! docs/development.md's layout table, which is checked against these floors too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -11,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 /// The floors, top to bottom, and the top-level modules (`src/NAME.rs` or `src/NAME/`) on each.
 const FLOORS: &[(&str, &[&str])] = &[
-    ("top", &["main", "app", "cli", "settings", "assets"]),
+    ("top", &["main", "app", "cli", "validate", "assets"]),
     ("commands", &["commands"]),
     ("run", &["run"]),
-    ("leader", &["leader"]),
+    ("leader", &["process", "lease", "records"]),
     ("telemetry", &["telemetry"]),
     ("election", &["election"]),
     (
@@ -354,6 +355,41 @@ fn no_source_file_is_too_long_to_read() {
     }
 }
 
+/// docs/development.md's layout table is the floors as they are: one row per floor, in order,
+/// naming every module on it (`src/NAME/` or `NAME.rs`), and no row for a floor that is gone.
+#[test]
+fn the_documented_layout_is_the_floors() {
+    let doc = fs::read_to_string(root().join("docs/development.md")).unwrap();
+    let rows: Vec<&str> = doc
+        .lines()
+        .skip_while(|line| !line.starts_with("| floor | where | what |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    let cell = |row: &str, n: usize| row.split('|').nth(n).unwrap_or("").trim().to_owned();
+    let documented: Vec<String> = rows.iter().map(|row| cell(row, 1)).collect();
+    let floors: Vec<String> = FLOORS.iter().map(|(name, _)| name.to_string()).collect();
+    assert_eq!(
+        documented, floors,
+        "docs/development.md's layout table lists other floors than tests/floors.rs"
+    );
+    let mut missing = Vec::new();
+    for (row, (floor, modules)) in rows.iter().zip(FLOORS) {
+        let place = cell(row, 2);
+        for module in *modules {
+            if !place.contains(&format!("{module}.rs`")) && !place.contains(&format!("{module}/`"))
+            {
+                missing.push(format!("the `{floor}` row does not name `{module}`"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/development.md's layout table:\n{}",
+        missing.join("\n")
+    );
+}
+
 /// The checks can fail: an upward import, a circle, a store named above the door, an unknown
 /// module — each in a made-up tree — are all reported, and prose naming a store is not.
 #[test]
@@ -368,9 +404,9 @@ fn the_floor_checks_catch_what_they_guard() {
     let found = problems(&[
         file("clock", "use crate::run::Runner;\n"),
         file("telemetry", "use crate::{exit::Failure, app};\n"),
-        file("commands", "fn f() { crate::leader::x(); }\n"),
-        file("leader", "fn g() { let _ = crate::commands::y; }\n"),
-        file("run", "use crate::leader::z;\nfn h() -> Etcd { todo!() }\n"),
+        file("commands", "fn f() { crate::lease::x(); }\n"),
+        file("lease", "fn g() { let _ = crate::commands::y; }\n"),
+        file("run", "use crate::lease::z;\nfn h() -> Etcd { todo!() }\n"),
         file("app", "use crate::election::postgres::Target;\n"),
         file("stray", "\n"),
         file(
@@ -389,7 +425,7 @@ fn the_floor_checks_catch_what_they_guard() {
         "{found:#?}"
     );
     assert!(
-        has("src/leader.rs:1: `leader` (leader) uses `commands` (commands)"),
+        has("src/lease.rs:1: `lease` (leader) uses `commands` (commands)"),
         "{found:#?}"
     );
     assert!(has("src/run.rs:2: `Etcd` is named outside"), "{found:#?}");
@@ -408,7 +444,7 @@ fn the_floor_checks_catch_what_they_guard() {
     );
     assert_eq!(found.len(), 6, "{found:#?}");
     let circle = problems(&[
-        file("leader", "use crate::leader::a;\n"),
+        file("lease", "use crate::lease::a;\n"),
         file("telemetry", "use crate::ended::A;\n"),
         file("ended", "use crate::escape::b;\n"),
         file("escape", "use crate::ended::c;\n"),
@@ -427,15 +463,19 @@ fn the_floor_checks_catch_what_they_guard() {
 }
 
 /// SIGKILL reaches the command's group from one place: the run floor's stop path
-/// (`run/stop.rs`, `Stop::kill`, through the supervisor handle). The supervisor itself
-/// (`leader/supervisor.rs`) keeps its own last resorts — the group killed when leader-exec dies
-/// or shuts down — and test doubles are not counted. `run/health.rs` kills the process group of
+/// (`run/stop.rs`, `Stop::kill`, through the supervisor handle). The supervisor's two ends
+/// (`process/supervisor.rs`, `process/handle.rs`) keep their own last resorts — the group killed
+/// when leader-exec or the supervisor dies, or leader-exec shuts down — and test doubles are not
+/// counted. `run/health.rs` kills the process group of
 /// a `--health-cmd` check at its timeout: the check's own group, never the command's.
 #[test]
 fn sigkill_is_sent_from_one_place() {
     let mut senders = Vec::new();
     for (_, name, source) in sources() {
-        if name.ends_with("src/leader/supervisor.rs") || name.ends_with("tests.rs") {
+        if name.ends_with("src/process/supervisor.rs")
+            || name.ends_with("src/process/handle.rs")
+            || name.ends_with("tests.rs")
+        {
             continue;
         }
         let code = code_only(&source);

@@ -1,5 +1,5 @@
 //! Bad input: one clear line on stderr, exit 125 (126/127 for the command), in bounded time, and
-//! nothing left behind in etcd. TLS and authentication against a real etcd.
+//! nothing left behind in the store. TLS and authentication against a real etcd.
 
 use std::process::Output;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Integration tests: every one starts its own store (etcd, or PostgreSQL and ZooKeeper for the
 //! tests that run against every store) on free loopback ports and runs the real
 //! leader-exec binary; facts are observed from outside (what children recorded, which pids are
-//! alive, exit codes, what etcd holds).
+//! alive, exit codes, what the store holds).
 
 mod harness;
 #[macro_use]

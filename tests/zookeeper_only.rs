@@ -395,6 +395,73 @@ fn a_negotiated_timeout_too_short_for_the_flags_is_125_and_leaves_nothing() {
     );
 }
 
+/// A server that clamps the session timeout below `--ttl` (maxSessionTimeout 5 s for `--ttl 8s`,
+/// still the 4.4 s the flags need) and a leader-exec stopped with its supervisor (SIGSTOP) for
+/// 3 s: past its renew deadline (2 s after its last renewal, sent at most a retry period before
+/// the stop), not past the session. Resumed, it notices the deadline 1–1.5 s late. Counted with
+/// `--ttl`, a grace of 2 s would fit (it would end by the last renewal + 8 s − margin); the
+/// session may end 5 s after that renewal, before such a grace: SIGKILL at once, no TERM.
+#[test]
+fn a_deadline_noticed_late_counts_with_a_session_timeout_clamped_below_the_ttl() {
+    let zk = ZooKeeper::start_with("maxSessionTimeout=5000\n");
+    let scratch = Scratch::new();
+    let endpoint = zk.endpoint();
+    let termed = scratch.path("termed");
+    let deaf = format!(
+        "trap 'touch {}' TERM\nwhile :; do sleep 0.05; done",
+        termed.display()
+    );
+    let args = [
+        "-v",
+        "--endpoints",
+        &endpoint,
+        "--lease",
+        "clamped",
+        "--ttl",
+        "8s",
+        "--renew-deadline",
+        "2s",
+        "--retry-period",
+        "400ms",
+        "--kill-after",
+        "2s",
+    ];
+    let mut a = Instance::start(&args, &scratch.job("a", &deaf));
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let supervisor = supervisor_of(a.pid()).expect("a's supervisor");
+    for pid in [a.pid(), supervisor] {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let resumed = now_ns();
+    for pid in [supervisor, a.pid()] {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGCONT).unwrap();
+    }
+    assert!(
+        wait_for(Duration::from_secs(10), || !alive(a_start.pid())),
+        "a's command survived"
+    );
+    let dead = now_ns();
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+    let stderr = a.stderr();
+    assert!(
+        stderr.contains("negotiated a session timeout of 5s for --ttl 8s"),
+        "{stderr}"
+    );
+    assert!(
+        !termed.exists(),
+        "a's command got TERM: the grace was counted with --ttl, not the session's 5 s\n{stderr}"
+    );
+    assert!(
+        dead - resumed < 1_000_000_000,
+        "a's command died {} ms after a resumed",
+        (dead - resumed) / 1_000_000
+    );
+    assert!(stderr.contains("too late for --kill-after"), "{stderr}");
+}
+
 #[test]
 fn czxid_tokens_grow_across_a_deleted_and_recreated_parent() {
     let zk = ZooKeeper::start();

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use super::{CHECK_CURRENT, CHECK_STALE, read_settled};
+use super::read_settled;
 use crate::election::Store;
 use crate::exit::Failure;
+use crate::exit::{CHECK_CURRENT, CHECK_STALE};
 
 /// `leader-exec check`: is TOKEN the current leader's?
 pub async fn check<B: Store>(backend: &B, token: &str, limit: Duration) -> anyhow::Result<u8> {

@@ -13,15 +13,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::{STATUS_NO_LEADER, first_contact, read_settled};
+use super::{first_contact, read_settled};
 use crate::clock::BootClock;
 use crate::election::{Backoff, Candidacy, Keeper, Leader, Renewal, Scope, Store, Turn};
-use crate::exit::{self, Failure};
-use crate::leader::published::{self, Command, State};
+use crate::exit::{self, Failure, RELEASE_NONE};
+use crate::records::published::{self, Command, State};
 use crate::signals::Signals;
-
-/// `release` found no slot held under the identity.
-pub const RELEASE_NONE: u8 = STATUS_NO_LEADER;
 
 /// What `hold` was asked for.
 pub struct Request {

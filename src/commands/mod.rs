@@ -16,13 +16,6 @@ use serde_json::{Value, json};
 use crate::election::{self, Leader, Observation, Reach, StartError, Store, StoreError};
 use crate::exit::Failure;
 
-/// `status` exit codes.
-pub const STATUS_LEADER: u8 = 0;
-pub const STATUS_NO_LEADER: u8 = 3;
-/// `check` exit codes.
-pub const CHECK_CURRENT: u8 = 0;
-pub const CHECK_STALE: u8 = 1;
-
 /// Reads once, retrying transient errors within `limit`.
 pub(crate) async fn read_once<B: Store>(
     backend: &B,

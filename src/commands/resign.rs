@@ -29,22 +29,13 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use crate::commands::{self, STATUS_NO_LEADER};
+use crate::commands;
 use crate::election::Scope;
 use crate::election::{Leader, Store};
 use crate::escape::{escape, escape_str};
-use crate::exit::Failure;
-use crate::leader::published;
+use crate::exit::{Failure, RESIGN_NO_LEADER, RESIGN_NOT_CURRENT, RESIGN_TIMED_OUT, RESIGNED};
+use crate::records::published;
 use crate::signals::{self, Signals};
-
-/// The leader handed over (or, with `--force`, its claim was deleted).
-pub const RESIGNED: u8 = 0;
-/// `--token` is not the current leader's, or the leader changed while resigning.
-pub const NOT_CURRENT: u8 = 1;
-/// There is no leader to resign (same as `status`).
-pub const NO_LEADER: u8 = STATUS_NO_LEADER;
-/// The leader did not hand over within `--timeout` (timeout(1)'s code).
-pub const TIMED_OUT: u8 = 124;
 
 /// A leader that records no timing (an older leader-exec) is assumed to run with the defaults.
 const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(4);
@@ -117,7 +108,7 @@ pub async fn resign<B: Store>(
             "token {wanted} is not a current holder's (the holders have tokens {}); nothing asked or deleted",
             holding.join(", ")
         );
-        return Ok(NOT_CURRENT);
+        return Ok(RESIGN_NOT_CURRENT);
     }
     let target = match wanted {
         Some(wanted) if several => observation.holder(wanted),
@@ -129,7 +120,7 @@ pub async fn resign<B: Store>(
             "lease {} has no leader: nothing to resign",
             escape_str(&scope.lease)
         );
-        return Ok(NO_LEADER);
+        return Ok(RESIGN_NO_LEADER);
     };
     if let Some(wanted) = wanted
         && wanted != leader.token
@@ -142,7 +133,7 @@ pub async fn resign<B: Store>(
             escape(&leader.identity),
             leader.token
         );
-        return Ok(NOT_CURRENT);
+        return Ok(RESIGN_NOT_CURRENT);
     }
     if request.force {
         return force(backend, &leader, limit).await;
@@ -157,7 +148,7 @@ pub async fn resign<B: Store>(
         });
     if state.as_ref().is_some_and(|s| s.held_for_ms.is_some()) {
         return Err(Failure::new(
-            TIMED_OUT,
+            RESIGN_TIMED_OUT,
             format!(
                 "token {} ({}) is a slot held by `leader-exec hold`, with no process to hand it over: `leader-exec release --lease {} --identity {}` gives it back, `resign --token {} --force` deletes it",
                 leader.token,
@@ -204,7 +195,7 @@ pub async fn resign<B: Store>(
             leader.token,
             escape(&leader.identity)
         );
-        return Ok(NOT_CURRENT);
+        return Ok(RESIGN_NOT_CURRENT);
     }
     tracing::info!(
         event = "handover-requested",
@@ -258,7 +249,7 @@ pub async fn resign<B: Store>(
         }
         if tokio::time::Instant::now() >= give_up_at {
             return Err(Failure::new(
-                TIMED_OUT,
+                RESIGN_TIMED_OUT,
                 format!(
                     "the leader {} (token {}, key {}) did not hand over within {}: its host may be frozen or cut off from the store; \
                      `leader-exec resign --lease {} --token {} --force` deletes its claim at once (its command may then run beside the next one until it notices)",
@@ -298,7 +289,7 @@ async fn force<B: Store>(backend: &B, leader: &Leader, limit: Duration) -> anyho
             leader.token,
             escape(&leader.identity)
         );
-        return Ok(NOT_CURRENT);
+        return Ok(RESIGN_NOT_CURRENT);
     }
     tracing::warn!(
         event = "resigned",

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{STATUS_LEADER, STATUS_NO_LEADER, leader_json, print, read_settled};
+use super::{leader_json, print, read_settled};
 use crate::election::Scope;
 use crate::election::bounded::bounded;
 use crate::election::{Leader, Store};
 use crate::escape::{escape, escape_str};
-use crate::leader::occurrence::{self, Record};
-use crate::leader::published::{Command, State};
+use crate::exit::{STATUS_LEADER, STATUS_NO_LEADER};
+use crate::records::occurrence::{self, Record};
+use crate::records::published::{Command, State};
 
 /// How many occurrences `status` shows as text (JSON has them all).
 const OCCURRENCES_SHOWN: usize = 10;
@@ -103,7 +104,7 @@ pub async fn status<B: Store>(
         None => None,
     };
     // Each holder's own record (with --max-holders 1 the leader's alone, read as before).
-    let states = crate::leader::published::read_each(
+    let states = crate::records::published::read_each(
         backend,
         scope,
         observation.max_holders,
@@ -169,7 +170,7 @@ pub async fn status<B: Store>(
         });
         writeln!(out, "{object}")?;
     } else {
-        // Everything read from etcd is escaped: it may hold terminal control sequences.
+        // Everything read from the store is escaped: it may hold terminal control sequences.
         writeln!(out, "lease:       {}", escape_str(&scope.lease))?;
         match observation.leader() {
             Some(leader) => {
@@ -181,13 +182,15 @@ pub async fn status<B: Store>(
                 }
                 if let Some(time) = lease_time {
                     // How stale this view may be: a leader that died without releasing stays
-                    // listed until its lease runs out, and an etcd restart starts that over.
+                    // listed until its lease runs out, and on some stores a restart starts that
+                    // over.
                     if backend.restart_resets_leases() {
                         writeln!(
                             out,
-                            "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; an etcd restart resets it to {}s)",
+                            "ttl left:    {}s of {}s (a leader gone without releasing stays listed until then; a restart of {} resets it to {}s)",
                             time.remaining.as_secs(),
                             time.granted.as_secs(),
+                            backend.store_name(),
                             time.granted.as_secs()
                         )?;
                     } else {
@@ -199,7 +202,7 @@ pub async fn status<B: Store>(
                         )?;
                     }
                 }
-                let (since, command) = crate::leader::published::describe(state.as_ref());
+                let (since, command) = crate::records::published::describe(state.as_ref());
                 writeln!(out, "since:       {since}")?;
                 writeln!(out, "command:     {command}")?;
                 // Only with --health-cmd (as the leader last recorded it).
@@ -310,7 +313,7 @@ mod tests {
             "  since 1970-01-01T00:00:00.000Z  holding until 1970-01-01T00:10:00.000Z\\x1b"
         );
         assert!(object["health"].is_null());
-        state.health = Some(crate::leader::published::Health {
+        state.health = Some(crate::records::published::Health {
             healthy: true,
             failures: 1,
             retries: 3,

@@ -1,8 +1,8 @@
 //! `leader-exec status --all`: every lease under the prefix, one line each, sorted by name —
 //! the fleet overview. Read-only, like `status`.
 //!
-//! Everything shown comes from etcd, where any client with access to the prefix can write: text
-//! output escapes it (`crate::escape`), JSON output is escaped by JSON itself.
+//! Everything shown comes from the store, where any client with access to the prefix can write:
+//! text output escapes it (`crate::escape`), JSON output is escaped by JSON itself.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::election::bounded::bounded;
 use crate::election::{Election, LeaseTime, Store};
 use crate::escape::{escape, escape_str};
-use crate::leader::occurrence::{Record, State};
+use crate::records::occurrence::{Record, State};
 
 /// A lease as `status --all` shows it.
 struct Row {
@@ -21,7 +21,7 @@ struct Row {
     time: Option<LeaseTime>,
     /// What each holder recorded about itself (`since`, `command`, `hold_until`, `health`), as in
     /// `status`, in the order of `election.holders` (the first is the leader's).
-    states: Vec<Option<crate::leader::published::State>>,
+    states: Vec<Option<crate::records::published::State>>,
     /// Occurrence records under this lease name.
     occurrences: usize,
     /// Records `started` by a token that is not the current leader's: started, never finished.
@@ -70,7 +70,7 @@ pub async fn status_all<B: Store>(
                     lease: name.to_owned(),
                     prefix: prefix.to_owned(),
                 };
-                crate::leader::published::read_each(
+                crate::records::published::read_each(
                     backend,
                     &scope,
                     election.max_holders,
@@ -303,7 +303,10 @@ fn render_text(rows: &[Row]) -> String {
 
 /// `  K/N holders: token T IDENTITY, …` (oldest first); a slot `hold` took adds `(held for
 /// DUR)`.
-fn holders_line(election: &Election, states: &[Option<crate::leader::published::State>]) -> String {
+fn holders_line(
+    election: &Election,
+    states: &[Option<crate::records::published::State>],
+) -> String {
     let mut line = format!(
         "  {}/{} holders",
         election.holders.len(),

@@ -12,7 +12,7 @@ use super::{PROVISIONAL_GRACE, leader_json, provisional, read_once};
 use crate::election::Scope;
 use crate::election::{Backoff, Leader, Observation, Store};
 use crate::escape::escape;
-use crate::leader::published::{self, Health};
+use crate::records::published::{self, Health};
 use crate::signals::{self, Signals};
 
 /// How often the holders' records are read again while one records a health check, or a new

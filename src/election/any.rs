@@ -319,6 +319,10 @@ impl Campaign for AnyStore {
     ) -> Result<Option<Candidacy>, StoreError> {
         each!(self, store => store.hold_claim(candidacy, bound).await)
     }
+
+    fn lease_length(&self) -> Option<Duration> {
+        each!(self, store => store.lease_length())
+    }
 }
 
 impl Read for AnyStore {

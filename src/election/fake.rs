@@ -54,6 +54,8 @@ pub struct Script {
     pub key_gone: Step<()>,
     /// When (after the call) `resign` asks this leader to hand over; `Never` by default.
     pub handover: Step<()>,
+    /// What `lease_length` answers: None (`--ttl`) by default.
+    pub lease_length: Option<Duration>,
 }
 
 impl Default for Script {
@@ -66,6 +68,7 @@ impl Default for Script {
             release: VecDeque::new(),
             key_gone: Step::Never,
             handover: Step::Never,
+            lease_length: None,
         }
     }
 }
@@ -216,6 +219,10 @@ impl Campaign for Fake {
         _bound: Duration,
     ) -> Result<Option<Candidacy>, StoreError> {
         Ok(Some(candidacy.clone()))
+    }
+
+    fn lease_length(&self) -> Option<Duration> {
+        self.state.borrow().script.lease_length
     }
 }
 

@@ -1,7 +1,7 @@
 //! What the user asked for, before any store looked at it: the connection flags as given, and
 //! the readers of the files they name that more than one store shares.
 //!
-//! settings.rs fills [`StoreFlags`] from the command line; [`super::any::Connection::parse`]
+//! validate.rs fills [`StoreFlags`] from the command line; [`super::any::Connection::parse`]
 //! picks the store by the endpoints' scheme and lets it parse and check the rest. Every refusal
 //! is one line naming the flag (exit 125) and never shows a password.
 

@@ -5,12 +5,51 @@
 //! [`Read`] (what observers see), [`Records`] (fenced records beside the election),
 //! [`Handover`] (`resign` and `resign --force`), [`Describe`] (names and addresses for
 //! messages). [`Store`] is all of them. [`any::Connection`] parses `--endpoints` and the TLS and
-//! credential flags ([`flags::StoreFlags`], filled by settings.rs) by asking the store the
+//! credential flags ([`flags::StoreFlags`], filled by validate.rs) by asking the store the
 //! scheme names, and opens it as an [`any::AnyStore`]. Each store owns its URL parsing, TLS and
 //! credentials in its own folder (`etcd/`, `postgres/`, `zookeeper/`, each with `target.rs`).
 //!
 //! Nothing above this module knows which store it is talking to, and nothing here imports
-//! from above it (settings, cli, the run form, the subcommands).
+//! from above it (validation, cli, the run form, the subcommands).
+//!
+//! # The safety argument, stated once
+//!
+//! For one lease name the commands of different instances never run at the same time, and
+//! successive holders' tokens strictly increase, on every store alike. The code above this module
+//! keeps the argument without knowing the store, and points here; each store's part of it is a
+//! guarantee of [`Campaign`] (and [`Keeper`]):
+//!
+//! 1. **A claim cannot end on the server before the instant the request that proved it was
+//!    sent, plus the TTL.** etcd starts a lease's TTL when it processes the keep-alive, after it
+//!    was sent; a ZooKeeper session, with the timeout negotiated on the current connection, runs
+//!    out only that long after the last request the server heard; a PostgreSQL row that was not
+//!    released is taken over only after the taker has seen it unchanged for a full TTL on its own
+//!    CLOCK_BOOTTIME, which begins after the holder's last renewal committed. No store's wall
+//!    clock decides a takeover.
+//! 2. **The local deadline counts from the send instant.** A renewal answered "alive" proves the
+//!    claim until at least its send instant + TTL; the leader's deadline is that send instant +
+//!    `--renew-deadline` (`lease/renewal.rs`), on CLOCK_BOOTTIME (`clock.rs`), which keeps running
+//!    through a suspend as the server's clock does. A late answer is never credited to a newer
+//!    send instant (an attempt not answered within `--retry-period` is abandoned and the keeper
+//!    reset, [`Keeper::reset`]), and an answer that does not come is a loss once the deadline
+//!    passes: the deadline is a timer of its own, since a hung store never answers.
+//! 3. **Stepping down fits inside the claim.** At the deadline the command's whole group gets
+//!    `--kill-signal`, then SIGKILL after `--kill-after`; validation keeps `renew_deadline +
+//!    kill_after + margin <= ttl` (`lease/timing.rs`, `Timing::needed`), so the group is gone
+//!    before the claim can end. A stop noticed too late for its grace to end inside the claim
+//!    (leader-exec was paused) SIGKILLs at once (`Timing::grace_fits`).
+//! 4. **Any doubt is a loss.** A renewal answered "expired" or the claim's own key deleted
+//!    ([`Campaign::key_gone`]) ends leadership with SIGKILL at once: another instance may lead
+//!    already.
+//! 5. **Leadership is decided atomically** ([`Campaign::check_turn`]), with a token above every
+//!    earlier token of the name, and at no instant do more than `--max-holders` claims stand.
+//! 6. **A claim is released only once the command's whole group is gone** (`run/release.rs`); a
+//!    group that cannot be made gone leaves the claim to expire.
+//!
+//! A store restart is the store's own matter: etcd and ZooKeeper give every lease or session a
+//! full TTL again ([`Describe::restart_resets_leases`]), which makes a dead leader stay listed
+//! longer and never shortens a live claim. The same argument for operators is docs/safety.md,
+//! with each store's page for its lease, token and clock.
 //!
 //! A new (fourth) store touches, file by file:
 //! - `src/election/NEW/mod.rs` (and more files beside it as it grows): a type implementing
@@ -44,7 +83,7 @@ pub mod zookeeper;
 use std::fmt;
 use std::time::Duration;
 
-/// Which election: the lease name and the key prefix, validated (settings.rs).
+/// Which election: the lease name and the key prefix, validated (validate.rs).
 #[derive(Clone, Debug)]
 pub struct Scope {
     pub lease: String,
@@ -154,7 +193,8 @@ pub fn mismatch_message(lease: &str, ours: u32, theirs: u32) -> String {
 pub enum Renewal {
     /// The lease was extended by a full TTL from some instant after the request was sent.
     Alive,
-    /// The lease no longer exists on the server (a renewal answered with TTL <= 0).
+    /// The lease no longer exists on the server (etcd: a renewal answered with TTL <= 0;
+    /// ZooKeeper: the session expired; PostgreSQL: the row no longer holds this claim's token).
     Expired,
 }
 
@@ -338,6 +378,15 @@ pub trait Campaign {
         candidacy: &Candidacy,
         bound: Duration,
     ) -> impl Future<Output = Result<Option<Candidacy>, StoreError>>;
+
+    /// How long after its send instant a request that proved the lease keeps it, when the store
+    /// keeps it for less than `--ttl`: ZooKeeper's session timeout, negotiated on the session's
+    /// current connection, which the server may clamp below what was asked (never below
+    /// `--renew-deadline + --kill-after + margin`, or leadership is already lost). None: `--ttl`
+    /// (etcd refuses a shorter lease; PostgreSQL's row holds the TTL it was written with).
+    fn lease_length(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Reading the election from outside: what `status`, `watch`, `check` and `status --all` show.
@@ -479,8 +528,8 @@ pub trait Describe {
     /// from silence. Empty where one cannot be probed (a Unix socket): never taken as refused.
     fn addresses(&self) -> Vec<(String, u16)>;
 
-    /// Whether a restart of the store gives every lease a full TTL again (etcd does; PostgreSQL
-    /// keeps `expires_at`).
+    /// Whether a restart of the store gives every lease a full TTL again (etcd's leases and
+    /// ZooKeeper's sessions; PostgreSQL keeps `expires_at`).
     fn restart_resets_leases(&self) -> bool;
 
     /// A command an operator can run to delete record `key` (shown in log messages).

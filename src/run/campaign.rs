@@ -8,12 +8,12 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::Wait;
-use super::supervise::Supervise;
 use super::{End, Phase, Runner, Then};
 use crate::clock::{Clock, sleep_until_some};
 use crate::election::{self, Backoff, Candidacy, Reach, Store, StoreError, Turn};
 use crate::ended::Ended;
 use crate::exit::{self, Failure};
+use crate::process::Supervise;
 use crate::signals::{self, Signals};
 
 pub(super) enum Joined {

@@ -16,7 +16,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
-use crate::leader::published::Health;
+use crate::records::published::Health;
 
 /// `--health-cmd` and its timing, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -237,7 +237,7 @@ fn check_once(check: &HealthCheck) -> Outcome {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
-    crate::leader::supervisor::without_credentials(&mut command);
+    crate::process::environment::without_credentials(&mut command);
     let child = command.spawn();
     let mut child = match child {
         Ok(child) => child,

@@ -9,18 +9,19 @@ use nix::sys::signal::Signal;
 
 use super::campaign::wait_for_withdrawal;
 use super::health;
-use super::occurrence::{Begun, Finished};
+use super::once::{Begun, Finished};
 use super::stop::{Looks, SteppingDown, Stop, Stopped};
-use super::supervise::Supervise;
 use super::{End, Phase, Runner, Then};
 use crate::clock::{Clock, sleep_until_some};
 use crate::election::{Candidacy, Store};
 use crate::ended::Ended;
 use crate::exit::{self, ChildStatus, Failure};
-use crate::leader::occurrence::Record;
-use crate::leader::published;
-use crate::leader::supervisor::{self, Event};
 use crate::notify;
+use crate::process::Event;
+use crate::process::Supervise;
+use crate::process::protocol::spawn_failure_code;
+use crate::records::occurrence::Record;
+use crate::records::published;
 use crate::signals;
 
 /// Why the command's group ended while the claim was proven.
@@ -171,7 +172,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     Ok(Event::SpawnFailed { errno, message }) => {
                         let command = settings.command[0].to_string_lossy();
                         let e = Failure::new(
-                            supervisor::spawn_failure_code(errno),
+                            spawn_failure_code(errno),
                             format!("{command}: {message}"),
                         );
                         return End::release(Then::Fail(e.into()));

@@ -41,19 +41,18 @@
 //!   renewal arm from being polled, and the deadline could pass unnoticed. Arms update state
 //!   and return to the loop; store calls are arms of their own (`announce`, `handover`).
 //! - **The deadline counts from the send instant** of the last successful renewal (see
-//!   `renewal.rs`): the lease cannot expire on the server before that instant + TTL, and
+//!   `lease/renewal.rs`): the lease cannot expire on the server before that instant + TTL, and
 //!   validation keeps `renew_deadline + kill_after` below the TTL with a margin, so a stop that
 //!   starts at the deadline has the group dead before the lease can end.
 
 mod campaign;
 pub mod health;
 mod lead;
-mod occurrence;
+mod once;
 mod release;
 mod settings;
 pub mod splay;
 mod stop;
-mod supervise;
 #[cfg(test)]
 mod tests;
 
@@ -62,16 +61,16 @@ use std::time::Duration;
 use crate::clock::{Clock, sleep_until_some};
 use crate::election::{Candidacy, Store};
 use crate::exit;
-use crate::leader::renewal::{Deadline, keep_renewing};
+use crate::lease::renewal::{Deadline, keep_renewing};
 use crate::notify;
 
 use crate::signals::Signals;
 
+pub use crate::process::Supervise;
 use campaign::{Joined, Waited};
 use lead::Held;
 pub use settings::{Contain, Settings, Wait};
 use stop::SteppingDown;
-pub use supervise::Supervise;
 
 pub struct Runner<'a, B: Store, C: Clock, S: Supervise> {
     pub settings: &'a Settings,
@@ -115,9 +114,9 @@ struct End {
 /// What happens to the claim when the candidacy ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Claim {
-    /// Revoked, retried briefly ([`release::RELEASE_BUDGET`]).
+    /// Released, retried briefly ([`release::RELEASE_BUDGET`]).
     Release,
-    /// Revoked, and when the store is unreachable retried for up to a TTL: the release that
+    /// Released, and when the store is unreachable retried for up to a TTL: the release that
     /// ends a run, once the command's whole group is gone.
     ReleaseAtExit,
     /// Left to expire on its own: the group may not be gone, or a stop was asked for.
@@ -237,7 +236,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             // times in a row; either is the same stop.
             let handover = async {
                 let leader: &Candidacy = leader.get().expect("polled only once leading");
-                let handover_key = crate::leader::published::holder_handover_key(
+                let handover_key = crate::records::published::holder_handover_key(
                     &scope,
                     max_holders,
                     leader.token,

@@ -1,25 +1,28 @@
 //! The one release that ends every candidacy ([`Runner::settle`]), and the last release of a
-//! run, retried through an etcd outage.
+//! run, retried through a store outage.
 //!
+//! Releasing is not what keeps the commands apart (the safety argument, `src/election/mod.rs`,
+//! rests on the claim ending on its own): it decides how soon the next instance starts. A store
+//! that gives every lease a full TTL again when it restarts
+//! ([`crate::election::Describe::restart_resets_leases`]: etcd, also when a new raft leader takes
+//! over, and ZooKeeper) would keep a claim left behind during an outage standing for a full TTL
+//! *after the store is back*: `status` shows a leader whose process is long gone, and the next
+//! instance in line starts that much later.
 //!
-//! etcd resets every lease's TTL when it restarts (and when a new raft leader takes over). A
-//! leader whose command ended while etcd was down, and which then gave up on revoking its lease,
-//! would leave its key standing for a full TTL *after etcd is back*: `status` shows a leader
-//! whose process is long gone, and the next instance in line starts that much later.
-//!
-//! So when the release that ends a run finds etcd unreachable, leader-exec keeps trying for up
-//! to one TTL (counted from the first attempt, which starts once the command's whole group is
-//! gone), and exits as soon as a revoke goes through or etcd says the lease no longer exists.
-//! Past that TTL the lease may have expired anyway had etcd kept running, and an outage that
-//! long is not worth waiting out: leader-exec exits and the lease expires a TTL after etcd is
-//! back. TERM or INT during the retry end it at once. The lease is never renewed meanwhile.
+//! So when the release that ends a run finds the store unreachable, leader-exec keeps trying for
+//! up to one TTL (counted from the first attempt, which starts once the command's whole group is
+//! gone), and exits as soon as a release goes through or the store says the claim no longer
+//! exists. Past that TTL the claim may have ended anyway had the store kept running, and an
+//! outage that long is not worth waiting out: leader-exec exits and the claim ends on its own
+//! (with such a store, a TTL after it is back). TERM or INT during the retry end it at once. The
+//! claim is never renewed meanwhile.
 
 use std::time::Duration;
 
-use super::supervise::Supervise;
 use super::{Claim, Runner};
 use crate::clock::Clock;
 use crate::election::{Backoff, Candidacy, Store, StoreError};
+use crate::process::Supervise;
 use crate::signals::{self, Signals};
 
 /// How long releasing the lease may take before we leave it to expire on its own.
@@ -28,11 +31,11 @@ pub const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 /// How one release ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Release {
-    /// The lease is revoked (or no longer existed).
+    /// The claim is released (or no longer existed).
     Done,
-    /// etcd did not answer in time: worth trying again later.
+    /// The store did not answer in time: worth trying again later.
     Unreachable,
-    /// etcd refused (permission, invalid request): trying again will not help.
+    /// The store refused (permission, invalid request): trying again will not help.
     Refused,
 }
 
@@ -46,10 +49,10 @@ impl From<&StoreError> for Release {
     }
 }
 
-/// How long one revoke may take before it is abandoned and sent again.
+/// How long one release may take before it is abandoned and sent again.
 const ATTEMPT: Duration = Duration::from_secs(1);
 
-/// Keeps revoking the lease until it works, `until` (a value of `clock.now()`) passes, or TERM
+/// Keeps releasing the claim until it works, `until` (a value of `clock.now()`) passes, or TERM
 /// or INT arrives. Returns whether the lease was released.
 async fn retry<B: Store, C: Clock>(
     backend: &B,
@@ -165,8 +168,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         }
     }
 
-    /// Revokes the lease (deleting the candidate key), retrying briefly; if that fails the lease
-    /// expires on its own within the TTL.
+    /// Releases the claim ([`crate::election::Campaign::release_claim`]), retrying briefly; if
+    /// that fails the claim ends on its own within the TTL.
     async fn release(&mut self, candidacy: &Candidacy) -> Release {
         let clock = self.clock.clone();
         let limit = clock.now() + RELEASE_BUDGET;

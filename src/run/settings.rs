@@ -1,5 +1,7 @@
-//! What one run is told to do: the run form's settings, every one validated by the top floor's
-//! settings.rs (`Settings::from_args`) before anything is contacted.
+//! What one run is told to do: the run form's settings. They are defined here, beside the run
+//! that reads them, and built from the command line by the top floor
+//! (`validate::settings_from_args`), every one validated before anything is contacted: the run
+//! floor knows nothing of flags.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -9,8 +11,8 @@ use nix::sys::signal::Signal;
 
 use crate::election::Scope;
 use crate::election::any::Connection;
-use crate::leader::occurrence::Occurrence;
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
+use crate::records::occurrence::Occurrence;
 use crate::telemetry::http::Address;
 
 /// How long to wait for our turn.

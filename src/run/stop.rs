@@ -21,15 +21,15 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::supervise::Supervise;
 use super::{End, Phase, Runner, Then};
 use crate::clock::Clock;
 use crate::election::{Candidacy, Store};
 use crate::ended::Ended;
 use crate::exit::ChildStatus;
-use crate::leader::occurrence::Record;
-use crate::leader::supervisor::{Event, Group};
 use crate::notify;
+use crate::process::Supervise;
+use crate::process::{Event, Group};
+use crate::records::occurrence::Record;
 use crate::signals;
 
 /// How long the command's group may outlive SIGKILL before leader-exec stops waiting for it
@@ -175,7 +175,7 @@ impl Stop {
 
 /// Whether a stop that begins at `now` must skip the grace: the lease, last proven by the request
 /// that set the renew deadline `deadline`, may end before `--kill-after` does (see
-/// [`crate::leader::timing::Timing::grace_fits`]).
+/// [`crate::lease::timing::Timing::grace_fits`]).
 ///
 /// Why SIGKILL at once is then the safe choice: the grace is only given on the promise that the
 /// lease outlives it, which validation keeps for a stop that begins at the deadline. A stop that
@@ -185,12 +185,18 @@ impl Stop {
 /// old command run beside the new one for up to `--kill-after` more; SIGKILL ends the overlap the
 /// pause made as soon as this process runs again. Pure arithmetic on the clock, decided before
 /// the first signal: nothing on the way from the deadline to SIGKILL waits.
+///
+/// `lease` is how long the store keeps a lease from a proof's send instant when that is less
+/// than `--ttl` (ZooKeeper's negotiated session timeout, see `Campaign::lease_length`): the
+/// lease ends then, and the grace must end inside it.
 pub(super) fn late_for_the_grace(
-    timing: crate::leader::timing::Timing,
+    timing: crate::lease::timing::Timing,
+    lease: Option<Duration>,
     deadline: Duration,
     now: Duration,
 ) -> bool {
-    !timing.grace_fits(deadline, now)
+    let lease = lease.map_or(timing.ttl, |lease| lease.min(timing.ttl));
+    !timing.grace_fits(lease, deadline, now)
 }
 
 fn report_stuck(group: &mut impl Supervise, token: i64) {
@@ -265,7 +271,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             true
         } else {
             let now = self.clock.now();
-            let late = late_for_the_grace(self.settings.timing, deadline, now);
+            let lease = self.backend.lease_length();
+            let late = late_for_the_grace(self.settings.timing, lease, deadline, now);
             let first = if reason.certain() || late {
                 Signal::SIGKILL
             } else {

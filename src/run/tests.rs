@@ -19,8 +19,8 @@ use crate::election::fake::{Call, Fake, Script, Step};
 use crate::election::flags::StoreFlags;
 use crate::election::{Ahead, Renewal, StoreError, Turn};
 use crate::exit::{self, ChildStatus};
-use crate::leader::supervisor::{Event, Group};
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
+use crate::process::{Event, Group};
 use crate::signals::Signals;
 
 const S: Duration = Duration::from_secs(1);
@@ -372,6 +372,34 @@ async fn a_deadline_noticed_late_keeps_the_grace_only_while_it_fits_in_the_lease
     let ran = run(settings(), Script::default(), group, vec![]).await;
     assert_eq!(ran.signals, [(14 * S + 251 * MS, Signal::SIGKILL)]);
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_noticed_late_counts_with_a_lease_shorter_than_the_ttl() {
+    // The store keeps the lease 14.75 s from a proof's send instant, less than the TTL of 15 s
+    // (a ZooKeeper server that clamped the session timeout to its maxSessionTimeout, still as
+    // much as the flags need). The last proof was sent at 4 s: the lease may end at 18.75 s. A
+    // stop noticed 250 ms after the deadline of 14 s would give a grace ending at 18.25 s, past
+    // the lease's end less the margin (18 s): SIGKILL at once.
+    let script = Script {
+        lease_length: Some(14 * S + 750 * MS),
+        ..Script::default()
+    };
+    let group = FakeGroup::new(Dies::OnKill).paused(5 * S, 9 * S + 250 * MS);
+    let ran = run(settings(), script, group, vec![]).await;
+    assert_eq!(ran.signals, [(14 * S + 250 * MS, Signal::SIGKILL)]);
+    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    // Noticed at the deadline itself, the grace fits that lease: TERM, SIGKILL 4 s later.
+    let script = Script {
+        lease_length: Some(14 * S + 750 * MS),
+        ..Script::default()
+    };
+    let group = FakeGroup::new(Dies::OnKill).paused(5 * S, 9 * S);
+    let ran = run(settings(), script, group, vec![]).await;
+    assert_eq!(
+        ran.signals,
+        [(14 * S, Signal::SIGTERM), (18 * S, Signal::SIGKILL)]
+    );
 }
 
 #[tokio::test(start_paused = true)]

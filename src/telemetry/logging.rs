@@ -10,7 +10,7 @@
 //!
 //! # Logging never blocks, never fails
 //! stderr is shared with the command and may be a pipe that nobody drains (a stalled journald or
-//! `| logger`, an ssh session lost in the same partition that cut etcd). A blocking `write(2)` on
+//! `| logger`, an ssh session lost in the partition that cut the store). A blocking `write(2)` on
 //! the thread that runs the state machine would then stop the step-down itself: no TERM, no
 //! KILL, while another host takes over. So a log line is only *queued* here, with `try_send` on
 //! a bounded channel; a thread of its own does the writing and may block for as long as stderr

@@ -74,7 +74,7 @@ leader_exec_run_token, leader_exec_last_success_timestamp_seconds.";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Role {
-    /// Not yet in line (connecting to etcd).
+    /// Not yet in line (connecting to the store).
     Starting = 0,
     /// In line, waiting for its turn.
     Candidate = 1,
@@ -102,7 +102,7 @@ impl Role {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewed {
     Ok = 0,
-    /// etcd said the lease is gone.
+    /// The store said the lease is gone.
     Expired = 1,
     /// The request failed.
     Error = 2,
@@ -127,7 +127,7 @@ pub enum OccurrenceOutcome {
     Skipped = 4,
     /// Unfinished by an earlier leader, refused (`--if-unfinished fail`).
     Refused = 5,
-    /// The outcome could not be recorded (etcd unreachable); the record stays `started`.
+    /// The outcome could not be recorded (the store unreachable); the record stays `started`.
     Unrecorded = 6,
 }
 
@@ -141,8 +141,8 @@ const OCCURRENCE_OUTCOMES: [&str; 7] = [
     "unrecorded",
 ];
 
-/// Renewal latency buckets, in seconds: loopback etcd answers in about a millisecond, a remote
-/// one in tens; anything near `--retry-period` is about to be abandoned.
+/// Renewal latency buckets, in seconds: a store on loopback answers in about a millisecond, a
+/// remote one in tens; anything near `--retry-period` is about to be abandoned.
 const LATENCY_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];

@@ -1,5 +1,5 @@
 //! Fault-injection suite: the faults that break leader election in practice, injected over many
-//! trials with randomised timing, against real etcd processes on loopback, with the safety
+//! trials with randomised timing, against real store processes on loopback, with the safety
 //! property checked on a history recorded by the jobs themselves (see `history.rs`). The
 //! store-neutral scenarios are one list (`every_store!`) that runs against etcd, PostgreSQL (ids
 //! `p…`) and a standalone ZooKeeper server (ids `z…`); the rows that need an etcd cluster or

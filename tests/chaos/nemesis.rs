@@ -2,11 +2,14 @@
 //! operations per store — instances joining with `--max-holders` N drawn from {1, 2, 3} (N changes
 //! over time; an instance whose N disagrees with the line's exits 125), commands ending,
 //! SIGKILL and SIGSTOP/SIGCONT of leader-exec and of its supervisor, `resign` (now and then
-//! `--force`), slots taken with `leader-exec hold` and given back with `release`, the store restarted and paused, an instance's route cut or black-holed, a joiner
+//! `--force`), slots taken with `leader-exec hold` and given back with `release`, the store
+//! restarted and paused, an instance's route cut or black-holed, a joiner
 //! whose first claiming request's answer is held back while the others come and go, and each
 //! store's own manipulations (etcd: a candidate key deleted by hand; ZooKeeper: a candidate node
-//! deleted by hand; PostgreSQL: the token sequence set back with `ALTER SEQUENCE … RESTART`,
-//! waiter rows deleted) — checked by one history checker (`check.rs`).
+//! deleted by hand, the server restarted with other session bounds so that sessions renegotiate
+//! their timeout; PostgreSQL: the token sequence set back with `ALTER SEQUENCE … RESTART`,
+//! waiter rows deleted, the server's clock stepped through libfaketime) — checked by one history
+//! checker (`check.rs`).
 //!
 //! ```text
 //! LEADER_EXEC_NEMESIS_SEED=N LEADER_EXEC_NEMESIS_STEPS=K cargo test --locked --test chaos nemesis::
@@ -68,6 +71,22 @@ fn steps() -> usize {
 
 /// What a store adds to the schedule.
 pub trait Nemesis: Store {
+    /// Starts the server the schedule runs against, and the libfaketime offset file that steps
+    /// its clock when it runs under libfaketime (PostgreSQL). None where a step cannot be
+    /// injected that way: etcd is a Go program, which reads the clock without libc, and its
+    /// lessor counts on Go's monotonic clock; ZooKeeper expires sessions by the JVM's elapsed
+    /// time (`Time.currentElapsedTime`, a monotonic clock), which a wall-clock step leaves alone.
+    fn start_nemesis() -> (Self, Option<tempfile::NamedTempFile>) {
+        (Self::start(), None)
+    }
+
+    /// Restarts the server on its data with `cfg` as its session bounds (zoo.cfg lines; "" for
+    /// the harness's own), where the server negotiates each session's timeout: false (nothing
+    /// done) where it does not.
+    fn restart_with_session_bounds(&mut self, _cfg: &str) -> bool {
+        false
+    }
+
     /// Bytes that an instance's request to claim its place carries, as it travels.
     fn needle(lease: &str) -> Vec<u8>;
 
@@ -94,6 +113,11 @@ impl Nemesis for ZooKeeper {
         b"latch-".to_vec()
     }
 
+    fn restart_with_session_bounds(&mut self, cfg: &str) -> bool {
+        self.restart_with(cfg);
+        true
+    }
+
     fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)> {
         let election = format!("/leader-exec/{lease}");
         let nodes = catch_unwind(AssertUnwindSafe(|| self.children(&election))).ok()?;
@@ -105,6 +129,12 @@ impl Nemesis for ZooKeeper {
 }
 
 impl Nemesis for Postgres {
+    /// Under libfaketime, as scenario p11's server: the schedule steps its clock.
+    fn start_nemesis() -> (Self, Option<tempfile::NamedTempFile>) {
+        let (pg, clock) = Postgres::start_with_faketime();
+        (pg, Some(clock))
+    }
+
     fn needle(_lease: &str) -> Vec<u8> {
         b"nextval".to_vec()
     }
@@ -145,6 +175,10 @@ enum Later {
     ResumeSupervisor(String, i32),
     Heal(String),
     Thaw,
+    /// The server's clock back to the real one.
+    ClockBack,
+    /// The server restarted with the harness's own session bounds.
+    SessionBoundsBack,
 }
 
 struct Run<S: Nemesis> {
@@ -164,6 +198,13 @@ struct Run<S: Nemesis> {
     bias_pause: bool,
     /// Slots `leader-exec hold` took and the schedule has not released yet.
     held: Vec<String>,
+    /// The server's libfaketime offset file, where its clock can be stepped.
+    clock: Option<tempfile::NamedTempFile>,
+    /// The server's clock stands stepped (a `ClockBack` is due).
+    clock_stepped: bool,
+    /// The server runs with session bounds below what the flags need (a `SessionBoundsBack`
+    /// is due).
+    bounds_too_short: bool,
 }
 
 /// The job: records its start with its token, lists its shell as `PID START` in `$d/pids` (START
@@ -343,6 +384,21 @@ impl<S: Nemesis> Run<S> {
                 self.frozen = false;
                 self.note("op store thawed");
             }
+            Later::ClockBack => {
+                self.set_clock(0);
+                self.clock_stepped = false;
+                self.note("op server clock back");
+            }
+            // Not while the server is stopped: its thaw is due and would find another process.
+            Later::SessionBoundsBack if self.frozen => {
+                self.after(Duration::from_millis(200), Later::SessionBoundsBack);
+            }
+            Later::SessionBoundsBack => {
+                self.note("op session bounds back to the harness's (restart)");
+                self.store.restart_with_session_bounds("");
+                self.bounds_too_short = false;
+                self.note("op store back");
+            }
         }
     }
 
@@ -451,7 +507,6 @@ impl<S: Nemesis> Run<S> {
                     self.after(wait, Later::Heal(name));
                 }
             }
-            89..=96 if !self.frozen => self.step_hold(),
             83..=88 if !self.frozen => {
                 let from = now_ns();
                 if let Some((what, deposes)) = self.store.by_hand(&mut self.rng, LEASE) {
@@ -461,11 +516,120 @@ impl<S: Nemesis> Run<S> {
                     }
                 }
             }
+            89..=92 if !self.frozen => {
+                if self.clock.is_some() {
+                    self.step_clock();
+                } else {
+                    self.step_session_bounds();
+                }
+            }
+            93..=96 if !self.frozen => self.step_hold(),
             _ => {
                 let wait = self.between(300, 2000);
                 self.note(&format!("op sleep {wait:?}"));
                 self.tick(wait);
             }
+        }
+    }
+
+    /// Writes the server's libfaketime offset: `seconds` ahead of the real clock (behind when
+    /// negative). The server reads the file on every clock call (`FAKETIME_NO_CACHE`).
+    fn set_clock(&self, seconds: i64) {
+        if let Some(clock) = &self.clock {
+            std::fs::write(clock.path(), format!("{seconds:+}\n")).unwrap();
+        }
+    }
+
+    /// The server's clock stepped ahead (or, a third of the time, back) by 5–60 s, and back to
+    /// the real one after 0.5 s to two TTLs. The server's clock decides nothing (a taker must
+    /// see a lease unchanged for a TTL on its own clock), so the checker's rules stand as they are.
+    fn step_clock(&mut self) {
+        if self.clock_stepped {
+            return;
+        }
+        let size = self.rng.i64(5..=60);
+        let seconds = if self.rng.u8(..3) == 0 { -size } else { size };
+        let hold = self.between(500, 2 * TIMING.ttl.as_millis() as u64);
+        self.set_clock(seconds);
+        self.clock_stepped = true;
+        self.note(&format!(
+            "op server clock stepped {seconds:+} s for {hold:?}"
+        ));
+        self.after(hold, Later::ClockBack);
+    }
+
+    /// The server restarted on its data with other session bounds, so that every session
+    /// renegotiates its timeout on reconnect (and every new one gets it):
+    ///
+    /// - `maxSessionTimeout` below `--ttl` but not below what the flags need
+    ///   (`--renew-deadline + --kill-after + margin`): sessions get less than they asked and
+    ///   still enough; holders keep holding;
+    /// - `minSessionTimeout` above `--ttl`: sessions get more than they asked;
+    /// - `maxSessionTimeout` below what the flags need: every holder that reconnects stops its
+    ///   command at once (SIGKILL, exit 75) and every campaign exits 125, until the harness's
+    ///   bounds come back 1–4 s later. Every cut route is healed and every stopped leader-exec
+    ///   resumed first, and every reconnect finishes before the next fault: a reconnect whose
+    ///   answer is lost leaves its leader counting with the old timeout, which no client can see
+    ///   (docs/zookeeper.md: never lower the maximum while leaders hold longer sessions);
+    /// - back to the harness's bounds (1–30 s).
+    fn step_session_bounds(&mut self) {
+        if self.bounds_too_short {
+            return;
+        }
+        let margin = (TIMING.ttl / 20).max(Duration::from_millis(250));
+        let needed = (TIMING.renew_deadline + TIMING.kill_after + margin).as_millis() as u64;
+        let ttl = TIMING.ttl.as_millis() as u64;
+        let (cfg, what, too_short) = match self.rng.u8(..10) {
+            0..=3 => {
+                let max = self.rng.u64(needed..ttl);
+                (
+                    format!("maxSessionTimeout={max}\n"),
+                    format!(
+                        "maxSessionTimeout={max} ms (below --ttl {ttl} ms, not below the {needed} ms the flags need)"
+                    ),
+                    false,
+                )
+            }
+            4..=5 => {
+                let min = self.rng.u64(ttl + 500..=3 * ttl);
+                (
+                    format!("minSessionTimeout={min}\n"),
+                    format!("minSessionTimeout={min} ms (above --ttl {ttl} ms)"),
+                    false,
+                )
+            }
+            6..=7 => {
+                // Every cut route healed and every stopped leader-exec resumed first.
+                let pending = std::mem::take(&mut self.later);
+                for (at, what) in pending {
+                    match what {
+                        Later::Heal(_) | Later::Resume(_) => self.run_later(what),
+                        what => self.later.push((at, what)),
+                    }
+                }
+                let max = self.rng.u64(1000..needed - 250);
+                (
+                    format!("maxSessionTimeout={max}\n"),
+                    format!(
+                        "maxSessionTimeout={max} ms (below the {needed} ms the flags need: every holder stops, every campaign exits 125)"
+                    ),
+                    true,
+                )
+            }
+            _ => (String::new(), "the harness's (1–30 s)".to_owned(), false),
+        };
+        self.note(&format!("op store restarted with session bounds {what}"));
+        if !self.store.restart_with_session_bounds(&cfg) {
+            return;
+        }
+        self.note("op store back");
+        if too_short {
+            self.bounds_too_short = true;
+            let wait = self.between(1000, 4000);
+            self.after(wait, Later::SessionBoundsBack);
+            // Every client reconnects (a pause of at most about a second before each round)
+            // before anything can cut its route.
+            self.tick(Duration::from_millis(2500));
         }
     }
 
@@ -728,7 +892,7 @@ pub fn run<S: Nemesis>(store_name: &str) {
     );
     eprintln!("nemesis: {store_name}, seed {seed}, {steps} steps (repeat: {repeat})");
     let started = Instant::now();
-    let store = S::start();
+    let (store, clock) = S::start_nemesis();
     let trial = Trial::empty(&store.endpoint(), LEASE, TIMING);
     let mut run = Run {
         store,
@@ -743,6 +907,9 @@ pub fn run<S: Nemesis>(store_name: &str) {
         stalled: Vec::new(),
         bias_pause: std::env::var("LEADER_EXEC_NEMESIS_BIAS").is_ok_and(|b| b == "pause"),
         held: Vec::new(),
+        clock,
+        clock_stepped: false,
+        bounds_too_short: false,
     };
     run.phase = run.rng.usize(1..=3);
     run.note(&format!(

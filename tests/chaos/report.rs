@@ -629,7 +629,27 @@ lease:
 - each store's own manipulations: etcd, a candidate key deleted by hand; ZooKeeper, a candidate
   node deleted by hand; PostgreSQL, the token sequence set back (`ALTER SEQUENCE
   leader_exec_tokens RESTART`, what a schema-only restore leaves) or the waiter rows deleted (the
-  lease rows refuse DELETE).
+  lease rows refuse DELETE);
+- PostgreSQL's server clock stepped: the server runs under libfaketime (as `p11`'s), and its clock
+  is stepped ahead by 5–60 s (a third of the time back by as much) and returned to the real one
+  after 0.5–8 s. The server's clock decides no takeover (a taker must see a lease unchanged for
+  a TTL on its own clock), so the checker's rules stand;
+- ZooKeeper's session timeout renegotiated: the server restarted on its data with other session
+  bounds, so that every session renegotiates its timeout when it reconnects and every new one
+  gets it: `maxSessionTimeout` below `--ttl` but not below what the flags need (3.75–4 s:
+  sessions get less than they asked, enough; holders keep holding, and a deadline noticed late
+  counts with the shorter session), `minSessionTimeout` above `--ttl` (4.5–12 s), back to the
+  harness's bounds (1–30 s), or `maxSessionTimeout` below what the flags need (1–3.5 s): every
+  holder SIGKILLs its command as it reconnects (exit 75) and every campaign exits 125, until the
+  harness's bounds return 1–4 s later. Before that one, every cut route is healed and every
+  stopped leader-exec resumed, and every reconnect finishes before the next fault: a reconnect
+  whose answer is lost leaves its leader counting with the old timeout, which no client can see
+  (docs/zookeeper.md says never to lower the maximum below the sessions leaders hold).
+
+etcd's server clock is not stepped: libfaketime cannot reach it (etcd is a Go program, which reads
+the clock through the vDSO, not libc), and its lessor times a lease with Go's monotonic clock
+(`time.Now().Add(ttl)`, `time.Until`), which a step of the wall clock leaves alone. ZooKeeper's
+session expiry likewise runs on the JVM's elapsed time (`Time.currentElapsedTime`).
 
 Timing NEMESIS: `--ttl 4s --renew-deadline 1500ms --retry-period 300ms --kill-after 2s` (a
 `--kill-after` long enough that a grace given where none fits stands out). Jobs write the

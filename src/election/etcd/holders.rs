@@ -116,7 +116,7 @@ impl Etcd {
 }
 
 /// Where markers go: `PREFIX NAME "/"` → `PREFIX ".holders/" NAME "/"`. Prefixes are one
-/// segment between slashes and lease names hold no '/' (settings.rs), so the name is the last
+/// segment between slashes and lease names hold no '/' (validate.rs), so the name is the last
 /// segment. Outside every election's key range (names starting with '.' are no election):
 /// `etcdctl elect` and earlier versions never take a marker for a candidate.
 pub(super) fn marker_prefix(election_prefix: &str) -> String {

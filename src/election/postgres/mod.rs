@@ -553,7 +553,7 @@ impl Postgres {
 }
 
 /// The lease name a row belongs to: the row `NAME` itself, or slot row `NAME/k` (lease names
-/// never contain '/': settings.rs).
+/// never contain '/': validate.rs).
 fn lease_of_row(row: &str) -> &str {
     row.split_once('/').map_or(row, |(name, _)| name)
 }

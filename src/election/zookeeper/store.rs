@@ -220,6 +220,22 @@ impl Campaign for ZooKeeper {
         }
     }
 
+    /// The timeout negotiated on the session's current connection, which the server may have
+    /// clamped below `--ttl` (never below what the flags need: see [`ZkKeeper`]).
+    ///
+    /// Why a proof sent at `s` keeps the session until at least `s` + this value: the server
+    /// received the request after `s`, on the connection that answered it, and expires the
+    /// session no sooner than that connection's timeout later; a later reconnect it accepted
+    /// restarted the timer, after `s`, with that connection's timeout. The value read here is
+    /// the answering connection's or a later one's (the patched client publishes a connection's
+    /// timeout before any reply read on it), since the step-down reads it after the proof's
+    /// answer. Not `--ttl`: a late stop that counted on `--ttl` would give the command a grace
+    /// that may outlast the session, beside the next leader's command.
+    fn lease_length(&self) -> Option<Duration> {
+        self.session_of()
+            .map(|client| client.negotiated_session_timeout())
+    }
+
     async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
         let Some(client) = self.session_of() else {
             return Ok(());

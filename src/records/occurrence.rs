@@ -3,17 +3,18 @@
 //!
 //! The same crontab line on many hosts elects one leader at a time, not one run per night: a
 //! quick job on a fast host releases the lease before a slow host's cron fires. With
-//! `--occurrence ID` the leader records the occurrence in etcd before starting the command and
-//! its outcome afterwards; a later leader with the same ID reads the record and does not run the
-//! job again.
+//! `--occurrence ID` the leader records the occurrence in the store before starting the command
+//! and its outcome afterwards; a later leader with the same ID reads the record and does not run
+//! the job again.
 //!
-//! Every write is *fenced*: a transaction that succeeds only while the writer's own election key
-//! still exists with its token. A leader whose lease expired (frozen, partitioned) cannot mark an
-//! occurrence done or started over a newer leader's record.
+//! Every write is *fenced*: it commits only while the writer's own claim still stands with its
+//! token ([`crate::election::Records`]). A leader whose claim ended (frozen, partitioned) cannot
+//! mark an occurrence done or started over a newer leader's record.
 //!
 //! Records live under `PREFIX .occurrences/ NAME / ID`, outside every election prefix (lease names
-//! may not start with '.'), each attached to an etcd lease of the retention period: etcd deletes
-//! it when the period has passed.
+//! may not start with '.'), each kept for the retention period, after which the store deletes it
+//! or readers treat it as absent (each store's own way: docs/etcd.md, docs/postgresql.md,
+//! docs/zookeeper.md).
 
 use std::time::{Duration, SystemTime};
 

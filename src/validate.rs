@@ -10,7 +10,7 @@ use crate::cli::{ElectionArgs, RunArgs, StoreArgs};
 use crate::election::any::Connection;
 use crate::election::flags::StoreFlags;
 use crate::exit::Failure;
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
 
 /// Length limits, in bytes. They keep keys, log lines and the command's environment small: a
 /// single environment string may not exceed 128 KiB, and an identity that large would let the
@@ -25,7 +25,7 @@ pub const MAX_OCCURRENCE_ID: usize = 1024;
 pub const LONGEST_HOLD: Duration = Duration::from_secs(24 * 3600);
 
 use crate::election::Scope;
-pub use crate::run::{Settings, Wait};
+use crate::run::{Settings, Wait};
 
 /// The lease name and prefix, validated.
 pub fn scope_from_args(args: ElectionArgs) -> Result<Scope, Failure> {
@@ -35,131 +35,129 @@ pub fn scope_from_args(args: ElectionArgs) -> Result<Scope, Failure> {
     })
 }
 
-impl Settings {
-    pub fn from_args(
-        election: ElectionArgs,
-        run: RunArgs,
-        store: StoreArgs,
-    ) -> Result<Settings, Failure> {
-        let Scope { lease, prefix } = scope_from_args(election)?;
-        let identity = match run.identity {
-            Some(id) if id.is_empty() => {
-                return Err(Failure::usage("--identity must not be empty"));
-            }
-            Some(id) => {
-                validate_length("--identity", validate_text("--identity", id)?, MAX_IDENTITY)?
-            }
-            None => default_identity(),
-        };
-        let timing = Timing {
-            ttl: run.ttl,
-            renew_deadline: run.renew_deadline,
-            retry_period: run.retry_period,
-            kill_after: run.kill_after,
-        };
-        timing.validate()?;
-        let wait = match (run.no_wait, run.wait_timeout) {
-            (true, _) => Wait::No,
-            // No time to wait at all: look once, like --no-wait.
-            (false, Some(d)) if d.is_zero() => Wait::No,
-            (false, Some(d)) => Wait::Until(d),
-            (false, None) => Wait::Forever,
-        };
-        if run.command.is_empty() {
-            return Err(Failure::usage(
-                "missing command: give it after `--`, as in: leader-exec --lease NAME -- COMMAND [ARG]...",
-            ));
+/// The run form's settings ([`crate::run::Settings`], defined beside the run that reads them),
+/// every flag validated.
+pub fn settings_from_args(
+    election: ElectionArgs,
+    run: RunArgs,
+    store: StoreArgs,
+) -> Result<Settings, Failure> {
+    let Scope { lease, prefix } = scope_from_args(election)?;
+    let identity = match run.identity {
+        Some(id) if id.is_empty() => {
+            return Err(Failure::usage("--identity must not be empty"));
         }
-        let occurrence = match run.occurrence {
-            None => None,
-            // An occurrence runs once, and N holders would each run it: refused rather than
-            // given a meaning nobody would guess.
-            Some(_) if run.max_holders > 1 => {
-                return Err(Failure::usage(format!(
-                    "--occurrence needs --max-holders 1 (got {}): an occurrence runs once, on one leader",
-                    run.max_holders
-                )));
-            }
-            Some(id) => {
-                if id.is_empty() {
-                    return Err(Failure::usage("--occurrence must not be empty"));
-                }
-                let id = validate_length(
-                    "--occurrence",
-                    validate_text("--occurrence", id)?,
-                    MAX_OCCURRENCE_ID,
-                )?;
-                // Records are kept as long as a lease on etcd: the same bounds as --ttl (the upper one is
-                // checked when the duration is parsed).
-                if run.occurrence_retention < Duration::from_secs(1) {
-                    return Err(Failure::usage("--occurrence-retention must be at least 1s"));
-                }
-                let scope = Scope {
-                    lease: lease.clone(),
-                    prefix: prefix.clone(),
-                };
-                Some(crate::leader::occurrence::Occurrence {
-                    key: crate::leader::occurrence::record_key(&scope, &id),
-                    id,
-                    if_unfinished: run.if_unfinished,
-                    retention: run.occurrence_retention,
-                })
-            }
-        };
-        let http = run
-            .http
-            .as_deref()
-            .map(crate::telemetry::http::Address::parse)
-            .transpose()?;
-        let metrics_file = match run.metrics_file {
-            Some(path) if path.as_os_str().is_empty() || path.file_name().is_none() => {
-                return Err(Failure::usage(format!(
-                    "--metrics-file '{}' must name a file",
-                    path.display()
-                )));
-            }
-            other => other,
-        };
-        if let Some(hold) = run.hold_at_least
-            && hold > LONGEST_HOLD
-            && !run.allow_long_hold
-        {
+        Some(id) => validate_length("--identity", validate_text("--identity", id)?, MAX_IDENTITY)?,
+        None => default_identity(),
+    };
+    let timing = Timing {
+        ttl: run.ttl,
+        renew_deadline: run.renew_deadline,
+        retry_period: run.retry_period,
+        kill_after: run.kill_after,
+    };
+    timing.validate()?;
+    let wait = match (run.no_wait, run.wait_timeout) {
+        (true, _) => Wait::No,
+        // No time to wait at all: look once, like --no-wait.
+        (false, Some(d)) if d.is_zero() => Wait::No,
+        (false, Some(d)) => Wait::Until(d),
+        (false, None) => Wait::Forever,
+    };
+    if run.command.is_empty() {
+        return Err(Failure::usage(
+            "missing command: give it after `--`, as in: leader-exec --lease NAME -- COMMAND [ARG]...",
+        ));
+    }
+    let occurrence = match run.occurrence {
+        None => None,
+        // An occurrence runs once, and N holders would each run it: refused rather than
+        // given a meaning nobody would guess.
+        Some(_) if run.max_holders > 1 => {
             return Err(Failure::usage(format!(
-                "--hold-at-least {} is longer than a day, likely a typo (10d for 10m): this instance would keep the lease, and every other wait or exit 124, that long after it was elected; give a shorter hold, or add --allow-long-hold",
-                humantime::format_duration(hold)
+                "--occurrence needs --max-holders 1 (got {}): an occurrence runs once, on one leader",
+                run.max_holders
             )));
         }
-        // From here on every log line names this instance (the warnings below included).
-        crate::telemetry::logging::set_context(&lease, &identity);
-        let connection = connection(store)?;
-        let (max_runtime, splay) = bounds_from_args(run.max_runtime, run.splay)?;
-        let health = health_from_args(
-            run.health_cmd,
-            run.health_interval,
-            run.health_timeout,
-            run.health_retries,
-        )?;
-        Ok(Settings {
-            max_runtime,
-            splay,
-            health,
-            http,
-            metrics_file,
-            lease,
-            prefix,
-            identity,
-            timing,
-            kill_signal: run.kill_signal,
-            wait,
-            recampaign: run.recampaign,
-            contain: run.contain,
-            hold_at_least: run.hold_at_least.filter(|d| !d.is_zero()),
-            occurrence,
-            max_holders: run.max_holders,
-            connection,
-            command: run.command,
-        })
+        Some(id) => {
+            if id.is_empty() {
+                return Err(Failure::usage("--occurrence must not be empty"));
+            }
+            let id = validate_length(
+                "--occurrence",
+                validate_text("--occurrence", id)?,
+                MAX_OCCURRENCE_ID,
+            )?;
+            // Records are kept as long as a lease may last: the same bounds as --ttl (the upper one
+            // is checked when the duration is parsed).
+            if run.occurrence_retention < Duration::from_secs(1) {
+                return Err(Failure::usage("--occurrence-retention must be at least 1s"));
+            }
+            let scope = Scope {
+                lease: lease.clone(),
+                prefix: prefix.clone(),
+            };
+            Some(crate::records::occurrence::Occurrence {
+                key: crate::records::occurrence::record_key(&scope, &id),
+                id,
+                if_unfinished: run.if_unfinished,
+                retention: run.occurrence_retention,
+            })
+        }
+    };
+    let http = run
+        .http
+        .as_deref()
+        .map(crate::telemetry::http::Address::parse)
+        .transpose()?;
+    let metrics_file = match run.metrics_file {
+        Some(path) if path.as_os_str().is_empty() || path.file_name().is_none() => {
+            return Err(Failure::usage(format!(
+                "--metrics-file '{}' must name a file",
+                path.display()
+            )));
+        }
+        other => other,
+    };
+    if let Some(hold) = run.hold_at_least
+        && hold > LONGEST_HOLD
+        && !run.allow_long_hold
+    {
+        return Err(Failure::usage(format!(
+            "--hold-at-least {} is longer than a day, likely a typo (10d for 10m): this instance would keep the lease, and every other wait or exit 124, that long after it was elected; give a shorter hold, or add --allow-long-hold",
+            humantime::format_duration(hold)
+        )));
     }
+    // From here on every log line names this instance (the warnings below included).
+    crate::telemetry::logging::set_context(&lease, &identity);
+    let connection = connection(store)?;
+    let (max_runtime, splay) = bounds_from_args(run.max_runtime, run.splay)?;
+    let health = health_from_args(
+        run.health_cmd,
+        run.health_interval,
+        run.health_timeout,
+        run.health_retries,
+    )?;
+    Ok(Settings {
+        max_runtime,
+        splay,
+        health,
+        http,
+        metrics_file,
+        lease,
+        prefix,
+        identity,
+        timing,
+        kill_signal: run.kill_signal,
+        wait,
+        recampaign: run.recampaign,
+        contain: run.contain,
+        hold_at_least: run.hold_at_least.filter(|d| !d.is_zero()),
+        occurrence,
+        max_holders: run.max_holders,
+        connection,
+        command: run.command,
+    })
 }
 
 /// `--max-runtime` and `--splay`. A zero bound would stop every command as it starts: refused.

@@ -290,7 +290,7 @@ pub fn init_pid_namespace() -> io::Result<()> {
 /// The pid, in leader-exec's namespace, of the child of `parent` whose pid in the innermost
 /// namespace is `inner` (the last field of `NSpid:` in /proc/PID/status).
 pub fn outer_pid(parent: i32, inner: i32) -> Option<i32> {
-    crate::leader::procfs::children_of(parent)
+    crate::process::procfs::children_of(parent)
         .into_iter()
         .find(|&pid| {
             fs::read_to_string(format!("/proc/{pid}/status"))

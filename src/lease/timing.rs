@@ -27,24 +27,38 @@ impl Timing {
     ///
     /// It absorbs what the arithmetic does not see: a timer that fires late on a loaded machine,
     /// the time between SIGKILL and the last process of the group being gone, and clocks that run
-    /// at slightly different rates on this host and on the etcd leader.
+    /// at slightly different rates on this host and on the store's servers.
     pub fn margin(&self) -> Duration {
         (self.ttl / 20).max(Duration::from_millis(250))
     }
 
+    /// The least lease time that is safe: a stop that begins at the renew deadline gives the
+    /// command its whole `--kill-after`, and the margin covers what the arithmetic does not see
+    /// ([`Timing::margin`]). Validation keeps it at most `--ttl`; a store that may grant less
+    /// than it was asked for refuses a lease shorter than this.
+    pub fn needed(&self) -> Duration {
+        self.renew_deadline
+            .saturating_add(self.kill_after)
+            .saturating_add(self.margin())
+    }
+
     /// Whether a stop that begins at `now` can give the command its whole `--kill-after` and
     /// still have it dead before the lease can end, when the last proof of the lease was a
-    /// request sent at `deadline - renew_deadline` (`deadline` is the renew deadline it proved).
+    /// request sent at `deadline - renew_deadline` (`deadline` is the renew deadline it proved)
+    /// and the store keeps a lease `lease` from a proof's send instant: the TTL, or less where
+    /// the store keeps it for less (ZooKeeper's negotiated session timeout, at least
+    /// `renew_deadline + kill_after + margin`). The margin stays the flags' own: what it covers
+    /// does not shrink with the lease.
     ///
-    /// The lease cannot end before that send instant + TTL; the grace ends at `now +
+    /// The lease cannot end before that send instant + `lease`; the grace ends at `now +
     /// kill_after`, and the margin covers SIGKILL and the last process going (see
     /// [`Timing::margin`]). Validation makes this true at the deadline itself (the sum of
     /// `renew_deadline`, `kill_after` and the margin is at most the TTL), with `ttl - margin -
     /// renew_deadline - kill_after` to spare; a stop that begins later than that (the process
     /// was paused, or its timers ran that late) cannot fit the grace inside the lease.
-    pub fn grace_fits(&self, deadline: Duration, now: Duration) -> bool {
+    pub fn grace_fits(&self, lease: Duration, deadline: Duration, now: Duration) -> bool {
         let sent = deadline.saturating_sub(self.renew_deadline);
-        now.saturating_add(self.kill_after) <= (sent + self.ttl).saturating_sub(self.margin())
+        now.saturating_add(self.kill_after) <= (sent + lease).saturating_sub(self.margin())
     }
 
     /// Checks the inequalities that make stepping down in time possible.
@@ -52,7 +66,7 @@ impl Timing {
         let ms = |d: Duration| humantime::format_duration(d).to_string();
         if self.ttl < Duration::from_secs(1) || self.ttl.subsec_nanos() != 0 {
             return Err(Failure::usage(format!(
-                "--ttl ({}) must be a whole number of seconds, at least 1s (etcd leases have 1s granularity)",
+                "--ttl ({}) must be a whole number of seconds, at least 1s (etcd leases have 1s granularity, and --ttl means the same on every store)",
                 ms(self.ttl)
             )));
         }
@@ -81,11 +95,7 @@ impl Timing {
                 ms(self.renew_deadline)
             )));
         }
-        let needed = self
-            .renew_deadline
-            .saturating_add(self.kill_after)
-            .saturating_add(self.margin());
-        if needed > self.ttl {
+        if self.needed() > self.ttl {
             let fit = Timing::fitting(self.ttl);
             return Err(Failure::usage(format!(
                 "--renew-deadline ({}) + --kill-after ({}) must be at most --ttl ({}) minus a margin of {}: the command must be dead before the lease can expire; with --ttl {} use, for example, --renew-deadline {} --kill-after {} --retry-period {}, or keep these and raise --ttl to {}",
@@ -141,7 +151,7 @@ impl Timing {
     pub fn ttl_needed(&self) -> Duration {
         let busy = self.renew_deadline.saturating_add(self.kill_after);
         let mut ttl = Duration::from_secs(busy.as_secs().max(1));
-        while ttl < MAX_DURATION && busy.saturating_add(Timing::with_ttl(ttl).margin()) > ttl {
+        while ttl < MAX_DURATION && (Timing { ttl, ..*self }).needed() > ttl {
             ttl += Duration::from_secs(1);
         }
         ttl
@@ -175,6 +185,11 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert!(timing(15, 10_000, 2_000, 4_000).validate().is_ok());
+        // 10 s + 4 s + a margin of 750 ms: a quarter of a second to spare within 15 s.
+        assert_eq!(
+            timing(15, 10_000, 2_000, 4_000).needed(),
+            Duration::from_millis(14_750)
+        );
     }
 
     #[test]
@@ -184,10 +199,14 @@ mod tests {
         let t = timing(15, 10_000, 2_000, 4_000);
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
-        assert!(t.grace_fits(s(14), s(14)));
-        assert!(t.grace_fits(s(14), ms(14_250)));
-        assert!(!t.grace_fits(s(14), ms(14_251)));
-        assert!(!t.grace_fits(s(14), s(25)));
+        assert!(t.grace_fits(s(15), s(14), s(14)));
+        assert!(t.grace_fits(s(15), s(14), ms(14_250)));
+        assert!(!t.grace_fits(s(15), s(14), ms(14_251)));
+        assert!(!t.grace_fits(s(15), s(14), s(25)));
+        // A lease of 14.75 s (a ZooKeeper session negotiated below --ttl, as much as the flags
+        // need): it lasts until 18.75 s, 18 s less the margin: the grace fits only from 14 s.
+        assert!(t.grace_fits(ms(14_750), s(14), s(14)));
+        assert!(!t.grace_fits(ms(14_750), s(14), ms(14_001)));
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! What `status` shows beyond the election key: since when the leader leads, and whether its
 //! command is running or it only holds the lease (`--hold-at-least`).
 //!
-//! The election key's value is the identity alone (etcd's election recipe; `etcdctl elect` and
-//! Go's `concurrency.Election` read it), so this lives in a key of its own,
-//! `PREFIX .leaders/NAME`, outside every election's key range (lease names cannot start with
-//! `.`). The leader writes it on its own lease, in a transaction fenced by its election key: it
-//! goes when the lease goes, and a deposed leader cannot overwrite its successor's. It is
+//! The claim itself holds the identity alone (on etcd other tools read it: `etcdctl elect` and
+//! Go's `concurrency.Election`), so this lives in a record of its own, `PREFIX .leaders/NAME`,
+//! outside every election's key range (lease names cannot start with `.`). The leader writes it
+//! for as long as its own claim lives, fenced by that claim
+//! ([`crate::election::Records::put_on_lease_fenced`]): it goes when the claim goes, and a
+//! deposed leader cannot overwrite its successor's. It is
 //! written beside the command's start, never before it (handover latency is unchanged), again
 //! when a hold begins, and with `--health-cmd` again whenever the verdict changes ([`Health`];
 //! one write at a time, each an arm of the leading or holding loop that nothing waits for). A

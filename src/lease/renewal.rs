@@ -1,23 +1,24 @@
 //! Renewing the lease, and the local deadline that decides when we can no longer prove we lead.
 //!
-//! The argument, in one place:
-//! - etcd cannot expire a lease before (instant the renewal request was *sent*) + TTL: the server
-//!   starts the TTL when it processes the request, which is after we sent it.
-//! - So every renewal that comes back "alive" proves the lease lives until at least its send
-//!   instant + TTL. Our deadline is that send instant + `renew_deadline`.
+//! The safety argument is stated once, in the store contract (`src/election/mod.rs`, "The safety
+//! argument"); this is its renewal part, the same on every store:
+//! - The store cannot end a claim before (instant the renewal request was *sent*) + TTL. So every
+//!   renewal that comes back "alive" proves the claim lives until at least its send instant +
+//!   TTL. Our deadline is that send instant + `renew_deadline`.
 //! - At the deadline we stop renewing and the caller stops the child: `--kill-signal`, then after
 //!   `kill_after` SIGKILL to the whole group. Validation guarantees
-//!   `renew_deadline + kill_after + margin <= ttl`, so the child is gone before the lease can
-//!   expire and before any other instance can be elected.
-//! - etcd's own client counts its keep-alive deadline from the *response*. A response can arrive
-//!   arbitrarily late (a slow network, a stalled member), and counting from it would stretch our
-//!   belief in the lease past its real end. We never do that.
-//! - An answer that does not come is a loss once the deadline passes: a hung etcd never answers,
-//!   so the deadline is a timer of its own, not something checked when an answer arrives.
-//! - Each attempt gets at most `retry_period`; then the keep-alive stream is dropped and a new
-//!   attempt starts on a fresh one, so that a stalled member or a raft re-election shorter than
-//!   the deadline is survived, and so that a late answer to an abandoned request can never be
-//!   credited to a newer send instant.
+//!   `renew_deadline + kill_after + margin <= ttl`, so the child is gone before the claim can
+//!   end and before any other instance can be elected.
+//! - A store's own client may count its keep-alive deadline from the *response* (etcd's does). A
+//!   response can arrive arbitrarily late (a slow network, a stalled server), and counting from
+//!   it would stretch our belief in the claim past its real end. We never do that.
+//! - An answer that does not come is a loss once the deadline passes: a hung store never
+//!   answers, so the deadline is a timer of its own, not something checked when an answer
+//!   arrives.
+//! - Each attempt gets at most `retry_period`; then the keeper is reset ([`Keeper::reset`]) and a
+//!   new attempt starts afresh, so that a stalled server or a failover shorter than the deadline
+//!   is survived, and so that a late answer to an abandoned request can never be credited to a
+//!   newer send instant.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -26,7 +27,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::election::{Keeper, Renewal};
 use crate::ended::Ended;
-use crate::leader::timing::Timing;
+use crate::lease::timing::Timing;
 
 /// The instant (on the boot clock) until which the lease is proven to be ours.
 /// Shared between the renewal loop, which extends it, and the state machine, which reads it.
@@ -280,7 +281,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn errors_shorter_than_the_deadline_are_survived() {
         let clock = TokioClock::new();
-        // etcd restarting: every request fails at once for almost 5 s, then it answers again.
+        // The store restarting: every request fails at once for almost 5 s, then it answers again.
         let mut script = vec![ok(5)];
         script.extend(std::iter::repeat_n(unavailable(1), 6));
         let mut keeper = ScriptedKeeper::new(&clock, script, ok(5));

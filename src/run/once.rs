@@ -3,11 +3,11 @@
 
 use super::Runner;
 use super::Settings;
-use super::supervise::Supervise;
 use crate::clock::Clock;
 use crate::election::{Backoff, Candidacy, Store, StoreError};
 use crate::exit::{self, Failure};
-use crate::leader::occurrence::{self, Decision, Occurrence, Record};
+use crate::process::Supervise;
+use crate::records::occurrence::{self, Decision, Occurrence, Record};
 
 /// How recording an occurrence's outcome went.
 pub(super) enum Finished {
