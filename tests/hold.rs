@@ -155,6 +155,18 @@ pub fn two_hosts_hold_a_third_waits_and_release_lets_it_in<S: Store>() {
         S::NAME,
         started.token()
     );
+    // The election still reads as N = 2 with host-b's slot among its holders: nothing of the
+    // released slot is left (on etcd, its --max-holders marker went with its key).
+    let status = status_json(&endpoint, "reboot");
+    assert_eq!(status["max_holders"], 2, "{}: {status}", S::NAME);
+    let held: Vec<&Value> = status["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["held_for_seconds"] == 120)
+        .collect();
+    assert_eq!(held.len(), 1, "{}: {status}", S::NAME);
+    assert_eq!(held[0]["identity"], "host-b", "{}: {status}", S::NAME);
     let (code, err) = release(&endpoint, "reboot", "host-a");
     assert_eq!(code, 3, "{}: a second release: {err}", S::NAME);
     let (code, err) = release(&endpoint, "reboot", "host-never");
