@@ -50,7 +50,12 @@ Who leads, since which token, and the recent occurrences:
 
 Move leadership to the next host in line, from anywhere (the leader stops its command as on TERM,
 releases, and exits 75):
-  leader-exec resign --lease outbox-relay --token 42";
+  leader-exec resign --lease outbox-relay --token 42
+
+Rolling reboots, at most two hosts at a time: hold a slot across the reboot (at most an hour),
+give it back after the boot (packaged example units: leader-exec-reboot*.service):
+  leader-exec hold --lease reboot --max-holders 2 --for 1h && systemctl reboot
+  leader-exec release --lease reboot";
 
 pub const CHILD_ENVIRONMENT: &str = "\
 LEADER_TOKEN     fencing token (decimal), strictly greater than every earlier leader's (holder's)
@@ -108,9 +113,12 @@ check:   0 the token is the current leader's (any current holder's), 1 it is not
          125 error
 resign:  0 the leader handed over (--force: its claim was deleted), 1 --token given and not
          the current leader's (any current holder's; nothing asked or deleted), 3 no leader,
-         124 the leader did not hand over within --timeout (frozen host? see --force), 125
-         error
-watch:   0 when interrupted (INT/TERM), 125 error";
+         124 the leader did not hand over within --timeout (frozen host? see --force; a slot
+         held by `hold` at once), 125 error
+watch:   0 when interrupted (INT/TERM), 125 error
+hold:    0 the slot is held (its token on stdout; also when already held under --identity),
+         75 lost between taking and holding it (run it again), 124 not acquired, 125 error
+release: 0 the slot was given back, 3 none is held under --identity, 125 error";
 
 pub const SIGNALS: &str = "\
 TERM, INT, HUP, QUIT, USR1 and USR2 sent to leader-exec while the command runs are forwarded to
