@@ -169,8 +169,19 @@ fn not_acquired(request: &Request) -> Failure {
     Failure::new(
         exit::NOT_ACQUIRED,
         format!(
-            "not acquired: every one of the {} slot(s) is held",
-            request.max_holders
+            "not acquired: {} while {}",
+            match request.max_holders {
+                1 => "the slot is held, or others are ahead in line,".to_owned(),
+                n => format!("all {n} slots are held, or others are ahead in line,"),
+            },
+            if request.no_wait {
+                "trying once (--no-wait)".to_owned()
+            } else {
+                format!(
+                    "waiting {}",
+                    humantime::format_duration(request.wait_timeout.unwrap_or_default())
+                )
+            }
         ),
     )
 }

@@ -797,8 +797,7 @@ impl<S: Nemesis> Run<S> {
             .args(["hold", "--endpoints", &self.store.endpoint()])
             .args(["--lease", LEASE, "--identity", &name, "--ttl", "4s"])
             .args(["--max-holders", &n.to_string(), "--for", "30s"])
-            .args(["--wait-timeout", "2s"])
-            .stderr(Stdio::null());
+            .args(["--wait-timeout", "2s"]);
         let out = command.output().unwrap();
         let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         let code = out.status.code();
@@ -807,7 +806,12 @@ impl<S: Nemesis> Run<S> {
             self.note(&format!("start {name} {token} {} {}", 4_194_305, now_ns()));
             self.held.push(name.clone());
         }
-        self.note(&format!("op hold {name} N={n}: {code:?}"));
+        let last = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned();
+        self.note(&format!("op hold {name} N={n}: {code:?} {last}"));
     }
 
     /// Releases every held slot (the teardown).
