@@ -97,14 +97,17 @@ pub async fn hold<B: Store>(
     loop {
         let candidacy =
             first_contact(backend, limit, "joining the line", || backend.campaign()).await?;
-        let until = waited_until.map(|w| started + w);
+        // Trying once is one look, however long it takes (bounded by --connect-timeout below):
+        // a deadline already passed must not win the race against the look it allows.
+        let once = request.no_wait || waited_until == Some(Duration::ZERO);
+        let until = waited_until.filter(|_| !once).map(|w| started + w);
         let turn = tokio::select! {
             biased;
             signal = signals.recv() => {
                 let _ = backend.release_claim(&candidacy).await;
                 return Ok(128 + signal as u8);
             }
-            turn = wait_once_or_more(backend, &candidacy, request.no_wait || waited_until == Some(Duration::ZERO)) => turn,
+            turn = wait_once_or_more(backend, &candidacy, once, limit) => turn,
             () = keep_place(backend, &candidacy, request.retry_period) => Turn::Gone,
             () = sleep_until(until) => {
                 let _ = backend.release_claim(&candidacy).await;
@@ -193,23 +196,44 @@ async fn sleep_until(until: Option<tokio::time::Instant>) {
     }
 }
 
-/// The turn: after one look with `once`, else after waiting in line.
-async fn wait_once_or_more<B: Store>(backend: &B, candidacy: &Candidacy, once: bool) -> Turn {
+/// The turn: after one look with `once` (retried through transient errors for at most
+/// `limit`, then taken as "behind": not acquired), else after waiting in line.
+async fn wait_once_or_more<B: Store>(
+    backend: &B,
+    candidacy: &Candidacy,
+    once: bool,
+    limit: Duration,
+) -> Turn {
     if once {
-        let mut backoff = Backoff::new();
-        loop {
-            match backend.check_turn(candidacy).await {
-                Ok(turn) => return turn,
-                Err(e) => {
-                    tracing::debug!(error = %e, "reading the election failed; trying again");
-                    backoff.sleep().await;
+        let look = async {
+            let mut backoff = Backoff::new();
+            loop {
+                match backend.check_turn(candidacy).await {
+                    Ok(turn) => return turn,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading the election failed; trying again");
+                        backoff.sleep().await;
+                    }
                 }
             }
-        }
+        };
+        return tokio::time::timeout(limit, look)
+            .await
+            .unwrap_or_else(|_| Turn::Behind(nobody_ahead()));
     }
     crate::election::wait_for_turn(backend, &BootClock, candidacy, Duration::from_millis(200))
         .await
         .0
+}
+
+/// What a look that never answered counts as: not acquired.
+fn nobody_ahead() -> crate::election::Ahead {
+    crate::election::Ahead {
+        key: Vec::new(),
+        revision: 0,
+        expires_in: None,
+        holders: Vec::new(),
+    }
 }
 
 /// Keeps the place in line alive while waiting; completes when the store says it is gone.
