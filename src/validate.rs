@@ -327,6 +327,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn hold_and_release_default_to_the_host_name_alone() {
+        let host = hold_identity(None).unwrap();
+        assert!(!host.is_empty() && !host.contains(':'), "{host}");
+        assert_eq!(hold_identity(Some("web-7".into())).unwrap(), "web-7");
+        assert!(hold_identity(Some(String::new())).is_err());
+        assert!(hold_identity(Some("a\nb".into())).is_err());
+    }
+
+    #[test]
     fn lease_names() {
         assert_eq!(
             validate_lease_name(Some("statement-job")).unwrap(),
