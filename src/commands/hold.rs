@@ -86,7 +86,7 @@ pub async fn hold<B: Store>(
             token = holder.token,
             "a slot is already held under this identity"
         );
-        println!("{}", holder.token);
+        super::print(&format!("{}\n", holder.token));
         return Ok(0);
     }
     let waited_until = match (request.no_wait, request.wait_timeout) {
@@ -163,7 +163,7 @@ pub async fn hold<B: Store>(
             return Err(Failure::usage("could not record the held slot in the store").into());
         }
         tracing::info!(event = "held", token = held.token, "slot held");
-        println!("{}", held.token);
+        super::print(&format!("{}\n", held.token));
         return Ok(0);
     }
 }
@@ -322,8 +322,9 @@ pub async fn release<B: Store>(
     if released {
         Ok(0)
     } else {
-        eprintln!(
-            "leader-exec: no slot of lease '{}' is held by '{}'",
+        tracing::warn!(
+            event = "none-held",
+            "no slot of lease '{}' is held by '{}': nothing to release",
             crate::escape::escape_str(&scope.lease),
             crate::escape::escape_str(identity)
         );
