@@ -346,3 +346,33 @@ pub fn held_slots_and_run_form_holders_never_exceed_n<S: Store>() {
     };
     assert!(c_started.time() > end("a"), "{history:#?}");
 }
+
+/// A held slot is in the store, not in a session or a process: a store restart leaves it held
+/// (a second host is refused, `status` and `check` still know it), and `release` still finds it.
+pub fn a_store_restart_leaves_a_held_slot_held<S: Store>() {
+    let mut store = S::start();
+    let endpoint = store.endpoint();
+    let (code, token, err) = hold(&endpoint, "kept", "1", "120s", "host-a", &[]);
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    store.restart();
+    let (code, _, err) = hold(&endpoint, "kept", "1", "120s", "host-b", &["--no-wait"]);
+    assert_eq!(code, 124, "{}: after the restart: {err}", S::NAME);
+    let status = status_json(&endpoint, "kept");
+    assert_eq!(
+        status["leader"]["identity"],
+        "host-a",
+        "{}: {status}",
+        S::NAME
+    );
+    assert_eq!(status["leader"]["token"], token, "{}: {status}", S::NAME);
+    let (code, _, err) = run(
+        &endpoint,
+        &["check", "--lease", "kept", "--token", &token.to_string()],
+    );
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    let (code, err) = release(&endpoint, "kept", "host-a");
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    let (code, next, err) = hold(&endpoint, "kept", "1", "120s", "host-b", &["--no-wait"]);
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    assert!(next > token, "{}: {next} after {token}", S::NAME);
+}
