@@ -301,12 +301,7 @@ fn host_name() -> String {
 }
 
 fn default_identity() -> String {
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty() && !h.chars().any(char::is_control))
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
+    format!("{}:{}", host_name(), std::process::id())
 }
 
 /// The connection flags, checked by the store they name.
