@@ -143,7 +143,7 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l force
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l for -d 'How long the slot may stay held at most: it ends DUR after it was taken unless `release` ended it sooner. At least 1s' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l for -d 'The bound of a slot nobody releases (a host that never came back): on etcd it ends DUR after it was taken; on PostgreSQL and ZooKeeper once a waiting instance has seen it unchanged for DUR. At least 1s' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l identity -d 'Who holds the slot, as `status` shows it and `release` names it [default: <hostname>]' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l max-holders -d 'How many slots the lease has (1-1000); the same N as every run-form instance of the lease' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l wait-timeout -d 'Give up waiting in line after this long (exit 124) [default: wait forever]' -r -f

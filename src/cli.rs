@@ -312,9 +312,10 @@ pub enum Subcommand {
     /// acquired), then leaves the slot held and exits 0, printing its token on stdout. The slot
     /// belongs to --identity (default: the host name, so that the host finds it again after it
     /// booted), counts against --max-holders like any holder, and gets a token above every
-    /// earlier one. It ends at `leader-exec release` or once --for DUR has passed since it was
-    /// taken, whichever comes first (etcd: a lease of TTL DUR that nobody renews; PostgreSQL and
-    /// ZooKeeper: when a waiting instance has seen it unchanged for DUR on its own clock). Holding
+    /// earlier one. It ends at `leader-exec release`, or by its bound --for DUR, whichever comes
+    /// first: on etcd DUR after it was taken (a lease of TTL DUR that nobody renews); on
+    /// PostgreSQL and ZooKeeper when a waiting instance has seen it unchanged for DUR on its own
+    /// clock (never sooner; later when the first waiter comes late). No wall clock decides. Holding
     /// again under the same identity is a no-op: the same slot, the same token, exit 0.
     /// `status` shows the slot, `check` accepts its token, `resign --force` removes it. Exit
     /// status: 0 held, 75 the slot was lost between taking and holding it (run it again), 124 not
@@ -401,8 +402,9 @@ pub struct ResignArgs {
 
 #[derive(Args, Debug)]
 pub struct HoldArgs {
-    /// How long the slot may stay held at most: it ends DUR after it was taken unless
-    /// `release` ended it sooner. At least 1s.
+    /// The bound of a slot nobody releases (a host that never came back): on etcd it ends DUR
+    /// after it was taken; on PostgreSQL and ZooKeeper once a waiting instance has seen it
+    /// unchanged for DUR. At least 1s.
     #[arg(long = "for", value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
     pub bound: Duration,
 
