@@ -59,7 +59,8 @@ fn holder_detail(state: Option<&State>) -> String {
     };
     let command = match (state.command, &state.hold_until) {
         (Command::Holding, Some(until)) if state.held_for_ms.is_some() => format!(
-            "held (no process) until release, at most until {}",
+            "held (no process) until release or its bound ({}, not before {})",
+            crate::records::published::held_for(state),
             escape_str(until)
         ),
         (Command::Running, _) => "running".to_owned(),

@@ -243,6 +243,13 @@ pub async fn read_each<B: Store>(
     Ok(states)
 }
 
+/// A held slot's bound (`--for`) as text (`1h`); empty for any other holder.
+pub fn held_for(state: &State) -> String {
+    state.held_for_ms.map_or_else(String::new, |ms| {
+        humantime::format_duration(Duration::from_millis(ms)).to_string()
+    })
+}
+
 /// The text `status` shows on its `since:` and `command:` lines.
 pub fn describe(state: Option<&State>) -> (String, String) {
     use crate::escape::escape_str;
@@ -256,7 +263,8 @@ pub fn describe(state: Option<&State>) -> (String, String) {
     };
     let command = match (state.command, &state.hold_until) {
         (Command::Holding, Some(until)) if state.held_for_ms.is_some() => format!(
-            "none; a slot held by `leader-exec hold` until `release`, at most until {}",
+            "none; a slot held by `leader-exec hold` until `release` or its bound (--for {}, not before {})",
+            held_for(state),
             escape_str(until)
         ),
         (Command::Running, _) => "running".to_owned(),
