@@ -376,3 +376,40 @@ pub fn a_store_restart_leaves_a_held_slot_held<S: Store>() {
     assert_eq!(code, 0, "{}: {err}", S::NAME);
     assert!(next > token, "{}: {next} after {token}", S::NAME);
 }
+
+/// With N = 2 and both slots held, one with a short bound: the waiter (the first behind both
+/// holders, which times held slots) starts after that bound and not before, while the other
+/// slot stays held.
+pub fn with_two_slots_the_shorter_bound_lets_the_waiter_in<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let dur = Duration::from_secs(6);
+    let (code, long, err) = hold(&endpoint, "pair", "2", "120s", "host-a", &[]);
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    let before = now_ns();
+    let (code, short, err) = hold(&endpoint, "pair", "2", "6s", "host-b", &[]);
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    let args = holder_args(&endpoint, "pair", "2");
+    let mut w = Instance::start(&args, &holder_job(&scratch, "w", "true"));
+    let started = scratch
+        .wait_record("start", "w", dur + Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("{}: the waiter never started: {}", S::NAME, w.stderr()));
+    assert!(
+        started.time() >= before + dur.as_nanos(),
+        "{}: started {} ms after the 6s hold began",
+        S::NAME,
+        (started.time() - before) / 1_000_000
+    );
+    assert!(started.token() > short && short > long, "{}", S::NAME);
+    assert_eq!(w.wait(Duration::from_secs(10)), Some(0), "{}", w.stderr());
+    let (code, err) = release(&endpoint, "pair", "host-b");
+    assert_eq!(
+        code,
+        3,
+        "{}: host-b's slot ended by its bound: {err}",
+        S::NAME
+    );
+    let (code, err) = release(&endpoint, "pair", "host-a");
+    assert_eq!(code, 0, "{}: host-a's slot still held: {err}", S::NAME);
+}

@@ -103,6 +103,7 @@ store_independent! {
     hold::an_expired_bound_lets_the_waiter_in_after_dur_and_not_before,
     hold::held_slots_and_run_form_holders_never_exceed_n,
     hold::a_store_restart_leaves_a_held_slot_held,
+    hold::with_two_slots_the_shorter_bound_lets_the_waiter_in,
     // --max-runtime and --splay.
     limits::max_runtime_stops_a_term_ignoring_group_and_frees_the_lease,
     limits::a_command_that_ends_before_max_runtime_is_unaffected,
