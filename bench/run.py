@@ -136,6 +136,10 @@ def main():
     ap.add_argument("--binary", help="use this leader-exec instead of building target/release/leader-exec")
     ap.add_argument("--baseline", help="another leader-exec binary (an older build) to run as a third tool, "
                     "for before/after comparisons of a change")
+    ap.add_argument("--unchecked", action="store_true",
+                    help="with --store postgres or pgbouncer: also run this build's start without its checks "
+                    "(LEADER_EXEC_BENCH_UNCHECKED=1; the binary must be built with --features bench-unchecked, "
+                    "see docs/development.md) as another tool in the same alternation")
     ap.add_argument("--baseline-note", default="", help="how the baseline was built, printed in the report")
     ap.add_argument("--scraped", action="store_true",
                     help="run the same binary with --http and a scraper at 10 requests/s as the third tool, "
@@ -255,6 +259,15 @@ def measure(args, binary, servers, store, only, other_stores):
                 if name not in STORE_SCENARIOS:
                     continue
                 tools = [StoreLeaderExec(binary, store, title), le]
+                # Third and fourth tools in the same alternation: an older build on the same
+                # store (--baseline), and this build's start without checks (--unchecked).
+                if args.baseline:
+                    tools.append(StoreLeaderExec(Path(args.baseline).resolve(), store, title,
+                                                 f"{store}-baseline", f"leader-exec (baseline) on {title}"))
+                if args.unchecked:
+                    tools.append(StoreLeaderExec(binary, store, title, f"{store}-unchecked",
+                                                 f"leader-exec on {title}, no checks",
+                                                 {"LEADER_EXEC_BENCH_UNCHECKED": "1"}))
             else:
                 tools = ([le, ctl] if both else [le]) + [
                     t for t in extra if not isinstance(t, ScrapedLeaderExec) or name in SCRAPED_SCENARIOS

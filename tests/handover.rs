@@ -256,6 +256,63 @@ pub fn resign_with_recampaign_sends_the_leader_to_the_back_of_the_line<S: Store>
     assert!(a.wait(Duration::from_secs(10)).is_some());
 }
 
+/// A leader that got its turn by a handover hears `resign` at once, and so does the one after it:
+/// on etcd each waiter's watch for requests is set up while it waits in line (its token is its
+/// place), before anyone could ask it to hand over; a request for an earlier leader's token,
+/// replayed to that watch, is not taken for one for it.
+pub fn resign_reaches_a_leader_that_waited_in_line_and_then_the_next<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let mut a = Instance::start(
+        &args(&endpoint, "chain", "host-a:1"),
+        &scratch.job("a", "sleep 1000"),
+    );
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let mut b = Instance::start(
+        &args(&endpoint, "chain", "host-b:2"),
+        &scratch.job("b", "sleep 1000"),
+    );
+    wait_in_line(&store, &b, "chain");
+    let mut c = Instance::start(
+        &args(&endpoint, "chain", "host-c:3"),
+        &scratch.job("c", "sleep 1000"),
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || campaigning(&c)
+            && store.claims("chain") == 3),
+        "c did not join the line: {}",
+        c.stderr()
+    );
+
+    let (code, stdout, stderr) = resign(&endpoint, &["--lease", "chain"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("resigned leader host-a:1"), "{stdout}");
+    let b_start = scratch
+        .wait_record("start", "b", Duration::from_secs(10))
+        .expect("b took over");
+    assert!(b_start.token() > a_start.token());
+    assert!(a.wait(Duration::from_secs(10)).is_some(), "{}", a.stderr());
+    // c stays in line: the request named a's token, not b's.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(alive(b_start.pid()), "b stopped without being asked");
+
+    let (code, stdout, stderr) = resign(&endpoint, &["--lease", "chain"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("resigned leader host-b:2"), "{stdout}");
+    let c_start = scratch
+        .wait_record("start", "c", Duration::from_secs(10))
+        .expect("c took over");
+    assert!(c_start.token() > b_start.token());
+    assert!(!alive(b_start.pid()));
+    assert!(b.wait(Duration::from_secs(10)).is_some(), "{}", b.stderr());
+    assert_one_at_a_time(&scratch.history());
+    c.signal(Signal::SIGTERM);
+    assert!(c.wait(Duration::from_secs(10)).is_some());
+}
+
 pub fn resign_ends_a_hold_at_least<S: Store>() {
     let store = S::start();
     let scratch = Scratch::new();

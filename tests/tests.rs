@@ -68,6 +68,7 @@ store_independent! {
     handover::resign_hands_over_only_after_the_whole_old_group_is_gone,
     handover::resign_names_a_frozen_leader_and_force_takes_over,
     handover::resign_with_recampaign_sends_the_leader_to_the_back_of_the_line,
+    handover::resign_reaches_a_leader_that_waited_in_line_and_then_the_next,
     handover::resign_ends_a_hold_at_least,
     // An occurrence runs once.
     cron::six_staggered_hosts_run_an_occurrence_once,

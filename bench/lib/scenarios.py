@@ -54,7 +54,8 @@ class Context:
     def start(self, tool, endpoint, lease, child_name, mode, run_dir, extra=()):
         history = run_dir / "history"
         argv = tool.argv(endpoint, lease, [self.stamp, child_name, mode], extra)
-        return self.procs.spawn(argv, run_dir / f"{child_name}.stderr", clean_env({"BENCH_HISTORY": str(history)}))
+        env = clean_env({"BENCH_HISTORY": str(history), **getattr(tool, "env", {})})
+        return self.procs.spawn(argv, run_dir / f"{child_name}.stderr", env)
 
     def started(self, history, name, timeout=15):
         r = history.wait("start", name, timeout)
@@ -151,18 +152,33 @@ def scenario_semaphore(ctx, tool, i, _shared):
     lease = ctx.lease("semaphore", i)
     endpoint = ctx.endpoint(tool, lease)
     extra = ("--max-holders", "2")
+    # The store's requests are counted around the first handover of each run, as in the
+    # handover scenario (etcd: its /metrics, renewals excluded; another store: its own counter).
+    counter = ctx.request_counter(tool) if tool.store != "etcd" else None
+    counts = tool.store == "etcd" or counter is not None
     wrappers = [ctx.start(tool, endpoint, lease, f"s{k}", "hold", d, extra) for k in range(2)]
     holders = [ctx.started(h, f"s{k}") for k in range(2)]
-    latency = []
+    latency, requests = [], []
     for k in range(2, 2 + ctx.args.chain):
         wrappers.append(ctx.start(tool, endpoint, lease, f"s{k}", "hold", d, extra))
         ctx.wait_in_line(tool, lease, 3)
         time.sleep(0.1)  # the waiter's watch is in place
+        counted = counts and k == 2
+        if counted:
+            before, t_before = (counter() if counter else ctx.etcd_api.metrics()), mono()
+            time.sleep(0.1)  # etcd has finished serving the scrape
         oldest = holders.pop(0)
         os.kill(oldest["pid"], signal.SIGUSR1)
         ended = h.wait("end", oldest["name"], 5)
         following = ctx.started(h, f"s{k}")
         latency.append(ms(following["t"] - ended["t"]))
+        if counted:
+            time.sleep(0.3)  # the new holder's own follow-up requests, if any
+            if counter:
+                requests.append(counter() - before)
+            else:
+                traffic = handover_traffic(before, ctx.etcd_api.metrics(), (mono() - t_before) / 1e9)
+                requests.append(traffic["requests"])
         holders.append(following)
     for holder in holders:
         os.kill(holder["pid"], signal.SIGUSR1)
@@ -170,7 +186,7 @@ def scenario_semaphore(ctx, tool, i, _shared):
         rc, _ = wait_exit(p, 10)
         if rc != 0:
             raise BenchError(f"{tool.label} exited {rc} (see {d})")
-    return {"semaphore": latency}
+    return {"semaphore": latency, **({"semaphore_requests": requests} if requests else {})}
 
 
 def scenario_crash(ctx, tool, i, shared):

@@ -12,10 +12,12 @@ class LeaderExec:
     kind = "leader-exec"
     store = "etcd"
 
-    def __init__(self, binary, key="leader-exec", label="leader-exec"):
+    def __init__(self, binary, key="leader-exec", label="leader-exec", env=None):
         self.binary = str(binary)
         self.key = key
         self.label = label
+        # Added to the environment of every instance (the check-free start of --unchecked).
+        self.env = env or {}
 
     def argv(self, endpoint, lease, child, extra=()):
         return [self.binary, "--endpoints", endpoint, "--lease", lease, *LE_TIMING, *extra, "--", *child]
@@ -28,8 +30,8 @@ class StoreLeaderExec(LeaderExec):
     """The same leader-exec against another store of the list (PostgreSQL, ZooKeeper); its
     results are keyed by the store's name."""
 
-    def __init__(self, binary, store, title):
-        super().__init__(binary, store, f"leader-exec on {title}")
+    def __init__(self, binary, store, title, key=None, label=None, env=None):
+        super().__init__(binary, key or store, label or f"leader-exec on {title}", env)
         self.store = store
 
 

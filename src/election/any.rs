@@ -304,6 +304,14 @@ impl Campaign for AnyStore {
         each!(self, store => store.predecessor_gone(ahead).await)
     }
 
+    async fn turn_on_wake(
+        &self,
+        candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Option<Result<Turn, StoreError>> {
+        each!(self, store => store.turn_on_wake(candidacy, ahead).await)
+    }
+
     async fn key_gone(&self, candidacy: &Candidacy) {
         each!(self, store => store.key_gone(candidacy).await)
     }
@@ -384,6 +392,10 @@ impl Handover for AnyStore {
 
     async fn handover_requested(&self, candidacy: &Candidacy, key: &str, poll: Duration) {
         each!(self, store => store.handover_requested(candidacy, key, poll).await)
+    }
+
+    fn token_is_place(&self) -> bool {
+        each!(self, store => store.token_is_place())
     }
 
     async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {

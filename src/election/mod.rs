@@ -353,6 +353,18 @@ pub trait Campaign {
     /// caller looks again); missing a handover is not.
     fn predecessor_gone(&self, ahead: &Ahead) -> impl Future<Output = Result<(), StoreError>>;
 
+    /// Called once `predecessor_gone(ahead)` completed without error: where that wake-up alone
+    /// proves the candidacy may take its turn (every other fact `check_turn` would read again
+    /// was read with `ahead` and cannot have changed against it since), the store takes it at
+    /// once, one request less on the handover path. `None`: look again with `check_turn`.
+    fn turn_on_wake(
+        &self,
+        _candidacy: &Candidacy,
+        _ahead: &Ahead,
+    ) -> impl Future<Output = Option<Result<Turn, StoreError>>> {
+        std::future::ready(None)
+    }
+
     /// Completes once the candidacy's own key has been deleted. Retries through store outages
     /// on its own; the renewal deadline covers the time it cannot see the store. A store that
     /// cannot tell (a taken row shows up as a renewal answering "expired") never completes it.
@@ -510,6 +522,14 @@ pub trait Handover: Records {
         }
     }
 
+    /// Whether a candidacy that leads always leads with its place as token (etcd: the
+    /// create-revision of its key). Then the watch for requests is set up with the candidacy and
+    /// polled while it waits (`handover_requested` with `candidacy.leading(candidacy.place)`),
+    /// so that no request is left to make once it leads; elsewhere the token is known only then.
+    fn token_is_place(&self) -> bool {
+        false
+    }
+
     /// Removes `leader`'s claim only while it still holds `leader.token`, in one transaction
     /// (a claim that still has its token still leads if it led, and no later claim can get
     /// that token). `Ok(false)`: the claim is gone or was made anew.
@@ -578,6 +598,16 @@ pub async fn wait_for_turn<B: Campaign, C: crate::clock::Clock>(
                 if let Err(e) = backend.predecessor_gone(&ahead).await {
                     tracing::debug!(error = %e, "watching the candidate ahead failed; looking again");
                     tokio::time::sleep(backoff).await;
+                    continue;
+                }
+                let sent = clock.now();
+                match backend.turn_on_wake(candidacy, &ahead).await {
+                    None | Some(Ok(Turn::Behind(_))) => {}
+                    Some(Ok(turn)) => return (turn, sent),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "taking our turn failed; looking again");
+                        tokio::time::sleep(backoff).await;
+                    }
                 }
             }
             Ok(turn) => return (turn, sent),

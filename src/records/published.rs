@@ -7,7 +7,8 @@
 //! for as long as its own claim lives, fenced by that claim
 //! ([`crate::election::Records::put_on_lease_fenced`]): it goes when the claim goes, and a
 //! deposed leader cannot overwrite its successor's. It is
-//! written beside the command's start, never before it (handover latency is unchanged), again
+//! written once the command has started, never before it (the handover path ends at the
+//! start: the record costs it nothing), again
 //! when a hold begins, and with `--health-cmd` again whenever the verdict changes ([`Health`];
 //! one write at a time, each an arm of the leading or holding loop that nothing waits for). A
 //! write that fails is only logged at debug level: `status` then says the detail is unknown.

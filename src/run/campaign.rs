@@ -174,6 +174,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         candidacy: &Candidacy,
         mut renewal: Pin<&mut impl Future<Output = Ended>>,
         mut key_gone: Pin<&mut impl Future<Output = ()>>,
+        mut watch_requests: Pin<&mut impl Future<Output = ()>>,
         give_up_at: Option<Duration>,
     ) -> Waited {
         let backend = self.backend;
@@ -258,6 +259,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     tracing::warn!(event = "candidacy-lost", "our candidate key was deleted; campaigning again");
                     return Waited::End(End::release(Then::Recampaign));
                 }
+                // Never completes: sets up the watch for `resign` requests before we lead.
+                () = &mut watch_requests => {}
                 signal = self.signals.recv() => {
                     if signals::withdraws_candidacy(signal) {
                         tracing::info!(event = "withdrawn", signal = signal.as_str(), "withdrawing the candidacy");

@@ -130,8 +130,12 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         // never delay a renewal or a step-down.
         let runtime_bound = settings.max_runtime.map(|bound| clock.now() + bound);
         let mut ran_too_long = false;
-        // For `status`: since when it leads, and that the command runs. Written beside the
-        // start, never before it.
+        // For `status`: since when it leads, and that the command runs. Written once the
+        // supervisor reports the command started (its exec done), never before: the record is
+        // for `status` only, so the handover path ends at the start, and etcd's work on the
+        // write does not compete with the fork and exec on a small machine. It is the one
+        // request a new leader makes after leadership passes (etcd: the watch for `resign`
+        // requests is already in place, see `run`).
         let state = published::State::new(
             candidacy,
             &settings.identity,
@@ -153,6 +157,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         );
         tokio::pin!(announce);
         let mut announced = false;
+        let mut started = false;
         let mut handing_over = false;
         let mut status: Option<ChildStatus> = None;
         // A stop asked for while leading (TERM/INT, a handover): the claim is still proven.
@@ -166,6 +171,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 () = &mut key_gone => break Ended::KeyDeleted,
                 event = self.supervisor.next_event() => match event {
                     Ok(Event::Started(pid)) => {
+                        started = true;
                         crate::telemetry::metrics::command_started();
                         tracing::info!(event = "started", token = candidacy.token, pid, "command started");
                     }
@@ -262,7 +268,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     tracing::warn!(event = "max-runtime", token = candidacy.token, signal = settings.kill_signal.as_str(), "the command ran for --max-runtime; stopping it");
                     notify::status(&format!("stopping the command at --max-runtime (lease {}, token {})", settings.lease, candidacy.token));
                 }
-                () = &mut announce, if !announced => announced = true,
+                () = &mut announce, if started && !announced => announced = true,
                 // A new verdict for `status`: one write at a time, so a later verdict is never
                 // overwritten by an earlier one. A write is an arm like the first: nothing
                 // waits for it, and it is dropped with this loop on every way out.

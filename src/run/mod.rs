@@ -221,8 +221,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             // Our own key is watched from the start: a deleted key is noticed while waiting, and
             // no request is left to make at the moment leadership passes to us (handover path).
             let backend = self.backend;
-            let key_gone = backend.key_gone(&candidacy);
-            tokio::pin!(key_gone);
+            // Boxed, so that it can go before the release (below).
+            let mut key_gone = Box::pin(backend.key_gone(&candidacy));
             // The claim as it leads (with its token), once elected.
             let leader = std::cell::OnceCell::new();
             // `resign` asks through the store; the request names this leader's token. Not polled
@@ -232,20 +232,49 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             let max_holders = self.settings.max_holders;
             let retry_period = self.settings.timing.retry_period;
             let health = self.health.clone();
+            // Where the token is the candidacy's place (etcd), the watch for requests is set up
+            // with the candidacy and polled while it waits, like `key_gone`: at the moment
+            // leadership passes there is nothing left to request. A request can only name a
+            // leader's token, so one heard while waiting is acted on only once leading, as the
+            // read at the start of leading would have found it. Elsewhere it starts once
+            // leading, with the token that brought.
+            let early = backend
+                .token_is_place()
+                .then(|| candidacy.leading(candidacy.place));
+            let requested =
+                std::cell::RefCell::new(Box::pin(futures_util::future::maybe_done(async {
+                    let leader: &Candidacy = match &early {
+                        Some(early) => early,
+                        None => leader.get().expect("polled only once leading"),
+                    };
+                    let handover_key = crate::records::published::holder_handover_key(
+                        &scope,
+                        max_holders,
+                        leader.token,
+                    );
+                    backend
+                        .handover_requested(leader, &handover_key, retry_period)
+                        .await;
+                })));
+            // Ready once a request came (and on every poll after): the one watch, shared by
+            // the wait below and by `handover`, never polled at once (one task).
+            let request_heard =
+                || std::future::poll_fn(|cx| requested.borrow_mut().as_mut().poll(cx));
+            // While waiting: drives the early watch, and never completes (a request heard now
+            // is kept for `handover`).
+            let watch_requests = async {
+                if early.is_some() {
+                    request_heard().await;
+                }
+                std::future::pending::<()>().await
+            };
+            tokio::pin!(watch_requests);
             // A handover is asked for by `resign`, or by --health-cmd failing --health-retries
             // times in a row; either is the same stop.
             let handover = async {
-                let leader: &Candidacy = leader.get().expect("polled only once leading");
-                let handover_key = crate::records::published::holder_handover_key(
-                    &scope,
-                    max_holders,
-                    leader.token,
-                );
                 // Why, for the log line that follows the signal.
                 tokio::select! {
-                    () = backend.handover_requested(leader, &handover_key, retry_period) => {
-                        "resign asked for a handover"
-                    }
+                    () = request_heard() => "resign asked for a handover",
                     _ = health::unhealthy(health.as_ref()) => {
                         "the health check failed --health-retries times in a row (--health-cmd)"
                     }
@@ -257,7 +286,13 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 phase = match phase {
                     Phase::Campaigning => {
                         match self
-                            .wait_turn(&candidacy, renewal.as_mut(), key_gone.as_mut(), give_up_at)
+                            .wait_turn(
+                                &candidacy,
+                                renewal.as_mut(),
+                                key_gone.as_mut(),
+                                watch_requests.as_mut(),
+                                give_up_at,
+                            )
                             .await
                         {
                             // The token may be known only now (a store with one lease row per
@@ -266,6 +301,8 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                             // request's send instant + renew deadline.
                             Waited::Leading(token, sent) => {
                                 deadline.cap(sent + self.settings.timing.renew_deadline);
+                                // A store that says its tokens are places leads with its place.
+                                debug_assert!(early.as_ref().is_none_or(|e| e.token == token));
                                 let _ = leader.set(candidacy.leading(token));
                                 // The renewal loop would report this too, but only once polled
                                 // again: never start the command on a lease we can no longer
@@ -337,6 +374,11 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             };
             // The one release: of the claim as it leads, or of the candidacy in line.
             let claim = leader.get().unwrap_or(&candidacy);
+            // Nothing polls the watch on our own key any more: it goes before the release, so
+            // that the store has no watcher of ours to tell of the delete (etcd: the waiter
+            // behind is the only one, as with etcdctl) and this process is not woken by it
+            // while the next leader starts.
+            drop(key_gone);
             self.settle(claim, end.claim).await;
             if led && !matches!(end.then, Then::Fail(_)) {
                 crate::telemetry::metrics::led_ended(matches!(

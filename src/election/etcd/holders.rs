@@ -77,23 +77,7 @@ impl Etcd {
         let predecessor = ahead.last();
         let fewer_than_n = ahead.len() < self.max_holders as usize;
         if fewer_than_n && predecessor.is_none_or(taken) {
-            let take = Txn::new()
-                .when([Compare::create_revision(
-                    candidacy.key.as_str(),
-                    CompareOp::Equal,
-                    place,
-                )])
-                .and_then([TxnOp::put(
-                    candidacy.key.as_str(),
-                    self.identity.as_str(),
-                    Some(PutOptions::new().with_lease(candidacy.lease_id.unwrap_or_default())),
-                )]);
-            let response = self.client.kv_client().txn(take).await.map_err(classify)?;
-            return Ok(if response.succeeded() {
-                Turn::Leading { token: place }
-            } else {
-                Turn::Gone
-            });
+            return self.take(candidacy).await;
         }
         let Some(predecessor) = predecessor else {
             // Unreachable: no predecessor means nothing ahead, fewer than N, taken above.
@@ -112,6 +96,55 @@ impl Etcd {
             expires_in: None,
             holders,
         }))
+    }
+}
+
+impl Etcd {
+    /// The take: a put of the candidacy's own key (same value, same lease), fenced by its
+    /// create-revision. `Gone` when the key went (or was made anew).
+    async fn take(&self, candidacy: &Candidacy) -> Result<Turn, StoreError> {
+        let place = candidacy.place;
+        let take = Txn::new()
+            .when([Compare::create_revision(
+                candidacy.key.as_str(),
+                CompareOp::Equal,
+                place,
+            )])
+            .and_then([TxnOp::put(
+                candidacy.key.as_str(),
+                self.identity.as_str(),
+                Some(PutOptions::new().with_lease(candidacy.lease_id.unwrap_or_default())),
+            )]);
+        let response = self.client.kv_client().txn(take).await.map_err(classify)?;
+        Ok(if response.succeeded() {
+            Turn::Leading { token: place }
+        } else {
+            Turn::Gone
+        })
+    }
+
+    /// The first waiter's wake-up (`Campaign::turn_on_wake`, N > 1): one of the N holders ahead
+    /// was deleted, and the waiter takes at once, without reading the line again.
+    ///
+    /// Why that is safe: the look that answered `ahead` found, at its revision R, this key not
+    /// taken, exactly N keys ahead of it, all taken, each with this N (else `Mismatch`), and
+    /// the watch then saw one of them deleted at a revision D > R. Between R and the take,
+    /// keys are only ever added behind this one (a later create-revision), a taken key stays
+    /// taken until it is deleted, and a marker never changes (it is written once, with its
+    /// key). So at D and until the take commits, fewer than N keys are ahead, every one of them
+    /// taken and with this N: (a) and (b) of `check_shared_turn` hold, and a look would answer
+    /// the take itself. The take's compare fails if this key went meanwhile (`Gone`, looked
+    /// at by the caller as after any other take). A waiter behind a predecessor that has not
+    /// taken yet (`holders` empty) looks again as before: its wake-up proves nothing about (a).
+    pub(super) async fn take_on_wake(
+        &self,
+        candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Option<Result<Turn, StoreError>> {
+        if self.max_holders <= 1 || ahead.holders.is_empty() {
+            return None;
+        }
+        Some(self.take(candidacy).await)
     }
 }
 

@@ -362,6 +362,13 @@ impl Campaign for Etcd {
         }
         // Own key, the nearest key ahead and the markers ahead, read at one revision: if the key
         // is there and nothing is ahead, this candidacy leads as of that revision.
+        //
+        // With one leader this look stays on the handover path after the wake-up (the one
+        // request a waiter makes there; N > 1 takes without it, see `take_on_wake`): a waiter
+        // watches only the key just ahead, so that key's delete says nothing of keys further
+        // ahead (it may have withdrawn while an older one still leads), nor of this candidacy's
+        // own key (deleted by an operator, seen on another stream). One read at one revision
+        // answers both, as etcd's own recipe reads again (`waitDeletes`).
         let ahead = GetOptions::new()
             .with_prefix()
             .with_max_create_revision(candidacy.place - 1)
@@ -438,6 +445,14 @@ impl Campaign for Etcd {
             return self.first_event(&ahead.key, options, |_| true).await;
         }
         self.deleted_after(&ahead.key, ahead.revision).await
+    }
+
+    async fn turn_on_wake(
+        &self,
+        candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Option<Result<Turn, StoreError>> {
+        self.take_on_wake(candidacy, ahead).await
     }
 
     async fn key_gone(&self, candidacy: &Candidacy) {
@@ -722,11 +737,35 @@ impl Records for Etcd {
 }
 
 impl Handover for Etcd {
-    /// A watch on the request key, from the revision it was read at: a request wakes the
-    /// leader at once.
+    /// A watch on the request key: a request wakes the leader at once.
+    ///
+    /// The first watch starts right after the candidacy's own key was created (its place, the
+    /// token it leads with), with no read before it: a request names the token and is written
+    /// only fenced by the key with that create-revision (`request_handover`), so every request
+    /// for this candidacy is a put at a later revision, and the watch replays each one. Set up
+    /// with the candidacy (`token_is_place`), it is one Watch request while the candidacy
+    /// waits and none once it leads. Should that watch fail (its start compacted away, a broken
+    /// stream), the key is read and watched from the revision of that read, as every later
+    /// attempt does.
     async fn handover_requested(&self, candidacy: &Candidacy, key: &str, _poll: Duration) {
         let token = candidacy.token;
         let mut backoff = Backoff::new();
+        if token == candidacy.place {
+            let options = WatchOptions::new()
+                .with_start_revision(candidacy.place + 1)
+                .with_filters([WatchFilterType::NoDelete]);
+            let first = self.first_event(key.as_bytes(), options, |e| {
+                e.kv()
+                    .is_some_and(|kv| super::is_request_for(kv.value(), token))
+            });
+            match first.await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "watching for handover requests failed; trying again");
+                    backoff.sleep().await;
+                }
+            }
+        }
         loop {
             let attempt = async {
                 let response = self
@@ -760,6 +799,10 @@ impl Handover for Etcd {
                 }
             }
         }
+    }
+
+    fn token_is_place(&self) -> bool {
+        true
     }
 
     async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {

@@ -316,6 +316,13 @@ struct Shared {
     /// The token this instance holds, 0 while it holds none (shared with its keeper).
     held: AtomicI64,
     schema_ready: Mutex<bool>,
+    /// A start without any check (no session check, no look at the tables, no read-write
+    /// round trip): the floor the checks are measured against. Only in a build with the
+    /// `bench-unchecked` feature, and only under LEADER_EXEC_BENCH_UNCHECKED (docs/development.md).
+    unchecked: bool,
+    /// Whether the session check also asks `transaction_read_only` (one host: libpq's
+    /// read-write round trip is folded into it).
+    read_write_in_check: bool,
     /// The schema of the tables: the first session's `current_schema()`, kept for every later
     /// session of this process (each pins its `search_path` to it, and the table names are
     /// qualified with it once it is known).
@@ -469,12 +476,32 @@ impl Postgres {
         if target.config.get_application_name().is_none() {
             target.config.application_name("leader-exec");
         }
+        #[cfg(feature = "bench-unchecked")]
+        let unchecked = std::env::var_os("LEADER_EXEC_BENCH_UNCHECKED").is_some();
+        #[cfg(not(feature = "bench-unchecked"))]
+        let unchecked = false;
         // Never a standby: it answers from the past (a deposed leader's row, a stale token).
         // libpq's read-write: each host of the URL in turn, the first that accepts writes;
         // `open` checks pg_is_in_recovery() as well. target.rs refuses a URL asking otherwise.
-        target
-            .config
-            .target_session_attrs(TargetSessionAttrs::ReadWrite);
+        // With one host there is no other to pass on to: its answer to read-write
+        // (`SHOW transaction_read_only`, a round trip of its own after the connection) rides
+        // in the session check's statement instead, which refuses a read-only server the same
+        // way (a transient error: a failover may make it writable), before anything is written.
+        // One host is one address: an IP address or a Unix socket, not a name (a name may
+        // resolve to several servers, which read-write tries in turn).
+        let config = &target.config;
+        let one_address = match (config.get_hostaddrs(), config.get_hosts()) {
+            ([_], _) => true,
+            ([], [Host::Unix(_)]) => true,
+            ([], [Host::Tcp(host)]) => host.parse::<std::net::IpAddr>().is_ok(),
+            _ => false,
+        };
+        let read_write_in_check = !unchecked && one_address && config.get_ports().len() <= 1;
+        if !read_write_in_check && !unchecked {
+            target
+                .config
+                .target_session_attrs(TargetSessionAttrs::ReadWrite);
+        }
         let (heard, _) = watch::channel(Heard::default());
         let probe = format!("probe\n{}\n{}", identity, std::process::id());
         let listen = target.listen;
@@ -502,7 +529,9 @@ impl Postgres {
                 probe,
                 poll: timing.retry_period.max(Duration::from_millis(100)),
                 held: AtomicI64::new(0),
-                schema_ready: Mutex::new(false),
+                schema_ready: Mutex::new(unchecked),
+                unchecked,
+                read_write_in_check,
                 schema: OnceLock::new(),
                 tokens,
                 guard,

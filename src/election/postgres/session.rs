@@ -91,6 +91,11 @@ impl Postgres {
         }
         *slot = None;
         let (client, encrypted) = self.open_unchecked(false).await?;
+        if self.shared.unchecked {
+            let client = Arc::new(client);
+            *slot = Some(client.clone());
+            return Ok(client);
+        }
         // The session check and the look at the tables (with their ownership check) in one
         // round trip: tokio-postgres pipelines requests issued concurrently on one client. The
         // look names the schema the check pins (`current_schema()`, which the pin keeps), so it
@@ -186,6 +191,12 @@ impl Postgres {
                      WHERE s IS NOT NULL"
                 .to_owned(),
         };
+        // With one host, libpq's read-write answer rides here (see `Postgres::new`).
+        let read_only = if shared.read_write_in_check {
+            ", pg_catalog.current_setting('transaction_read_only'::pg_catalog.text)"
+        } else {
+            ""
+        };
         let messages = client
             .simple_query(&format!(
                 "SELECT pg_catalog.pg_is_in_recovery(), pg_catalog.current_schema()::pg_catalog.text,
@@ -193,7 +204,7 @@ impl Postgres {
                          WHERE found OPERATOR(pg_catalog.<>) COALESCE(pg_catalog.to_regclass(
                             pg_catalog.quote_ident(pg_catalog.current_schema()::pg_catalog.text)
                             OPERATOR(pg_catalog.||) '.'::pg_catalog.text OPERATOR(pg_catalog.||) {table}
-                         )::pg_catalog.oid, 0::pg_catalog.oid));
+                         )::pg_catalog.oid, 0::pg_catalog.oid)){read_only};
                  {pin}",
                 table = text_literal(&quote_ident(&shared.leases)),
             ))
@@ -218,6 +229,13 @@ impl Postgres {
         if row.get(0) != Some("f") {
             return Err(StoreError::Transient(format!(
                 "PostgreSQL at {}: the server is in recovery (a standby); only a primary is used",
+                shared.target.shown
+            )));
+        }
+        // What read-write refuses (a server that does not allow writes), asked here with one host.
+        if shared.read_write_in_check && row.get(3) != Some("off") {
+            return Err(StoreError::Transient(format!(
+                "PostgreSQL at {}: the server does not allow writes (transaction_read_only is on); only a primary is used",
                 shared.target.shown
             )));
         }
