@@ -70,4 +70,22 @@ impl Etcd {
             ..candidacy.clone()
         }))
     }
+
+    /// `remove_claim`'s transaction: the candidate key, only while it has `leader`'s token, and
+    /// its marker with it (with N = 1 there is none: that delete does nothing). A marker left
+    /// behind would be the oldest, and readers take the election's N from the oldest: a held
+    /// slot's lease, unlike a running holder's, is revoked by nobody.
+    pub(super) fn removal(&self, leader: &Leader) -> Txn {
+        let (key, token) = (leader.key.as_slice(), leader.token);
+        let mut ops = vec![TxnOp::delete(key, None)];
+        if let Some(id) = key.strip_prefix(self.election_prefix.as_bytes()) {
+            ops.push(TxnOp::delete(
+                [self.marker_prefix.as_bytes(), id].concat(),
+                None,
+            ));
+        }
+        Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, token)])
+            .and_then(ops)
+    }
 }

@@ -806,21 +806,7 @@ impl Handover for Etcd {
     }
 
     async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
-        let (key, token) = (leader.key.as_slice(), leader.token);
-        // The marker goes with its candidate key (with N = 1 there is none: the delete does
-        // nothing): a marker left behind would be the oldest, and readers take the election's N
-        // from the oldest — a held slot's lease, unlike a running holder's, is revoked by nobody.
-        let marker = match key.strip_prefix(self.election_prefix.as_bytes()) {
-            Some(id) => [self.marker_prefix.as_bytes(), id].concat(),
-            None => Vec::new(),
-        };
-        let mut ops = vec![TxnOp::delete(key, None)];
-        if !marker.is_empty() {
-            ops.push(TxnOp::delete(marker, None));
-        }
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, token)])
-            .and_then(ops);
+        let txn = self.removal(leader);
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
         Ok(response.succeeded())
     }
