@@ -233,20 +233,24 @@ async fn lead_or_wait(
     supervisor: &mut Handle,
     mut signals: Signals,
 ) -> anyhow::Result<u8> {
+    // Every transition of the run, as logs, metrics and sd_notify status.
+    let report =
+        crate::run::Reporter::new(crate::telemetry::report::Exporter::new(&settings.lease));
     // Before the store is opened: a stop during the splay leaves nothing behind.
     if let Some(splay) = settings.splay
-        && let Some(signal) = crate::run::splay::wait(splay, &mut signals).await
+        && let Some(signal) = crate::run::splay::wait(splay, &mut signals, &report).await
     {
         return Ok(128 + signal as u8);
     }
     // The first check runs while the store is opened; the first campaign waits for its pass.
-    let health =
-        match settings.health.clone() {
-            Some(check) => Some(crate::run::health::Checker::start(check).map_err(|e| {
+    let health = match settings.health.clone() {
+        Some(check) => Some(
+            crate::run::health::Checker::start(check, report.clone()).map_err(|e| {
                 Failure::usage(format!("cannot start the health-check thread: {e}"))
-            })?),
-            None => None,
-        };
+            })?,
+        ),
+        None => None,
+    };
     let t = &settings.timing;
     let timing = LeaseTiming {
         ttl: t.ttl,
@@ -262,7 +266,7 @@ async fn lead_or_wait(
             settings.max_holders,
         )
         .await?;
-    lead_with(settings, &store, supervisor, &mut signals, health).await
+    lead_with(settings, &store, supervisor, &mut signals, health, report).await
 }
 
 async fn lead_with<B: Store>(
@@ -271,6 +275,7 @@ async fn lead_with<B: Store>(
     supervisor: &mut Handle,
     signals: &mut Signals,
     health: Option<crate::run::health::Checker>,
+    report: crate::run::Reporter,
 ) -> anyhow::Result<u8> {
     Runner {
         settings,
@@ -279,6 +284,7 @@ async fn lead_with<B: Store>(
         supervisor,
         signals,
         health,
+        report,
     }
     .run()
     .await

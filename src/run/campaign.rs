@@ -8,6 +8,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::Wait;
+use super::{CandidacyLost, Event, NotAcquired, Withdrawal};
 use super::{End, Phase, Runner, Then};
 use crate::clock::{Clock, sleep_until_some};
 use crate::election::{self, Backoff, Candidacy, Reach, Store, StoreError, Turn};
@@ -61,6 +62,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         let reach = Reach::of(backend);
         let mut last_error: Option<String> = None;
         let mut looked = false;
+        let report = self.report.clone();
         let timed_out = |last_error: &Option<String>| -> anyhow::Result<Joined> {
             if first {
                 Err(Failure::usage(
@@ -68,10 +70,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 )
                 .into())
             } else {
-                tracing::info!(
-                    event = "not-acquired",
-                    "--wait-timeout passed while campaigning"
-                );
+                report.emit(Event::NotAcquired(NotAcquired::TimeoutCampaigning));
                 Ok(Joined::Exit(exit::NOT_ACQUIRED))
             }
         };
@@ -124,7 +123,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     return Err(Failure::usage(message).into());
                 }
                 Err(StoreError::Transient(message)) => {
-                    tracing::debug!(event = "campaign-failed", error = %message, "campaign failed; retrying");
+                    self.report.emit(Event::CampaignFailed {
+                        error: message.clone(),
+                    });
                     last_error = Some(message);
                     if first {
                         let refused = tokio::select! {
@@ -215,16 +216,23 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                                     )
                                 })
                                 .collect();
-                            let holders = holders.join(", ");
-                            tracing::info!(event = "not-acquired", %holders, max_holders = o.max_holders, %predecessor, "{} of {} instances hold (--no-wait): {holders}", o.holders.len(), o.max_holders);
+                            self.report.emit(Event::NotAcquired(NotAcquired::Holders {
+                                holders: holders.join(", "),
+                                count: o.holders.len(),
+                                max_holders: o.max_holders,
+                                predecessor,
+                            }));
                             return Waited::End(End::release(Then::NotAcquired));
                         }
                         let leader_identity = leader.as_ref().map_or_else(
                             || "unknown".to_owned(),
                             |l| String::from_utf8_lossy(&l.identity).into_owned(),
                         );
-                        let leader_token = leader.map(|l| l.token);
-                        tracing::info!(event = "not-acquired", leader = %leader_identity, leader_token, %predecessor, "another instance leads (--no-wait): {leader_identity}");
+                        self.report.emit(Event::NotAcquired(NotAcquired::Leader {
+                            identity: leader_identity,
+                            token: leader.map(|l| l.token),
+                            predecessor,
+                        }));
                         return Waited::End(End::release(Then::NotAcquired));
                     }
                     Ok(Turn::Gone) => return Waited::End(End::leave_to_expire(Then::Recampaign)),
@@ -243,7 +251,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             tokio::select! {
                 biased;
                 lost = &mut renewal => {
-                    tracing::warn!(event = "candidacy-lost", reason = %lost, "lost our place in line; campaigning again");
+                    self.report.emit(Event::CandidacyLost(CandidacyLost::Renewal(lost)));
                     return Waited::End(End::release(Then::Recampaign));
                 }
                 (turn, sent) = &mut turn => {
@@ -252,29 +260,29 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         Turn::Mismatch { theirs } => return self.mismatch(theirs),
                         Turn::Behind(_) | Turn::Gone => {}
                     }
-                    tracing::warn!(event = "candidacy-lost", "our candidate key disappeared; campaigning again");
+                    self.report.emit(Event::CandidacyLost(CandidacyLost::KeyDisappeared));
                     return Waited::End(End::release(Then::Recampaign));
                 }
                 () = &mut key_gone => {
-                    tracing::warn!(event = "candidacy-lost", "our candidate key was deleted; campaigning again");
+                    self.report.emit(Event::CandidacyLost(CandidacyLost::KeyDeleted));
                     return Waited::End(End::release(Then::Recampaign));
                 }
                 // Never completes: sets up the watch for `resign` requests before we lead.
                 () = &mut watch_requests => {}
                 signal = self.signals.recv() => {
                     if signals::withdraws_candidacy(signal) {
-                        tracing::info!(event = "withdrawn", signal = signal.as_str(), "withdrawing the candidacy");
+                        self.report.emit(Event::Withdrawn { signal, when: Withdrawal::Campaigning });
                         return Waited::End(End::release(Then::Exit(128 + signal as u8)));
                     }
-                    tracing::debug!(event = "signal-ignored", signal = signal.as_str(), "ignored while campaigning");
+                    self.report.emit(Event::SignalIgnored { signal });
                 }
                 _ = sleep_until_some(&clock, give_up_at) => {
-                    tracing::info!(event = "not-acquired", "--wait-timeout passed; withdrawing the candidacy");
+                    self.report.emit(Event::NotAcquired(NotAcquired::TimeoutInLine));
                     return Waited::End(End::release(Then::NotAcquired));
                 }
                 // Campaigns again once a check passes (the gate before joining).
                 verdict = super::health::unhealthy(self.health.as_ref()) => {
-                    tracing::warn!(event = "left-line", failures = verdict.failures, "the health check failed {} times in a row; leaving the line until it passes", verdict.failures);
+                    self.report.emit(Event::LeftLine { failures: Some(verdict.failures) });
                     return Waited::End(End::release(Then::Recampaign));
                 }
             }

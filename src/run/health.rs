@@ -16,6 +16,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::sync::watch;
 
+use super::{Event, Reporter};
 use crate::records::published::Health;
 
 /// `--health-cmd` and its timing, validated.
@@ -88,8 +89,9 @@ enum Outcome {
 }
 
 impl Checker {
-    /// Starts the checker thread; the first check runs at once.
-    pub fn start(check: HealthCheck) -> std::io::Result<Checker> {
+    /// Starts the checker thread; the first check runs at once. Its verdicts are reported
+    /// through `report` from that thread (emitting never waits).
+    pub fn start(check: HealthCheck, report: Reporter) -> std::io::Result<Checker> {
         let (send, verdict) = watch::channel(Verdict {
             healthy: false,
             failures: 0,
@@ -97,7 +99,7 @@ impl Checker {
         let retries = check.retries;
         std::thread::Builder::new()
             .name("health-check".into())
-            .spawn(move || check_forever(&check, &send))?;
+            .spawn(move || check_forever(&check, &send, &report))?;
         Ok(Checker { verdict, retries })
     }
 
@@ -185,7 +187,7 @@ pub async fn changed(checker: Option<&Checker>, seen: Option<Health>) -> Option<
     Some(found)
 }
 
-fn check_forever(check: &HealthCheck, send: &watch::Sender<Verdict>) {
+fn check_forever(check: &HealthCheck, send: &watch::Sender<Verdict>, report: &Reporter) {
     let mut failures: u32 = 0;
     let mut passed_once = false;
     let mut healthy = false;
@@ -197,27 +199,19 @@ fn check_forever(check: &HealthCheck, send: &watch::Sender<Verdict>) {
             }
             Outcome::Failed(why) => {
                 failures = failures.saturating_add(1);
-                tracing::info!(
-                    event = "health-check-failed",
-                    failures,
-                    "the health check failed: {why}"
-                );
+                report.emit(Event::HealthCheckFailed { failures, why });
             }
         }
         let now_healthy = passed_once && failures < check.retries;
         if now_healthy != healthy {
             if now_healthy {
-                tracing::info!(event = "healthy", "the health check passed");
+                report.emit(Event::Healthy);
             } else if passed_once {
-                tracing::warn!(
-                    event = "unhealthy",
-                    failures,
-                    "the health check failed {failures} times in a row (--health-retries)"
-                );
+                report.emit(Event::Unhealthy { failures });
             }
         }
         healthy = now_healthy;
-        crate::telemetry::metrics::health(healthy);
+        report.emit(Event::HealthVerdict { healthy });
         send.send_replace(Verdict { healthy, failures });
         std::thread::sleep(check.interval);
     }

@@ -11,12 +11,11 @@ use super::campaign::wait_for_withdrawal;
 use super::health;
 use super::once::{Begun, Finished};
 use super::stop::{Looks, SteppingDown, Stop, Stopped};
-use super::{End, Phase, Runner, Then};
+use super::{End, Phase, Runner, Seen, Then, Withdrawal};
 use crate::clock::{Clock, sleep_until_some};
 use crate::election::{Candidacy, Store};
 use crate::ended::Ended;
 use crate::exit::{self, ChildStatus, Failure};
-use crate::notify;
 use crate::process::Event;
 use crate::process::Supervise;
 use crate::process::protocol::spawn_failure_code;
@@ -71,12 +70,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         if let Some(lease_id) = candidacy.lease_id_hex() {
             env.push(("LEADER_LEASE_ID", lease_id));
         }
-        tracing::info!(event = "elected", token = candidacy.token, "elected");
-        crate::telemetry::metrics::elected(candidacy.token);
-        notify::status(&format!(
-            "leader of lease {} (token {})",
-            settings.lease, candidacy.token
-        ));
+        self.report.emit(super::Event::Elected {
+            token: candidacy.token,
+        });
 
         // With --occurrence, the record is written (fenced) before the command may start.
         let mut record: Option<Record> = None;
@@ -85,22 +81,20 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             let begun = tokio::select! {
                 biased;
                 lost = &mut renewal => {
-                    crate::telemetry::metrics::stepped_down(lost);
-                    tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %lost, "leadership lost before the command started");
+                    self.report.emit(super::Event::LostBeforeStart { token: candidacy.token, seen: Seen::Renewal(lost) });
                     Ok(Begun::Lost)
                 }
                 () = &mut key_gone => {
-                    crate::telemetry::metrics::stepped_down(Ended::KeyDeleted);
-                    tracing::warn!(event = "stepping-down", token = candidacy.token, "our election key was deleted before the command started");
+                    self.report.emit(super::Event::LostBeforeStart { token: candidacy.token, seen: Seen::KeyDeleted });
                     Ok(Begun::Lost)
                 }
                 // A stop asked for while the record is read or written withdraws at once: the
                 // command never starts.
                 signal = wait_for_withdrawal(&mut *self.signals) => {
-                    tracing::info!(event = "withdrawn", signal = signal.as_str(), "withdrawing before the command started");
+                    self.report.emit(super::Event::Withdrawn { signal, when: Withdrawal::BeforeStart });
                     Ok(Begun::Exit(128 + signal as u8))
                 }
-                begun = Self::begin_occurrence(backend, settings, candidacy, occurrence) => begun,
+                begun = Self::begin_occurrence(backend, settings, &self.report, candidacy, occurrence) => begun,
             };
             match begun {
                 Ok(Begun::Run(started)) => {
@@ -117,11 +111,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             }
         }
 
-        tracing::info!(
-            event = "starting",
-            token = candidacy.token,
-            "starting the command"
-        );
+        self.report.emit(super::Event::Starting {
+            token: candidacy.token,
+        });
         if let Err(e) = self.supervisor.spawn(&env) {
             let e = Failure::usage(format!("cannot reach the supervisor: {e}"));
             return End::release(Then::Fail(e.into()));
@@ -172,8 +164,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 event = self.supervisor.next_event() => match event {
                     Ok(Event::Started(pid)) => {
                         started = true;
-                        crate::telemetry::metrics::command_started();
-                        tracing::info!(event = "started", token = candidacy.token, pid, "command started");
+                        self.report.emit(super::Event::Started { token: candidacy.token, pid });
                     }
                     Ok(Event::SpawnFailed { errno, message }) => {
                         let command = settings.command[0].to_string_lossy();
@@ -184,8 +175,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                         return End::release(Then::Fail(e.into()));
                     }
                     Ok(Event::Exited(child)) => {
-                        crate::telemetry::metrics::command_exited(child.code());
-                        tracing::info!(event = "exited", token = candidacy.token, status = child.code(), "command {child}");
+                        self.report.emit(super::Event::Exited { token: candidacy.token, status: child });
                         status = Some(child);
                     }
                     Ok(Event::GroupEmpty) => {
@@ -205,7 +195,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     Err(e) => {
                         // The supervisor died: the command's group has been SIGKILLed
                         // directly. Release only once it is seen gone.
-                        tracing::error!(event = "supervisor-died", token = candidacy.token, error = %e, "the supervisor process died; killing the command's group");
+                        self.report.emit(super::Event::SupervisorDied { token: candidacy.token, error: e.to_string() });
                         let mut stop = Stop::killed(clock.now(), candidacy.token);
                         let never = std::future::pending::<()>();
                         tokio::pin!(never);
@@ -218,9 +208,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 },
                 signal = self.signals.recv() => {
                     self.supervisor.signal(signal);
-                    tracing::info!(event = "signal-forwarded", token = candidacy.token, signal = signal.as_str(), "forwarded to the command's process group");
-                    if signals::stops_the_child(signal) && stop.is_none() {
-                        crate::telemetry::metrics::stop_requested();
+                    let stops = signals::stops_the_child(signal) && stop.is_none();
+                    self.report.emit(super::Event::SignalForwarded { token: candidacy.token, signal, stop: stops });
+                    if stops {
                         stop = Some(Stop::signalled(clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
                     }
                 }
@@ -229,7 +219,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 // kernel), leader-exec looks for itself, bounded.
                 _ = sleep_until_some(&clock, stop.as_ref().map(Stop::due_at)) => {
                     let Some(stopping) = stop.as_mut() else { continue };
-                    match stopping.on_due(self.supervisor, clock.now()) {
+                    match stopping.on_due(self.supervisor, clock.now(), &self.report) {
                         None => {}
                         Some(Stopped::Gone) if handing_over => return self.handed_over(candidacy),
                         Some(Stopped::Gone) if ran_too_long => {
@@ -252,21 +242,18 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 // group is gone, so the next leader cannot start beside any of it.
                 why = &mut handover, if !handing_over => {
                     handing_over = true;
-                    if stop.is_none() {
+                    let begins = stop.is_none();
+                    if begins {
                         stop = Some(Stop::begin(self.supervisor, settings.kill_signal, clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
-                        crate::telemetry::metrics::stop_requested();
                     }
-                    tracing::warn!(event = "handing-over", token = candidacy.token, signal = settings.kill_signal.as_str(), "{why}; stopping the command");
-                    notify::status(&format!("handing over lease {} (token {})", settings.lease, candidacy.token));
+                    self.report.emit(super::Event::HandingOver { token: candidacy.token, signal: settings.kill_signal, why, stop: begins });
                 }
                 // `--max-runtime`: the stop a forwarded TERM starts, with --kill-signal (signal
                 // first, log after). Not once a stop is under way: that stop goes on as it is.
                 _ = sleep_until_some(&clock, runtime_bound), if stop.is_none() => {
                     ran_too_long = true;
                     stop = Some(Stop::begin(self.supervisor, settings.kill_signal, clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
-                    crate::telemetry::metrics::max_runtime_reached();
-                    tracing::warn!(event = "max-runtime", token = candidacy.token, signal = settings.kill_signal.as_str(), "the command ran for --max-runtime; stopping it");
-                    notify::status(&format!("stopping the command at --max-runtime (lease {}, token {})", settings.lease, candidacy.token));
+                    self.report.emit(super::Event::MaxRuntime { token: candidacy.token, signal: settings.kill_signal });
                 }
                 () = &mut announce, if started && !announced => announced = true,
                 // A new verdict for `status`: one write at a time, so a later verdict is never
@@ -297,7 +284,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         (acquired, since): (Duration, SystemTime),
     ) -> Phase {
         let code = status.map_or(exit::FAILURE, ChildStatus::code);
-        crate::telemetry::metrics::command_ended(status.map(ChildStatus::code));
+        self.report.emit(super::Event::GroupGone {
+            code: status.map(ChildStatus::code),
+        });
         // A command stopped at --max-runtime did not finish: its record stays `started`, and
         // the next run of the occurrence applies --if-unfinished.
         if let Some(started) = record.as_ref().filter(|_| why != Why::MaxRuntime) {
@@ -313,23 +302,19 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             return self.handed_over(candidacy);
         }
         if why == Why::MaxRuntime {
-            tracing::warn!(
-                event = "max-runtime-stopped",
-                token = candidacy.token,
-                status = code,
-                "the command's process group is gone (stopped at --max-runtime)"
-            );
+            self.report.emit(super::Event::MaxRuntimeStopped {
+                token: candidacy.token,
+                code,
+            });
         }
         match self.settings.hold_at_least {
             // A stop asked for while the command ran (TERM, INT) is not followed by
             // --hold-at-least: as during the hold, leader-exec exits and leaves the lease to
             // expire on its own.
             Some(_) if why == Why::Asked => {
-                tracing::info!(
-                    event = "hold-ended",
-                    token = candidacy.token,
-                    "stopped while the command ran: not holding; the lease expires on its own"
-                );
+                self.report.emit(super::Event::NotHolding {
+                    token: candidacy.token,
+                });
                 End::leave_to_expire(Then::Exit(code))
             }
             // --max-runtime keeps the hold: the lease is still proven and nobody asked to stop.
@@ -391,28 +376,22 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         );
         tokio::pin!(announce);
         let mut announced = false;
-        tracing::info!(
-            event = "holding",
-            token = candidacy.token,
-            "command done; holding the lease (--hold-at-least)"
-        );
-        notify::status(&format!(
-            "holding lease {} (token {})",
-            self.settings.lease, candidacy.token
-        ));
+        self.report.emit(super::Event::Holding {
+            token: candidacy.token,
+        });
         loop {
             tokio::select! {
                 biased;
                 lost = &mut renewal => {
-                    tracing::warn!(event = "hold-ended", token = candidacy.token, reason = %lost, "leadership lost during --hold-at-least");
+                    self.report.emit(super::Event::HoldLost { token: candidacy.token, seen: Seen::Renewal(lost) });
                     return Held::Over;
                 }
                 () = &mut key_gone => {
-                    tracing::warn!(event = "hold-ended", token = candidacy.token, "our election key was deleted during --hold-at-least");
+                    self.report.emit(super::Event::HoldLost { token: candidacy.token, seen: Seen::KeyDeleted });
                     return Held::Over;
                 }
                 why = &mut handover => {
-                    tracing::warn!(event = "handing-over", token = candidacy.token, "{why} during --hold-at-least");
+                    self.report.emit(super::Event::HandingOverWhileHolding { token: candidacy.token, why });
                     return Held::HandOver;
                 }
                 _ = clock.sleep_until(until) => return Held::Over,
@@ -425,7 +404,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 }
                 signal = self.signals.recv() => {
                     if signals::stops_the_child(signal) {
-                        tracing::info!(event = "hold-ended", token = candidacy.token, signal = signal.as_str(), "stopping during --hold-at-least; the lease expires on its own");
+                        self.report.emit(super::Event::HoldStopped { token: candidacy.token, signal });
                         return Held::Stopped;
                     }
                 }

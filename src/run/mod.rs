@@ -44,6 +44,11 @@
 //!   `lease/renewal.rs`): the lease cannot expire on the server before that instant + TTL, and
 //!   validation keeps `renew_deadline + kill_after` below the TTL with a margin, so a stop that
 //!   starts at the deadline has the group dead before the lease can end.
+//!
+//! What the machine does is told outside it only as [`Event`]s, through the one [`Reporter`] the
+//! Runner owns: no log line, counter or sd_notify message is written from `run/`. Emitting an
+//! event never waits (see telemetry/event.rs for why), so an arm that emits one still keeps the
+//! rule above.
 
 mod campaign;
 pub mod health;
@@ -62,11 +67,12 @@ use crate::clock::{Clock, sleep_until_some};
 use crate::election::{Candidacy, Store};
 use crate::exit;
 use crate::lease::renewal::{Deadline, keep_renewing};
-use crate::notify;
-
 use crate::signals::Signals;
 
 pub use crate::process::Supervise;
+pub use crate::telemetry::event::{
+    CandidacyLost, Event, NotAcquired, Recampaign, Report, Reporter, Seen, Sigkill, Withdrawal,
+};
 use campaign::{Joined, Waited};
 use lead::Held;
 pub use settings::{Contain, Settings, Wait};
@@ -80,6 +86,8 @@ pub struct Runner<'a, B: Store, C: Clock, S: Supervise> {
     pub signals: &'a mut Signals,
     /// `--health-cmd`'s verdicts.
     pub health: Option<health::Checker>,
+    /// Where every transition is reported (logs, metrics, sd_notify): never waits.
+    pub report: Reporter,
 }
 
 /// Where a candidacy is. Each phase's function returns the next phase; [`Runner::run`] holds
@@ -193,20 +201,13 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             let clock = self.clock.clone();
             let deadline = Deadline::new(confirmed, self.settings.timing);
             if matches!(phase, Phase::Campaigning) {
-                let campaigning = format!("campaigning for lease {}", self.settings.lease);
-                if first {
-                    notify::ready(&campaigning);
-                } else {
-                    notify::status(&campaigning);
-                }
-                // Not a token yet: only a leader's create-revision is one.
-                tracing::info!(
-                    candidate_revision = candidacy.place,
-                    key = %candidacy.key,
-                    event = "campaigning",
-                    "campaigning"
-                );
-                crate::telemetry::metrics::campaigning(confirmed, deadline.get());
+                self.report.emit(Event::Campaigning {
+                    first,
+                    place: candidacy.place,
+                    key: candidacy.key.clone(),
+                    confirmed,
+                    deadline: deadline.get(),
+                });
             }
             first = false;
             let mut keeper = self.backend.keeper(&candidacy);
@@ -308,18 +309,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                                 // again: never start the command on a lease we can no longer
                                 // vouch for.
                                 if clock.now() >= deadline.get() {
-                                    tracing::warn!(
-                                        event = "candidacy-lost",
-                                        "elected, but the lease is past its renew deadline; campaigning again"
-                                    );
+                                    self.report.emit(Event::CandidacyLost(
+                                        CandidacyLost::ElectedPastDeadline,
+                                    ));
                                     End::release(Then::Recampaign)
                                 } else if self.health.as_ref().is_some_and(|h| !h.healthy()) {
                                     // The turn came in the same instant as the failing verdict:
                                     // an unhealthy instance does not start the command.
-                                    tracing::warn!(
-                                        event = "left-line",
-                                        "elected, but the health check fails; leaving the line until it passes"
-                                    );
+                                    self.report.emit(Event::LeftLine { failures: None });
                                     End::release(Then::Recampaign)
                                 } else {
                                     led = true;
@@ -381,17 +378,16 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             drop(key_gone);
             self.settle(claim, end.claim).await;
             if led && !matches!(end.then, Then::Fail(_)) {
-                crate::telemetry::metrics::led_ended(matches!(
-                    end.then,
-                    Then::Lost | Then::HandedOver
-                ));
+                self.report.emit(Event::LeadEnded {
+                    lost: matches!(end.then, Then::Lost | Then::HandedOver),
+                });
             }
             match end.then {
                 Then::Exit(code) => return Ok(code),
                 Then::NotAcquired => {
                     // READY=1 went out when we joined: make sure systemd has read it before
                     // this process is gone.
-                    notify::barrier(Duration::from_secs(1));
+                    self.report.barrier(Duration::from_secs(1));
                     return Ok(exit::NOT_ACQUIRED);
                 }
                 Then::Fail(e) => return Err(e),
@@ -400,7 +396,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     tokio::time::sleep(self.settings.timing.retry_period).await;
                 }
                 Then::HandedOver => {
-                    notify::status("handed over (resign)");
+                    self.report.emit(Event::HandoverComplete);
                     if !self.settings.recampaign {
                         return Ok(exit::LEADERSHIP_LOST);
                     }
@@ -409,24 +405,19 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     // pause lets the first waiter (woken by the release, or finding it within a
                     // retry period) take the row before the new candidacy's first attempt, which
                     // takes a free row at once.
-                    tracing::info!(
-                        event = "recampaigning",
-                        "handed over; campaigning again after --retry-period (--recampaign)"
-                    );
+                    self.report.emit(Event::Recampaigning(Recampaign::Handover));
                     tokio::time::sleep(self.settings.timing.retry_period).await;
                     give_up_at = wait_limit(clock.now());
                 }
                 Then::Lost if self.settings.recampaign => {
-                    tracing::info!(event = "recampaigning", "campaigning again (--recampaign)");
+                    self.report.emit(Event::Recampaigning(Recampaign::Loss));
                     give_up_at = wait_limit(clock.now());
                 }
                 Then::Lost => return Ok(exit::LEADERSHIP_LOST),
                 Then::MaxRuntime if self.settings.recampaign => {
                     // As after a handover: the next instance in line goes first.
-                    tracing::info!(
-                        event = "recampaigning",
-                        "stopped at --max-runtime; campaigning again after --retry-period (--recampaign)"
-                    );
+                    self.report
+                        .emit(Event::Recampaigning(Recampaign::MaxRuntime));
                     tokio::time::sleep(self.settings.timing.retry_period).await;
                     give_up_at = wait_limit(clock.now());
                 }
@@ -439,11 +430,9 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     /// that the next instance in line takes over now (with --recampaign briefly, since this
     /// instance campaigns again; else retried as every release at exit).
     fn handed_over(&self, candidacy: &Candidacy) -> Phase {
-        tracing::warn!(
-            event = "handed-over",
-            token = candidacy.token,
-            "the command's process group is gone; releasing the lease (resign)"
-        );
+        self.report.emit(Event::HandedOver {
+            token: candidacy.token,
+        });
         if self.settings.recampaign {
             End::release(Then::HandedOver)
         } else {
@@ -459,10 +448,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         if checker.healthy() {
             return None;
         }
-        tracing::info!(
-            event = "waiting-for-health",
-            "waiting for the health check to pass before campaigning"
-        );
+        self.report.emit(Event::WaitingForHealth);
         let clock = self.clock.clone();
         let no_wait = self.settings.wait == Wait::No;
         tokio::select! {
@@ -471,15 +457,15 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 if verdict.healthy {
                     return None;
                 }
-                tracing::info!(event = "not-acquired", "the health check failed (--no-wait)");
+                self.report.emit(Event::NotAcquired(NotAcquired::HealthFailed));
                 Some(exit::NOT_ACQUIRED)
             }
             signal = campaign::wait_for_withdrawal(self.signals) => {
-                tracing::info!(event = "withdrawn", signal = signal.as_str(), "stopped while waiting for the health check");
+                self.report.emit(Event::Withdrawn { signal, when: Withdrawal::WaitingForHealth });
                 Some(128 + signal as u8)
             }
             _ = sleep_until_some(&clock, give_up_at) => {
-                tracing::info!(event = "not-acquired", "--wait-timeout passed while waiting for the health check");
+                self.report.emit(Event::NotAcquired(NotAcquired::TimeoutWaitingForHealth));
                 Some(exit::NOT_ACQUIRED)
             }
         }

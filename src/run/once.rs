@@ -3,6 +3,7 @@
 
 use super::Runner;
 use super::Settings;
+use super::{Event, Reporter};
 use crate::clock::Clock;
 use crate::election::{Backoff, Candidacy, Store, StoreError};
 use crate::exit::{self, Failure};
@@ -35,6 +36,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
     pub(super) async fn begin_occurrence(
         backend: &B,
         settings: &Settings,
+        report: &Reporter,
         candidacy: &Candidacy,
         occurrence: &Occurrence,
     ) -> anyhow::Result<Begun> {
@@ -66,24 +68,30 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         ) {
             Decision::Run { previous_token } => previous_token,
             Decision::AlreadyDone(done) => {
-                crate::telemetry::metrics::occurrence(
-                    crate::telemetry::metrics::OccurrenceOutcome::AlreadyDone,
-                );
-                tracing::info!(event = "occurrence-done", occurrence = id, by_token = done.token, by = %done.identity, finished_at = done.finished_at.as_deref().unwrap_or("unknown"), "occurrence {id} was already done; not running it again");
+                report.emit(Event::OccurrenceDone {
+                    id: id.to_owned(),
+                    by_token: done.token,
+                    by: done.identity,
+                    finished_at: done.finished_at,
+                });
                 return Ok(Begun::Exit(0));
             }
             Decision::SkipUnfinished(started) => {
-                crate::telemetry::metrics::occurrence(
-                    crate::telemetry::metrics::OccurrenceOutcome::Skipped,
-                );
-                tracing::info!(event = "occurrence-skipped", occurrence = id, by_token = started.token, by = %started.identity, "occurrence {id} was started by an earlier leader and never finished; skipping it (--if-unfinished skip)");
+                report.emit(Event::OccurrenceSkipped {
+                    id: id.to_owned(),
+                    by_token: started.token,
+                    by: started.identity,
+                });
                 return Ok(Begun::Exit(0));
             }
             Decision::RefuseUnfinished(started) => {
-                crate::telemetry::metrics::occurrence(
-                    crate::telemetry::metrics::OccurrenceOutcome::Refused,
-                );
-                tracing::error!(event = "occurrence-unfinished", occurrence = id, by_token = started.token, by = %started.identity, started_at = %started.started_at, "occurrence {id} was started by an earlier leader and has no recorded outcome: that run died or lost its lease mid-run, or finished but could not record it (its store cut off at the end); not running it (--if-unfinished fail); to run it again: {}", backend.delete_record_hint(&occurrence.key));
+                report.emit(Event::OccurrenceUnfinished {
+                    id: id.to_owned(),
+                    by_token: started.token,
+                    by: started.identity,
+                    started_at: started.started_at,
+                    hint: backend.delete_record_hint(&occurrence.key),
+                });
                 return Ok(Begun::Exit(exit::UNFINISHED_OCCURRENCE));
             }
             Decision::TokenWentBackwards(newer) => {
@@ -109,26 +117,19 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 .await
             {
                 Ok(true) => {
-                    crate::telemetry::metrics::occurrence(
-                        crate::telemetry::metrics::OccurrenceOutcome::Started,
-                    );
-                    tracing::info!(
-                        event = "occurrence-started",
-                        occurrence = id,
-                        token = candidacy.token,
+                    report.emit(Event::OccurrenceStarted {
+                        id: id.to_owned(),
+                        token: candidacy.token,
                         previous_token,
-                        "occurrence {id} recorded as started"
-                    );
+                    });
                     return Ok(Begun::Run(started));
                 }
                 Ok(false) => {
-                    crate::telemetry::metrics::fenced_write_rejected();
-                    tracing::error!(
-                        event = "occurrence-rejected",
-                        occurrence = id,
-                        token = candidacy.token,
-                        "fenced write rejected: this instance no longer leads; not starting the command"
-                    );
+                    report.emit(Event::OccurrenceRejected {
+                        id: id.to_owned(),
+                        token: candidacy.token,
+                        before_start: true,
+                    });
                     return Ok(Begun::Lost);
                 }
                 Err(e) if e.is_transient() => backoff.sleep().await,
@@ -161,30 +162,29 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             };
             match result {
                 Ok(true) => {
-                    crate::telemetry::metrics::occurrence(if code == 0 {
-                        crate::telemetry::metrics::OccurrenceOutcome::Done
-                    } else {
-                        crate::telemetry::metrics::OccurrenceOutcome::Failed
+                    self.report.emit(Event::OccurrenceFinished {
+                        id: id.to_owned(),
+                        token: candidacy.token,
+                        state: finished.state.to_string(),
+                        code,
                     });
-                    tracing::info!(event = "occurrence-finished", occurrence = id, token = candidacy.token, state = %finished.state, exit_code = code, "occurrence {id} recorded as {}", finished.state);
                     return Finished::Recorded;
                 }
                 Ok(false) => {
-                    crate::telemetry::metrics::fenced_write_rejected();
-                    tracing::error!(
-                        event = "occurrence-rejected",
-                        occurrence = id,
-                        token = candidacy.token,
-                        "fenced write rejected: this instance no longer leads, so occurrence {id} stays as the current leader recorded it"
-                    );
+                    self.report.emit(Event::OccurrenceRejected {
+                        id: id.to_owned(),
+                        token: candidacy.token,
+                        before_start: false,
+                    });
                     return Finished::Rejected;
                 }
                 Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
                 Err(e) => {
-                    crate::telemetry::metrics::occurrence(
-                        crate::telemetry::metrics::OccurrenceOutcome::Unrecorded,
-                    );
-                    tracing::error!(event = "occurrence-unrecorded", occurrence = id, token = candidacy.token, error = %e, "could not record the outcome of occurrence {id}; it stays 'started', and a later leader with the same ID takes it for a run that never finished (--if-unfinished decides)");
+                    self.report.emit(Event::OccurrenceUnrecorded {
+                        id: id.to_owned(),
+                        token: candidacy.token,
+                        error: e.to_string(),
+                    });
                     return Finished::Unrecorded;
                 }
             }

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use super::{Claim, Runner};
+use super::{Claim, Event, Reporter, Runner};
 use crate::clock::Clock;
 use crate::election::{Backoff, Candidacy, Store, StoreError};
 use crate::process::Supervise;
@@ -59,27 +59,16 @@ async fn retry<B: Store, C: Clock>(
     candidacy: &Candidacy,
     clock: &C,
     signals: &mut Signals,
+    report: &Reporter,
     until: Duration,
 ) -> bool {
-    let left = until.saturating_sub(clock.now());
     let store = backend.store_name();
-    let why = if backend.restart_resets_leases() {
-        format!(
-            " ({store} restarts reset lease TTLs, so a lease left behind would stand a full TTL after {store} is back)"
-        )
-    } else {
-        String::new()
-    };
-    tracing::warn!(
-        event = "release-retrying",
-        lease_id = candidacy.lease_id_hex(),
-        "{store} is unreachable: retrying the release for up to {}{why}; TERM or INT stops this",
-        // To the millisecond: whole seconds, rounded down, promised up to a second less than
-        // the retry then took.
-        humantime::format_duration(Duration::from_millis(
-            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
-        ))
-    );
+    report.emit(Event::ReleaseRetrying {
+        lease_id: candidacy.lease_id_hex(),
+        store,
+        left: until.saturating_sub(clock.now()),
+        restart_resets_leases: backend.restart_resets_leases(),
+    });
     let mut backoff = Backoff::new();
     loop {
         let attempt = async {
@@ -92,17 +81,16 @@ async fn retry<B: Store, C: Clock>(
             result = attempt => result,
             () = clock.sleep_until(until) => Err(StoreError::Transient("no answer".into())),
             signal = wait_for_stop(signals) => {
-                tracing::warn!(event = "release-abandoned", signal = signal.as_str(), "stopped retrying the release; the lease expires on its own");
+                report.emit(Event::ReleaseAbandoned { signal });
                 return false;
             }
         };
         match result {
             Ok(()) => {
-                tracing::warn!(
-                    event = "released",
-                    lease_id = candidacy.lease_id_hex(),
-                    "lease released once {store} answered again"
-                );
+                report.emit(Event::ReleasedOnRetry {
+                    lease_id: candidacy.lease_id_hex(),
+                    store,
+                });
                 return true;
             }
             Err(e) if e.is_transient() && clock.now() < until => {
@@ -110,29 +98,28 @@ async fn retry<B: Store, C: Clock>(
                     () = backoff.sleep() => {}
                     // The backoff (up to 1 s) never carries the retry past the bound announced.
                     () = clock.sleep_until(until) => {
-                        gave_up(store, &e);
+                        gave_up(report, store, &e);
                         return false;
                     }
                     signal = wait_for_stop(signals) => {
-                        tracing::warn!(event = "release-abandoned", signal = signal.as_str(), "stopped retrying the release; the lease expires on its own");
+                        report.emit(Event::ReleaseAbandoned { signal });
                         return false;
                     }
                 }
             }
             Err(e) => {
-                gave_up(store, &e);
+                gave_up(report, store, &e);
                 return false;
             }
         }
     }
 }
 
-fn gave_up(store: &str, error: &StoreError) {
-    tracing::warn!(
-        event = "release-failed",
-        error = %error,
-        "gave up retrying the release; the lease expires on its own within the TTL after {store} is back"
-    );
+fn gave_up(report: &Reporter, store: &'static str, error: &StoreError) {
+    report.emit(Event::ReleaseGaveUp {
+        store,
+        error: error.to_string(),
+    });
 }
 
 /// The next TERM or INT; other signals are ignored (there is no command left to forward to).
@@ -164,7 +151,16 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         let until = self.clock.now() + self.settings.timing.ttl;
         if self.release(candidacy).await == Release::Unreachable {
             let clock = self.clock.clone();
-            retry(self.backend, candidacy, &clock, self.signals, until).await;
+            let report = self.report.clone();
+            retry(
+                self.backend,
+                candidacy,
+                &clock,
+                self.signals,
+                &report,
+                until,
+            )
+            .await;
         }
     }
 
@@ -181,20 +177,16 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             };
             match result {
                 Ok(()) => {
-                    tracing::info!(
-                        event = "released",
-                        lease_id = candidacy.lease_id_hex(),
-                        "lease released"
-                    );
+                    self.report.emit(Event::Released {
+                        lease_id: candidacy.lease_id_hex(),
+                    });
                     return Release::Done;
                 }
                 Err(e) if e.is_transient() && clock.now() < limit => backoff.sleep().await,
                 Err(e) => {
-                    tracing::warn!(
-                        event = "release-failed",
-                        error = %e,
-                        "could not release the lease; it expires on its own within the TTL"
-                    );
+                    self.report.emit(Event::ReleaseFailed {
+                        error: e.to_string(),
+                    });
                     return Release::from(&e);
                 }
             }

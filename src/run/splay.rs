@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use super::{Event, Reporter, Withdrawal};
 use crate::signals::{self, Signals};
 
 /// A delay in [0, `max`), uniform to the nanosecond, from `random` (any 64-bit number).
@@ -29,22 +30,16 @@ fn random_u64() -> u64 {
 
 /// Waits a random time in [0, `max`). `Some(signal)` when TERM, INT, HUP or QUIT came first
 /// (USR1 and USR2 are ignored, as while campaigning): leader-exec exits 128+N.
-pub async fn wait(max: Duration, signals: &mut Signals) -> Option<Signal> {
+pub async fn wait(max: Duration, signals: &mut Signals, report: &Reporter) -> Option<Signal> {
     let pause = delay(max, random_u64());
-    let ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
-    tracing::info!(
-        event = "splay",
-        delay_ms = ms,
-        "waiting {} before campaigning (--splay)",
-        humantime::format_duration(Duration::from_millis(ms))
-    );
+    report.emit(Event::Splaying { delay: pause });
     let sleep = tokio::time::sleep(pause);
     tokio::pin!(sleep);
     loop {
         tokio::select! {
             () = &mut sleep => return None,
             signal = signals.recv() => if signals::withdraws_candidacy(signal) {
-                tracing::info!(event = "withdrawn", signal = signal.as_str(), "stopped during --splay; nothing was contacted");
+                report.emit(Event::Withdrawn { signal, when: Withdrawal::Splay });
                 return Some(signal);
             },
         }

@@ -13,7 +13,7 @@
 //!   is still proven (a loss meanwhile ends leading and starts the stepping-down phase).
 //!
 //! SIGKILL goes to the group from one place, [`Stop::kill`]; nothing in a stop waits before a
-//! signal (the log line comes after it).
+//! signal (the event that reports it comes after it, and emitting it never waits either).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,12 +21,11 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::{End, Phase, Runner, Then};
+use super::{End, Phase, Reporter, Runner, Sigkill, Then};
 use crate::clock::Clock;
 use crate::election::{Candidacy, Store};
 use crate::ended::Ended;
 use crate::exit::ChildStatus;
-use crate::notify;
 use crate::process::Supervise;
 use crate::process::{Event, Group};
 use crate::records::occurrence::Record;
@@ -143,14 +142,18 @@ impl Stop {
     }
 
     /// Does what is due at `now`; `Some` once the stop is over.
-    pub fn on_due(&mut self, group: &mut impl Supervise, now: Duration) -> Option<Stopped> {
+    pub fn on_due(
+        &mut self,
+        group: &mut impl Supervise,
+        now: Duration,
+        report: &Reporter,
+    ) -> Option<Stopped> {
         if self.kill_at.is_some_and(|at| now >= at) {
             self.kill(group, now);
-            tracing::warn!(
-                event = "sigkill",
-                token = self.token,
-                "the command's group outlived --kill-after; sent SIGKILL"
-            );
+            report.emit(super::Event::Sigkill {
+                token: self.token,
+                why: Sigkill::KillAfter,
+            });
         }
         let give_up = self.give_up_at().is_some_and(|at| now >= at);
         if (give_up || self.next_look.is_some_and(|at| now >= at)) && group.group() == Group::Gone {
@@ -163,7 +166,7 @@ impl Stop {
             if group.group() == Group::Gone {
                 return Some(Stopped::Gone);
             }
-            report_stuck(group, self.token);
+            report_stuck(group, self.token, report);
             return Some(Stopped::Stuck);
         }
         if self.next_look.is_some_and(|at| now >= at) {
@@ -199,18 +202,16 @@ pub(super) fn late_for_the_grace(
     !timing.grace_fits(lease, deadline, now)
 }
 
-fn report_stuck(group: &mut impl Supervise, token: i64) {
+fn report_stuck(group: &mut impl Supervise, token: i64, report: &Reporter) {
     let pids = match group.group() {
         Group::Alive(pids) => pids,
         Group::Gone => Vec::new(),
     };
-    tracing::error!(
-        event = "group-stuck",
+    report.emit(super::Event::GroupStuck {
         token,
-        pids = %pids.iter().map(i32::to_string).collect::<Vec<_>>().join(","),
-        "the command's group survived SIGKILL for {}; giving up on it and leaving the lease to expire on its own",
-        humantime::format_duration(KILL_WAIT)
-    );
+        pids,
+        waited: KILL_WAIT,
+    });
 }
 
 /// The stepping-down phase: leadership was lost while the command ran (or was being stopped).
@@ -263,11 +264,15 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 Event::Started(_) => {}
             }
         }
-        // In memory only: nothing here can delay the signal.
-        crate::telemetry::metrics::stepped_down(reason);
+        // Reported before the signal (the metrics say stepping-down once the command is told),
+        // and emitting never waits: nothing here can delay the signal.
+        self.report.emit(super::Event::LeadershipLost { reason });
         let gone = if group_gone {
-            tracing::warn!(event = "stepping-down", token = candidacy.token, reason = %reason, "leadership lost; the command had already ended");
-            notify::status(&format!("stepped down: {reason}"));
+            self.report.emit(super::Event::SteppingDown {
+                token: candidacy.token,
+                reason,
+                signal: None,
+            });
             true
         } else {
             let now = self.clock.now();
@@ -286,36 +291,26 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 Looks::FromTheStart,
                 candidacy.token,
             );
-            tracing::warn!(
-                event = "stepping-down",
-                token = candidacy.token,
-                reason = %reason,
-                signal = first.as_str(),
-                "leadership lost; stopping the command"
-            );
+            self.report.emit(super::Event::SteppingDown {
+                token: candidacy.token,
+                reason,
+                signal: Some(first),
+            });
             if late && !reason.certain() {
-                tracing::warn!(
-                    event = "sigkill",
-                    token = candidacy.token,
-                    late_ms = now.saturating_sub(deadline).as_millis() as u64,
-                    "the loss was noticed {} after the renew deadline, too late for --kill-after to end before the lease can; sent SIGKILL",
-                    humantime::format_duration(Duration::from_millis(
-                        now.saturating_sub(deadline).as_millis() as u64
-                    ))
-                );
+                self.report.emit(super::Event::Sigkill {
+                    token: candidacy.token,
+                    why: Sigkill::Late(now.saturating_sub(deadline)),
+                });
             }
-            notify::status(&format!("stepping down: {reason}"));
             let stopped = self.wait_stopped(&mut stop, key_gone).await;
             if stopped == Stopped::Gone {
-                tracing::warn!(
-                    event = "stepped-down",
-                    token = candidacy.token,
-                    "the command's process group is gone"
-                );
+                self.report.emit(super::Event::SteppedDown {
+                    token: candidacy.token,
+                });
             }
             stopped == Stopped::Gone
         };
-        crate::telemetry::metrics::command_ended(None);
+        self.report.emit(super::Event::GroupGone { code: None });
         // `done` only for a command whose whole group finished on its own, and only if the
         // store still accepts our fenced write: a group killed mid-work is not done, and its
         // record stays `started` for the next leader's --if-unfinished.
@@ -346,14 +341,14 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
             tokio::select! {
                 event = self.supervisor.next_event() => match event {
                     Ok(Event::GroupEmpty) | Ok(Event::SpawnFailed { .. }) => return Stopped::Gone,
-                    Ok(Event::Exited(child)) => tracing::info!(event = "exited", token = stop.token, status = child.code(), "command {child}"),
+                    Ok(Event::Exited(child)) => self.report.emit(super::Event::ExitedWhileStopping { token: stop.token, status: child }),
                     Ok(Event::Started(_)) => {}
                     // The group has been SIGKILLed directly; the look below sees it go.
-                    Err(e) => tracing::error!(event = "supervisor-died", error = %e, "the supervisor process died"),
+                    Err(e) => self.report.emit(super::Event::SupervisorDiedWhileStopping { error: e.to_string() }),
                 },
                 // Independent of the supervisor, which may be stopped: SIGKILL, looks in /proc.
                 _ = clock.sleep_until(stop.due_at()) => {
-                    if let Some(stopped) = stop.on_due(self.supervisor, clock.now()) {
+                    if let Some(stopped) = stop.on_due(self.supervisor, clock.now(), &self.report) {
                         return stopped;
                     }
                 }
@@ -361,7 +356,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 // with SIGKILL): the grace assumed the claim outlasts it, and it no longer does.
                 () = &mut key_gone, if !stop.sigkilled() => {
                     stop.kill(self.supervisor, clock.now());
-                    tracing::warn!(event = "sigkill", token = stop.token, "the claim ended during --kill-after; sent SIGKILL");
+                    self.report.emit(super::Event::Sigkill { token: stop.token, why: Sigkill::ClaimEnded });
                 }
                 signal = self.signals.recv() => {
                     self.supervisor.signal(signal);

@@ -1,27 +1,33 @@
 //! The Runner on tokio's paused clock, against the scripted fake store
 //! (`election::fake`) and a fake supervisor that records every signal with its instant and
-//! lets a test script how the command's group ends. Instants are exact: nothing else moves the
-//! paused clock.
+//! lets a test script how the command's group ends, and a recorder of every event the Runner
+//! reports. Instants are exact: nothing else moves the paused clock. The stop path's tests are
+//! here; in_line.rs and limits.rs hold the rest.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::{Runner, Supervise};
+use super::Event as Ev;
+use super::{CandidacyLost, NotAcquired, Recampaign, Seen, Sigkill, Withdrawal};
+use super::{Report, Reporter, Runner, Supervise};
 use super::{Settings, Wait};
 use crate::clock::TokioClock;
 use crate::election::any::Connection;
 use crate::election::fake::{Call, Fake, Script, Step};
 use crate::election::flags::StoreFlags;
 use crate::election::{Ahead, Renewal, StoreError, Turn};
+use crate::ended::Ended;
 use crate::exit::{self, ChildStatus};
 use crate::lease::timing::Timing;
 use crate::process::{Event, Group};
 use crate::signals::Signals;
+
+mod in_line;
+mod limits;
 
 const S: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -83,7 +89,7 @@ struct FakeGroup {
     exits_after: Option<(Duration, i32)>,
     /// The supervisor dies this long after the command started (and takes the group with it).
     supervisor_dies_after: Option<Duration>,
-    signals: Rc<RefCell<Vec<(Duration, Signal)>>>,
+    signals: Arc<Mutex<Vec<(Duration, Signal)>>>,
     events: VecDeque<(Duration, Option<Event>)>,
     spawned: Option<Duration>,
     gone_at: Option<Duration>,
@@ -100,7 +106,7 @@ impl FakeGroup {
             dies,
             exits_after: None,
             supervisor_dies_after: None,
-            signals: Rc::default(),
+            signals: Arc::default(),
             events: VecDeque::new(),
             spawned: None,
             gone_at: None,
@@ -157,7 +163,7 @@ impl Supervise for FakeGroup {
 
     fn signal(&mut self, signal: Signal) {
         let now = self.now();
-        self.signals.borrow_mut().push((now, signal));
+        self.signals.lock().unwrap().push((now, signal));
         if self.spawned.is_none() || self.gone_at.is_some_and(|gone| gone <= now) {
             return;
         }
@@ -206,6 +212,32 @@ impl Supervise for FakeGroup {
     }
 }
 
+/// Records every event the Runner reports, and every barrier it asks for, with their instants
+/// on the paused clock; and, for each event, how many signals the group had been sent by then.
+#[derive(Clone)]
+struct Recorder {
+    origin: tokio::time::Instant,
+    events: Arc<Mutex<Vec<(Duration, Ev)>>>,
+    barriers: Arc<Mutex<Vec<Duration>>>,
+    /// The fake group's signals.
+    sent: Arc<Mutex<Vec<(Duration, Signal)>>>,
+    signals_before: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Report for Recorder {
+    fn emit(&self, event: &Ev) {
+        let at = self.origin.elapsed();
+        let sent = self.sent.lock().unwrap().len();
+        self.signals_before.lock().unwrap().push(sent);
+        self.events.lock().unwrap().push((at, event.clone()));
+    }
+
+    fn barrier(&self, _limit: Duration) {
+        let at = self.origin.elapsed();
+        self.barriers.lock().unwrap().push(at);
+    }
+}
+
 /// What a run did.
 struct Ran {
     code: u8,
@@ -218,6 +250,23 @@ struct Ran {
     message: Option<String>,
     /// When the command was started, if it was.
     spawned: Option<Duration>,
+    /// Every event reported, in order, with its instant.
+    events: Vec<(Duration, Ev)>,
+    /// When the Runner waited for systemd to read what it was sent (on its way out).
+    barriers: Vec<Duration>,
+    /// For each event, how many signals had gone to the group when it was reported.
+    signals_before: Vec<usize>,
+}
+
+impl Ran {
+    /// How many signals had gone to the group when each event that is `wanted` was reported.
+    fn signals_before(&self, wanted: impl Fn(&Ev) -> bool) -> Vec<usize> {
+        let events = self.events.iter().zip(&self.signals_before);
+        events
+            .filter(|((_, event), _)| wanted(event))
+            .map(|(_, sent)| *sent)
+            .collect()
+    }
 }
 
 /// Runs the Runner to its end (bounded: a run that never ends fails the test), sending
@@ -251,6 +300,14 @@ async fn run_checked(
     let origin = tokio::time::Instant::now();
     let (mut intake, send) = Signals::scripted();
     let sent = group.signals.clone();
+    let recorder = Recorder {
+        origin,
+        events: Arc::default(),
+        barriers: Arc::default(),
+        sent: Arc::clone(&sent),
+        signals_before: Arc::default(),
+    };
+    let report = Reporter::new(recorder.clone());
     let mut runner = Runner {
         settings: &settings,
         backend: &fake,
@@ -258,6 +315,7 @@ async fn run_checked(
         supervisor: &mut group,
         signals: &mut intake,
         health: checker,
+        report,
     };
     let checks = async move {
         if let Some((send, verdicts)) = verdicts {
@@ -288,7 +346,7 @@ async fn run_checked(
         Ok(code) => (code, None),
         Err(e) => (exit::code_of(&e), Some(e.to_string())),
     };
-    let signals = sent.borrow().clone();
+    let signals = sent.lock().unwrap().clone();
     Ran {
         code,
         ended,
@@ -297,6 +355,9 @@ async fn run_checked(
         fake,
         message,
         spawned: group.spawned,
+        events: std::mem::take(&mut *recorder.events.lock().unwrap()),
+        barriers: std::mem::take(&mut *recorder.barriers.lock().unwrap()),
+        signals_before: std::mem::take(&mut *recorder.signals_before.lock().unwrap()),
     }
 }
 
@@ -314,6 +375,110 @@ fn renewals(
     steps: Vec<Step<Result<Renewal, StoreError>>>,
 ) -> VecDeque<Step<Result<Renewal, StoreError>>> {
     steps.into()
+}
+
+/// The fake store's candidacy: its place in line, and its token once it leads.
+const TOKEN: i64 = 7;
+
+/// Events, as the Runner reported them, with their instants.
+type Events = Vec<(Duration, Ev)>;
+
+/// A candidacy joins the line at `at` (its grant sent then, its renew deadline 10 s later).
+fn campaigning(first: bool, at: Duration) -> (Duration, Ev) {
+    let event = Ev::Campaigning {
+        first,
+        place: TOKEN,
+        key: "/leader-exec/test/2a".into(),
+        confirmed: at,
+        deadline: at + 10 * S,
+    };
+    (at, event)
+}
+
+/// The first candidacy leads at once at `at`, and asks for the command to start.
+fn elected(at: Duration) -> Events {
+    vec![
+        campaigning(true, at),
+        (at, Ev::Elected { token: TOKEN }),
+        (at, Ev::Starting { token: TOKEN }),
+    ]
+}
+
+/// [`elected`], and the command started.
+fn started(at: Duration) -> Events {
+    let mut events = elected(at);
+    events.push((
+        at,
+        Ev::Started {
+            token: TOKEN,
+            pid: PID,
+        },
+    ));
+    events
+}
+
+fn released(at: Duration) -> (Duration, Ev) {
+    let lease_id = Some("2a".to_owned());
+    (at, Ev::Released { lease_id })
+}
+
+/// Leadership lost at `at` for `reason`; `first` went to the group.
+fn stepping_down(at: Duration, reason: Ended, first: Signal) -> Events {
+    let signal = Some(first);
+    vec![
+        (at, Ev::LeadershipLost { reason }),
+        (
+            at,
+            Ev::SteppingDown {
+                token: TOKEN,
+                reason,
+                signal,
+            },
+        ),
+    ]
+}
+
+/// A step-down's group died of SIGKILL at `at`; the claim is released.
+fn stepped_down(at: Duration) -> Events {
+    let status = ChildStatus::Signaled(9);
+    vec![
+        (
+            at,
+            Ev::ExitedWhileStopping {
+                token: TOKEN,
+                status,
+            },
+        ),
+        (at, Ev::SteppedDown { token: TOKEN }),
+        (at, Ev::GroupGone { code: None }),
+        released(at),
+        (at, Ev::LeadEnded { lost: true }),
+    ]
+}
+
+/// The command ended at `at` with `status` while leading (its group with it).
+fn command_ended(at: Duration, status: ChildStatus) -> Events {
+    let code = Some(status.code());
+    vec![
+        (
+            at,
+            Ev::Exited {
+                token: TOKEN,
+                status,
+            },
+        ),
+        (at, Ev::GroupGone { code }),
+    ]
+}
+
+fn sigkill(at: Duration, why: Sigkill) -> (Duration, Ev) {
+    (at, Ev::Sigkill { token: TOKEN, why })
+}
+
+fn deadline_missed() -> Ended {
+    Ended::DeadlineMissed {
+        renew_deadline: 10 * S,
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -334,6 +499,20 @@ async fn a_missed_deadline_signals_at_the_deadline_kills_after_the_grace_and_rel
     );
     // Released once, only after the group died of SIGKILL.
     assert_eq!(ran.releases, [14 * S + DYING]);
+    let expected = [
+        started(Duration::ZERO),
+        stepping_down(10 * S, deadline_missed(), Signal::SIGTERM),
+        vec![sigkill(14 * S, Sigkill::KillAfter)],
+        stepped_down(14 * S + DYING),
+    ];
+    assert_eq!(ran.events, expected.concat());
+    // The step-down is counted before the first signal goes, and said after it; SIGKILL is
+    // said after it went.
+    let lost = ran.signals_before(|e| matches!(e, Ev::LeadershipLost { .. }));
+    assert_eq!(lost, [0]);
+    let stepping = ran.signals_before(|e| matches!(e, Ev::SteppingDown { .. }));
+    assert_eq!(stepping, [1]);
+    assert_eq!(ran.signals_before(|e| matches!(e, Ev::Sigkill { .. })), [2]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -351,6 +530,14 @@ async fn a_deadline_noticed_past_the_lease_sigkills_at_once() {
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
     assert_eq!(ran.signals, [(25 * S, Signal::SIGKILL)]);
     assert_eq!(ran.releases, [25 * S + DYING]);
+    // The pause began before the supervisor's report of the start was read.
+    let expected = [
+        elected(Duration::ZERO),
+        stepping_down(25 * S, deadline_missed(), Signal::SIGKILL),
+        vec![sigkill(25 * S, Sigkill::Late(11 * S))],
+        stepped_down(25 * S + DYING),
+    ];
+    assert_eq!(ran.events, expected.concat());
 }
 
 #[tokio::test(start_paused = true)]
@@ -367,11 +554,25 @@ async fn a_deadline_noticed_late_keeps_the_grace_only_while_it_fits_in_the_lease
             (18 * S + 250 * MS, Signal::SIGKILL)
         ]
     );
+    let expected = [
+        elected(Duration::ZERO),
+        stepping_down(14 * S + 250 * MS, deadline_missed(), Signal::SIGTERM),
+        vec![sigkill(18 * S + 250 * MS, Sigkill::KillAfter)],
+        stepped_down(18 * S + 250 * MS + DYING),
+    ];
+    assert_eq!(ran.events, expected.concat());
     // One millisecond later it would not: SIGKILL at once.
     let group = FakeGroup::new(Dies::OnKill).paused(5 * S, pause + MS);
     let ran = run(settings(), Script::default(), group, vec![]).await;
     assert_eq!(ran.signals, [(14 * S + 251 * MS, Signal::SIGKILL)]);
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    let expected = [
+        elected(Duration::ZERO),
+        stepping_down(14 * S + 251 * MS, deadline_missed(), Signal::SIGKILL),
+        vec![sigkill(14 * S + 251 * MS, Sigkill::Late(251 * MS))],
+        stepped_down(14 * S + 251 * MS + DYING),
+    ];
+    assert_eq!(ran.events, expected.concat());
 }
 
 #[tokio::test(start_paused = true)]
@@ -418,6 +619,18 @@ async fn loss_while_campaigning_releases_the_candidacy_and_campaigns_again() {
     assert_eq!(ran.releases, [2 * S, 5 * S], "one release per candidacy");
     assert_eq!(ran.code, exit::NOT_ACQUIRED);
     assert!(ran.signals.is_empty(), "nothing ran: {:?}", ran.signals);
+    let lost = CandidacyLost::Renewal(Ended::Expired);
+    let expected = [
+        campaigning(true, Duration::ZERO),
+        (2 * S, Ev::CandidacyLost(lost)),
+        released(2 * S),
+        campaigning(false, 4 * S),
+        (5 * S, Ev::NotAcquired(NotAcquired::TimeoutInLine)),
+        released(5 * S),
+    ];
+    assert_eq!(ran.events, expected);
+    // systemd reads READY=1 before this process is gone.
+    assert_eq!(ran.barriers, [5 * S]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -434,6 +647,12 @@ async fn a_store_reported_loss_while_leading_sigkills_at_once_and_exits_75() {
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
     assert_eq!(ran.signals, [(4 * S, Signal::SIGKILL)]);
     assert_eq!(ran.releases, [4 * S + DYING]);
+    let expected = [
+        started(Duration::ZERO),
+        stepping_down(4 * S, Ended::Expired, Signal::SIGKILL),
+        stepped_down(4 * S + DYING),
+    ];
+    assert_eq!(ran.events, expected.concat());
 }
 
 #[tokio::test(start_paused = true)]
@@ -454,6 +673,18 @@ async fn loss_while_holding_releases_and_exits_with_the_commands_status() {
     assert_eq!(ran.code, 3);
     assert!(ran.signals.is_empty(), "{:?}", ran.signals);
     assert_eq!(ran.releases, [6 * S]);
+    let seen = Seen::Renewal(Ended::Expired);
+    let expected = [
+        started(Duration::ZERO),
+        command_ended(S, ChildStatus::Exited(3)),
+        vec![
+            (S, Ev::Holding { token: TOKEN }),
+            (6 * S, Ev::HoldLost { token: TOKEN, seen }),
+            released(6 * S),
+            (6 * S, Ev::LeadEnded { lost: false }),
+        ],
+    ];
+    assert_eq!(ran.events, expected.concat());
 }
 
 #[tokio::test(start_paused = true)]
@@ -471,6 +702,13 @@ async fn a_key_deleted_while_stepping_down_ends_the_grace_with_sigkill() {
         [(10 * S, Signal::SIGTERM), (12 * S, Signal::SIGKILL)]
     );
     assert_eq!(ran.releases, [12 * S + DYING]);
+    let expected = [
+        started(Duration::ZERO),
+        stepping_down(10 * S, deadline_missed(), Signal::SIGTERM),
+        vec![sigkill(12 * S, Sigkill::ClaimEnded)],
+        stepped_down(12 * S + DYING),
+    ];
+    assert_eq!(ran.events, expected.concat());
 }
 
 #[tokio::test(start_paused = true)]
@@ -491,6 +729,23 @@ async fn a_group_that_survives_sigkill_is_given_up_on_and_the_lease_left_to_expi
         ran.releases
     );
     assert_eq!(ran.ended, 14 * S + super::stop::KILL_WAIT);
+    let given_up = 14 * S + super::stop::KILL_WAIT;
+    let stuck = Ev::GroupStuck {
+        token: TOKEN,
+        pids: vec![PID],
+        waited: super::stop::KILL_WAIT,
+    };
+    let expected = [
+        started(Duration::ZERO),
+        stepping_down(10 * S, deadline_missed(), Signal::SIGTERM),
+        vec![
+            sigkill(14 * S, Sigkill::KillAfter),
+            (given_up, stuck),
+            (given_up, Ev::GroupGone { code: None }),
+            (given_up, Ev::LeadEnded { lost: true }),
+        ],
+    ];
+    assert_eq!(ran.events, expected.concat(), "no release");
 }
 
 #[tokio::test(start_paused = true)]
@@ -500,6 +755,12 @@ async fn a_command_that_exits_releases_once_and_passes_its_status_on() {
     assert_eq!(ran.code, 4);
     assert_eq!(ran.releases, [3 * S]);
     assert!(ran.signals.is_empty());
+    let expected = [
+        started(Duration::ZERO),
+        command_ended(3 * S, ChildStatus::Exited(4)),
+        vec![released(3 * S), (3 * S, Ev::LeadEnded { lost: false })],
+    ];
+    assert_eq!(ran.events, expected.concat());
 }
 
 #[tokio::test(start_paused = true)]
@@ -518,6 +779,26 @@ async fn a_forwarded_term_takes_the_same_stop_path_and_releases_once() {
     );
     assert_eq!(ran.code, 128 + Signal::SIGKILL as u8);
     assert_eq!(ran.releases, [9 * S + DYING]);
+    let forwarded = Ev::SignalForwarded {
+        token: TOKEN,
+        signal: Signal::SIGTERM,
+        stop: true,
+    };
+    let reported = ran.signals_before(|e| matches!(e, Ev::SignalForwarded { .. }));
+    assert_eq!(reported, [1], "forwarded first, reported after");
+    let expected = [
+        started(Duration::ZERO),
+        vec![
+            (5 * S, forwarded.clone()),
+            sigkill(9 * S, Sigkill::KillAfter),
+        ],
+        command_ended(9 * S + DYING, ChildStatus::Signaled(9)),
+        vec![
+            released(9 * S + DYING),
+            (9 * S + DYING, Ev::LeadEnded { lost: false }),
+        ],
+    ];
+    assert_eq!(ran.events, expected.concat());
     // A command that obeys: its own status, released once it is gone.
     let ran = run(
         settings(),
@@ -529,6 +810,16 @@ async fn a_forwarded_term_takes_the_same_stop_path_and_releases_once() {
     assert_eq!(ran.signals, [(5 * S, Signal::SIGTERM)]);
     assert_eq!(ran.code, 128 + Signal::SIGTERM as u8);
     assert_eq!(ran.releases, [5 * S + DYING]);
+    let expected = [
+        started(Duration::ZERO),
+        vec![(5 * S, forwarded)],
+        command_ended(5 * S + DYING, ChildStatus::Signaled(15)),
+        vec![
+            released(5 * S + DYING),
+            (5 * S + DYING, Ev::LeadEnded { lost: false }),
+        ],
+    ];
+    assert_eq!(ran.events, expected.concat());
 }
 
 #[tokio::test(start_paused = true)]
@@ -544,51 +835,16 @@ async fn a_dead_supervisor_releases_once_the_group_is_gone_and_exits_125() {
         "{:?}",
         ran.releases
     );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_wait_timeout_withdraws_the_candidacy_once() {
-    let script = Script {
-        check_turn: behind(),
-        ..Script::default()
+    // Failed: not counted as a leadership that ended.
+    let died = Ev::SupervisorDied {
+        token: TOKEN,
+        error: "the supervisor process died".into(),
     };
-    let mut settings = settings();
-    settings.wait = Wait::Until(5 * S);
-    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
-    assert_eq!(ran.code, exit::NOT_ACQUIRED);
-    assert_eq!(ran.releases, [5 * S]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn no_wait_behind_a_leader_withdraws_once() {
-    let script = Script {
-        check_turn: behind(),
-        ..Script::default()
-    };
-    let mut settings = settings();
-    settings.wait = Wait::No;
-    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
-    assert_eq!(ran.code, exit::NOT_ACQUIRED);
-    assert_eq!(ran.releases, [Duration::ZERO]);
-    assert_eq!(ran.fake.times(Call::Campaign).len(), 1);
-}
-
-#[tokio::test(start_paused = true)]
-async fn term_while_campaigning_withdraws_once() {
-    let script = Script {
-        check_turn: behind(),
-        ..Script::default()
-    };
-    let ran = run(
-        settings(),
-        script,
-        FakeGroup::new(Dies::OnTerm),
-        vec![(3 * S, Signal::SIGTERM)],
-    )
-    .await;
-    assert_eq!(ran.code, 128 + Signal::SIGTERM as u8);
-    assert_eq!(ran.releases, [3 * S]);
-    assert!(ran.signals.is_empty());
+    let expected = [
+        started(Duration::ZERO),
+        vec![(3 * S, died), released(ran.releases[0])],
+    ];
+    assert_eq!(ran.events, expected.concat());
 }
 
 #[tokio::test(start_paused = true)]
@@ -605,6 +861,28 @@ async fn a_handover_takes_the_same_stop_path_and_releases_once_the_group_is_gone
     );
     assert_eq!(ran.releases, [9 * S + DYING]);
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
+    let handing_over = Ev::HandingOver {
+        token: TOKEN,
+        signal: Signal::SIGTERM,
+        why: "resign asked for a handover",
+        stop: true,
+    };
+    let gone = 9 * S + DYING;
+    let expected = [
+        started(Duration::ZERO),
+        vec![(5 * S, handing_over), sigkill(9 * S, Sigkill::KillAfter)],
+        command_ended(gone, ChildStatus::Signaled(9)),
+        vec![
+            (gone, Ev::HandedOver { token: TOKEN }),
+            released(gone),
+            (gone, Ev::LeadEnded { lost: true }),
+            (gone, Ev::HandoverComplete),
+        ],
+    ];
+    assert_eq!(ran.events, expected.concat());
+    // Signal first, report after.
+    let handing = ran.signals_before(|e| matches!(e, Ev::HandingOver { .. }));
+    assert_eq!(handing, [1]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -631,281 +909,11 @@ async fn a_second_term_while_stepping_down_ends_the_grace_at_once() {
     );
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
     assert_eq!(ran.releases, [11 * S + DYING]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn with_recampaign_each_candidacy_is_released_once() {
-    // Leading from 0; the lease is reported expired at 2 s; the second candidacy waits behind
-    // another until --wait-timeout (counted again from the loss) passes at 7 s.
-    let mut check_turn = VecDeque::from([Step::now(Ok(Turn::Leading { token: 7 }))]);
-    check_turn.extend(behind());
-    let script = Script {
-        check_turn,
-        renew: renewals(vec![Step::now(Ok(Renewal::Expired))]),
-        ..Script::default()
-    };
-    let mut settings = settings();
-    settings.recampaign = true;
-    settings.wait = Wait::Until(5 * S);
-    let ran = run(settings, script, FakeGroup::new(Dies::OnKill), vec![]).await;
-    assert_eq!(ran.signals, [(2 * S, Signal::SIGKILL)]);
-    assert_eq!(
-        ran.fake.times(Call::Campaign),
-        [Duration::ZERO, 2 * S + DYING]
-    );
-    assert_eq!(ran.releases, [2 * S + DYING, 7 * S + DYING]);
-    assert_eq!(ran.code, exit::NOT_ACQUIRED);
-}
-
-/// Instances already in the election use `--max-holders 3`; this one says 2.
-fn mismatched() -> (Settings, Script) {
-    let mut settings = settings();
-    settings.max_holders = 2;
-    let script = Script {
-        check_turn: VecDeque::from([Step::now(Ok(Turn::Mismatch { theirs: 3 }))]),
-        ..Script::default()
-    };
-    (settings, script)
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_max_holders_mismatch_releases_the_candidacy_and_exits_125_without_starting() {
-    for wait in [Wait::Forever, Wait::Until(5 * S), Wait::No] {
-        let (mut settings, script) = mismatched();
-        settings.wait = wait;
-        let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
-        assert_eq!(ran.code, exit::FAILURE, "{wait:?}");
-        assert_eq!(
-            ran.message.as_deref(),
-            Some(
-                "--max-holders 2 does not match the --max-holders 3 of the instances already in \
-                 lease 'test': every instance of one lease must give the same value"
-            ),
-            "{wait:?}"
-        );
-        assert!(!ran.message.unwrap().contains('\n'), "one line");
-        // Released at once (the candidacy takes no place: its release leaves nothing behind),
-        // exactly once, after one look and one campaign; nothing started, nothing signalled.
-        assert_eq!(ran.releases, [Duration::ZERO], "{wait:?}");
-        assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO], "{wait:?}");
-        assert_eq!(
-            ran.fake.times(Call::CheckTurn),
-            [Duration::ZERO],
-            "{wait:?}"
-        );
-        assert_eq!(ran.spawned, None, "{wait:?}");
-        assert!(ran.signals.is_empty(), "{wait:?}: {:?}", ran.signals);
-        assert_eq!(ran.ended, Duration::ZERO, "{wait:?}");
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_mismatch_met_after_waiting_in_line_also_releases_and_exits_125() {
-    // Behind a holder for a while (300 ms: three looks); the next look meets instances with
-    // another N (they joined meanwhile; the store found them when we were next to hold).
-    let (settings, mut script) = mismatched();
-    let ahead = Ahead {
-        key: b"/leader-exec/test/1".to_vec(),
-        revision: 3,
-        expires_in: None,
-        holders: Vec::new(),
-    };
-    script.check_turn = std::iter::repeat_n(Step::now(Ok(Turn::Behind(ahead))), 3)
-        .chain([Step::now(Ok(Turn::Mismatch { theirs: 3 }))])
-        .collect();
-    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
-    assert_eq!(ran.code, exit::FAILURE);
-    assert!(
-        ran.message
-            .as_deref()
-            .is_some_and(|m| m.starts_with("--max-holders 2 does not match the --max-holders 3 ")),
-        "{:?}",
-        ran.message
-    );
-    assert_eq!(ran.releases, [300 * MS]);
-    assert_eq!(ran.spawned, None);
-    assert!(ran.signals.is_empty());
-}
-
-#[tokio::test(start_paused = true)]
-async fn max_runtime_takes_the_stop_path_of_term_and_exits_79_once_the_group_is_gone() {
-    // A command that ignores TERM: --kill-signal at the bound, SIGKILL --kill-after later,
-    // released once the group is gone.
-    let mut settings = settings();
-    settings.max_runtime = Some(30 * S);
-    let ran = run(
-        settings,
-        Script::default(),
-        FakeGroup::new(Dies::OnKill),
-        vec![],
-    )
-    .await;
-    assert_eq!(
-        ran.signals,
-        [(30 * S, Signal::SIGTERM), (34 * S, Signal::SIGKILL)]
-    );
-    assert_eq!(ran.code, exit::MAX_RUNTIME);
-    assert_eq!(ran.releases, [34 * S + DYING]);
-    // --kill-signal is the first signal, as on TERM.
-    let mut settings = self::settings();
-    settings.max_runtime = Some(30 * S);
-    settings.kill_signal = Signal::SIGKILL;
-    let ran = run(
-        settings,
-        Script::default(),
-        FakeGroup::new(Dies::OnKill),
-        vec![],
-    )
-    .await;
-    assert_eq!(ran.signals, [(30 * S, Signal::SIGKILL)]);
-    assert_eq!(ran.code, exit::MAX_RUNTIME);
-    assert_eq!(ran.releases, [30 * S + DYING]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_command_that_ends_before_max_runtime_is_unaffected() {
-    let mut settings = settings();
-    settings.max_runtime = Some(30 * S);
-    let group = FakeGroup::new(Dies::OnTerm).exits_after(3 * S, 4);
-    let ran = run(settings, Script::default(), group, vec![]).await;
-    assert_eq!(ran.code, 4);
-    assert!(ran.signals.is_empty(), "{:?}", ran.signals);
-    assert_eq!(ran.releases, [3 * S]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn max_runtime_keeps_the_hold() {
-    let mut settings = settings();
-    settings.max_runtime = Some(5 * S);
-    settings.hold_at_least = Some(60 * S);
-    let ran = run(
-        settings,
-        Script::default(),
-        FakeGroup::new(Dies::OnTerm),
-        vec![],
-    )
-    .await;
-    assert_eq!(ran.signals, [(5 * S, Signal::SIGTERM)]);
-    assert_eq!(ran.releases, [60 * S], "held until --hold-at-least");
-    assert_eq!(ran.code, exit::MAX_RUNTIME);
-}
-
-#[tokio::test(start_paused = true)]
-async fn max_runtime_with_recampaign_campaigns_again() {
-    // Leading from 0, stopped at 5 s; the second candidacy waits behind another until
-    // --wait-timeout passes.
-    let mut check_turn = VecDeque::from([Step::now(Ok(Turn::Leading { token: 7 }))]);
-    check_turn.extend(behind());
-    let script = Script {
-        check_turn,
-        ..Script::default()
-    };
-    let mut settings = settings();
-    settings.max_runtime = Some(5 * S);
-    settings.recampaign = true;
-    settings.wait = Wait::Until(5 * S);
-    let ran = run(settings, script, FakeGroup::new(Dies::OnTerm), vec![]).await;
-    assert_eq!(ran.signals, [(5 * S, Signal::SIGTERM)]);
-    // Again after --retry-period, behind the next in line.
-    assert_eq!(
-        ran.fake.times(Call::Campaign),
-        [Duration::ZERO, 7 * S + DYING]
-    );
-    assert_eq!(ran.releases, [5 * S + DYING, 12 * S + DYING]);
-    assert_eq!(ran.code, exit::NOT_ACQUIRED);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_loss_during_a_max_runtime_stop_is_a_step_down() {
-    // Stopped at 5 s (TERM ignored, grace until 9 s); the lease is reported gone at 6 s.
-    let script = Script {
-        renew: renewals(vec![
-            Step::now(Ok(Renewal::Alive)),
-            Step::now(Ok(Renewal::Alive)),
-            Step::now(Ok(Renewal::Expired)),
-        ]),
-        ..Script::default()
-    };
-    let mut settings = settings();
-    settings.max_runtime = Some(5 * S);
-    let ran = run(settings, script, FakeGroup::new(Dies::OnKill), vec![]).await;
-    assert_eq!(
-        ran.signals,
-        [(5 * S, Signal::SIGTERM), (6 * S, Signal::SIGKILL)]
-    );
-    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
-    assert_eq!(ran.releases, [6 * S + DYING]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_unhealthy_leader_hands_over_through_the_stop_path_and_exits_75() {
-    let ran = run_checked(
-        settings(),
-        Script::default(),
-        FakeGroup::new(Dies::OnKill),
-        vec![],
-        Some((true, vec![(5 * S, false)])),
-    )
-    .await;
-    assert_eq!(
-        ran.signals,
-        [(5 * S, Signal::SIGTERM), (9 * S, Signal::SIGKILL)]
-    );
-    assert_eq!(ran.releases, [9 * S + DYING]);
-    assert_eq!(ran.code, exit::LEADERSHIP_LOST);
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_first_campaign_waits_for_a_passing_check() {
-    let group = FakeGroup::new(Dies::OnTerm).exits_after(S, 0);
-    let ran = run_checked(
-        settings(),
-        Script::default(),
-        group,
-        vec![],
-        Some((false, vec![(3 * S, true)])),
-    )
-    .await;
-    assert_eq!(ran.fake.times(Call::Campaign), [3 * S]);
-    assert_eq!(ran.spawned, Some(3 * S));
-    assert_eq!(ran.code, 0);
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_unhealthy_waiter_leaves_the_line_and_rejoins_once_healthy() {
-    let script = Script {
-        check_turn: behind(),
-        ..Script::default()
-    };
-    let mut settings = settings();
-    settings.wait = Wait::Until(15 * S);
-    let ran = run_checked(
-        settings,
-        script,
-        FakeGroup::new(Dies::OnTerm),
-        vec![],
-        Some((true, vec![(4 * S, false), (10 * S, true)])),
-    )
-    .await;
-    assert_eq!(ran.fake.times(Call::Campaign), [Duration::ZERO, 10 * S]);
-    assert_eq!(ran.releases, [4 * S, 15 * S]);
-    assert_eq!(ran.code, exit::NOT_ACQUIRED);
-    assert_eq!(ran.spawned, None);
-}
-
-#[tokio::test(start_paused = true)]
-async fn no_wait_with_a_failing_first_check_exits_124_without_campaigning() {
-    let mut settings = settings();
-    settings.wait = Wait::No;
-    let ran = run_checked(
-        settings,
-        Script::default(),
-        FakeGroup::new(Dies::OnTerm),
-        vec![],
-        Some((false, vec![(S, false)])),
-    )
-    .await;
-    assert!(ran.fake.times(Call::Campaign).is_empty());
-    assert_eq!(ran.code, exit::NOT_ACQUIRED);
-    assert_eq!(ran.ended, S);
+    // The second TERM's SIGKILL is reported by the signals it sent, as before: no event.
+    let expected = [
+        started(Duration::ZERO),
+        stepping_down(10 * S, deadline_missed(), Signal::SIGTERM),
+        stepped_down(11 * S + DYING),
+    ];
+    assert_eq!(ran.events, expected.concat());
 }

@@ -1,10 +1,12 @@
 //! What wires the telemetry together for one run: the metrics registry, the `--http` server and
 //! the `--metrics-file` writer, each only when asked for.
 
+pub mod event;
 pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod metrics_file;
+pub mod report;
 use std::path::PathBuf;
 
 use crate::exit::Failure;
