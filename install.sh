@@ -115,6 +115,8 @@ man/leader-exec-status.1 share/man/man1/leader-exec-status.1 644
 man/leader-exec-watch.1 share/man/man1/leader-exec-watch.1 644
 man/leader-exec-check.1 share/man/man1/leader-exec-check.1 644
 man/leader-exec-resign.1 share/man/man1/leader-exec-resign.1 644
+man/leader-exec-hold.1 share/man/man1/leader-exec-hold.1 644
+man/leader-exec-release.1 share/man/man1/leader-exec-release.1 644
 completions/leader-exec.bash share/bash-completion/completions/leader-exec 644
 completions/_leader-exec share/zsh/site-functions/_leader-exec 644
 completions/leader-exec.fish share/fish/vendor_completions.d/leader-exec.fish 644
@@ -131,6 +133,8 @@ LICENSE-MIT share/doc/leader-exec/LICENSE-MIT 644
 LICENSE-APACHE share/doc/leader-exec/LICENSE-APACHE 644
 packaging/examples/outbox-relay.conf share/doc/leader-exec/examples/outbox-relay.conf 644
 packaging/examples/statements.conf share/doc/leader-exec/examples/statements.conf 644
+packaging/examples/leader-exec-reboot.service share/doc/leader-exec/examples/leader-exec-reboot.service 644
+packaging/examples/leader-exec-reboot-done.service share/doc/leader-exec/examples/leader-exec-reboot-done.service 644
 packaging/run-job libexec/leader-exec/run-job 755
 packaging/systemd/leader-exec@.service lib/systemd/system/leader-exec@.service 644
 packaging/systemd/leader-exec@.timer lib/systemd/system/leader-exec@.timer 644

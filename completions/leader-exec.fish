@@ -77,6 +77,8 @@ complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "status" -d 'Sh
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "watch" -d 'Print one line (or JSON object) per leadership change, until interrupted'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "check" -d 'Exit 0 if TOKEN is the current leader\'s token, 1 if it is not (stale), 125 on error'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "resign" -d 'Hand leadership over to the next instance in line, from any host, without an overlap'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "hold" -d 'Take a slot and keep it with no process behind it (rolling reboots), printing its token'
+complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "release" -d 'Give back the slot `leader-exec hold` took under --identity (default: the host name)'
 complete -c leader-exec -n "__fish_leader_exec_needs_command" -a "completion" -d 'Print the completion script for SHELL (the one installed under share/ for it)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand status" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
@@ -141,6 +143,41 @@ complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -l force
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand resign" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l for -d 'The bound of a slot nobody releases (a host that never came back): on etcd it ends DUR after it was taken; on PostgreSQL and ZooKeeper once a waiting instance has seen it unchanged for DUR. At least 1s' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l identity -d 'Who holds the slot, as `status` shows it and `release` names it [default: <hostname>]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l max-holders -d 'How many slots the lease has (1-1000); the same N as every run-form instance of the lease' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l wait-timeout -d 'Give up waiting in line after this long (exit 124) [default: wait forever]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l ttl -d 'The lease of this instance\'s place in line while it waits, as the run form\'s --ttl' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l connect-timeout -d 'How long the first contact with the store may take before leader-exec gives up (exit 125, naming the endpoint); a connection refused on every endpoint ends the wait at once. Later outages are retried (a leader until its renew deadline)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l cacert -d 'CA certificate to verify the store\'s certificate (PEM; etcd and PostgreSQL) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l user -d 'The store\'s user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l password-file -d 'Read the store\'s password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG\'s target=level,... form that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+json\t'One JSON object per line'"
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -s n -l no-wait -d 'Try once: exit 124 at once if every slot is held'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand hold" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l identity -d 'Whose slot to give back [default: <hostname>]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l connect-timeout -d 'How long the first contact with the store may take before leader-exec gives up (exit 125, naming the endpoint); a connection refused on every endpoint ends the wait at once. Later outages are retried (a leader until its renew deadline)' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l cacert -d 'CA certificate to verify the store\'s certificate (PEM; etcd and PostgreSQL) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l cert -d 'Client certificate for TLS (PEM) [env: LEADER_EXEC_CERT, then ETCDCTL_CERT]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l key -d 'Client private key for TLS (PEM) [env: LEADER_EXEC_KEY, then ETCDCTL_KEY]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l user -d 'The store\'s user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]' -r -f
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l password-file -d 'Read the store\'s password from this file (first line) [env: LEADER_EXEC_PASSWORD holds the password itself; PostgreSQL also reads PGPASSWORD]' -r -F
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -l log-format -d 'Log format on stderr. LEADER_EXEC_LOG, if set, is a filter in RUST_LOG\'s target=level,... form that overrides -v/-q' -r -f -a "text\t'One human-readable line per event'
+json\t'One JSON object per line'"
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -s v -l verbose -d 'More log output on stderr (-v: the lifecycle, -vv: debug, -vvv: trace); default: warnings and errors'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -s q -l quiet -d 'Less log output on stderr (-q: errors only, -qq: no log lines; a failure of leader-exec itself still prints its one last line)'
+complete -c leader-exec -n "__fish_leader_exec_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -s l -l lease -d 'Name of the election; every instance that should exclude the others uses the same name' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l prefix -d 'Key prefix; the election\'s keys live under PREFIX + NAME + "/"' -r -f
 complete -c leader-exec -n "__fish_leader_exec_using_subcommand completion" -l endpoints -d 'etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq\'s form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]' -r -f

@@ -11,7 +11,8 @@
 #   share/man/man1/leader-exec*.1
 #   share/bash-completion/completions/leader-exec, share/zsh/site-functions/_leader-exec,
 #   share/fish/vendor_completions.d/leader-exec.fish
-#   share/doc/leader-exec/README.md, docs/*.md, LICENSE-MIT, LICENSE-APACHE, examples/*.conf
+#   share/doc/leader-exec/README.md, docs/*.md, LICENSE-MIT, LICENSE-APACHE, examples/*.conf,
+#   examples/*.service (the rolling-reboot units: examples, not installed as units)
 #
 # laid out to be unpacked into PREFIX (default /usr/local, which systemd searches for units):
 #
@@ -59,8 +60,10 @@ put 644 completions/leader-exec.bash share/bash-completion/completions/leader-ex
 put 644 completions/_leader-exec share/zsh/site-functions/_leader-exec
 put 644 completions/leader-exec.fish share/fish/vendor_completions.d/leader-exec.fish
 for doc in README.md docs/*.md LICENSE-MIT LICENSE-APACHE; do put 644 "$doc" "share/doc/leader-exec/$doc"; done
-for conf in packaging/examples/*.conf; do
+for conf in packaging/examples/*.conf packaging/examples/*.service; do
     put 644 "$conf" "share/doc/leader-exec/examples/$(basename "$conf")"
+    sed -i -e "s|/usr/bin/leader-exec|$prefix/bin/leader-exec|g" \
+        "$stage/share/doc/leader-exec/examples/$(basename "$conf")"
 done
 for unit in packaging/systemd/*; do
     put 644 "$unit" "lib/systemd/system/$(basename "$unit")"
@@ -87,7 +90,9 @@ if $check; then
         share/zsh/site-functions/_leader-exec share/fish/vendor_completions.d/leader-exec.fish \
         share/doc/leader-exec/LICENSE-MIT share/doc/leader-exec/LICENSE-APACHE \
         share/doc/leader-exec/README.md share/doc/leader-exec/docs/reference.md \
-        share/doc/leader-exec/examples/outbox-relay.conf; do
+        share/doc/leader-exec/examples/outbox-relay.conf \
+        share/doc/leader-exec/examples/leader-exec-reboot.service \
+        share/doc/leader-exec/examples/leader-exec-reboot-done.service; do
         [ -f "$unpacked/$file" ] || fail "$file missing"
     done
     [ "$("$unpacked/bin/leader-exec" --version)" = "leader-exec $version" ] || fail "--version"

@@ -68,6 +68,8 @@ expected="
 /usr/share/man/man1/leader-exec-watch.1.gz
 /usr/share/man/man1/leader-exec-check.1.gz
 /usr/share/man/man1/leader-exec-resign.1.gz
+/usr/share/man/man1/leader-exec-hold.1.gz
+/usr/share/man/man1/leader-exec-release.1.gz
 /usr/share/bash-completion/completions/leader-exec
 /usr/share/zsh/vendor-completions/_leader-exec
 /usr/share/fish/vendor_completions.d/leader-exec.fish
@@ -89,6 +91,8 @@ expected="
 /usr/share/doc/leader-exec/copyright
 /usr/share/doc/leader-exec/examples/outbox-relay.conf
 /usr/share/doc/leader-exec/examples/statements.conf
+/usr/share/doc/leader-exec/examples/leader-exec-reboot.service
+/usr/share/doc/leader-exec/examples/leader-exec-reboot-done.service
 "
 for path in $expected; do
     grep -qx "$path" "$work/listed" || fail "the package does not list $path"

@@ -325,6 +325,9 @@ fn subcommand(cli: Cli) -> anyhow::Result<u8> {
         .build()?;
     runtime.block_on(async move {
         let mut signals = Signals::install()?;
+        if let Subcommand::Hold(args) = subcommand {
+            return hold(&connection, &scope, args, &mut signals).await;
+        }
         let store = connection.open_reader(&scope.prefix, Some(&scope)).await?;
         serve(
             &store,
@@ -362,11 +365,50 @@ async fn serve<B: Store>(
             Subcommand::Watch(args) => {
                 commands::watch::watch(backend, scope, args.json, limit, signals).await
             }
-            Subcommand::GenerateAssets { .. } | Subcommand::Completion { .. } => {
+            Subcommand::Release(args) => {
+                let identity = crate::validate::hold_identity(args.identity)?;
+                commands::hold::release(backend, scope, &identity, limit).await
+            }
+            Subcommand::GenerateAssets { .. }
+            | Subcommand::Completion { .. }
+            | Subcommand::Hold(_) => {
                 unreachable!("handled above")
             }
         }
     }
+}
+
+/// `hold`: a candidate of the election, whose place in line lives for `--ttl` while it waits
+/// (renewed each third of it); nothing runs once it holds, so no step-down margin is needed.
+async fn hold(
+    connection: &crate::election::any::Connection,
+    scope: &Scope,
+    args: cli::HoldArgs,
+    signals: &mut Signals,
+) -> anyhow::Result<u8> {
+    let identity = crate::validate::hold_identity(args.identity)?;
+    crate::telemetry::logging::set_context(&scope.lease, &identity);
+    if args.ttl < std::time::Duration::from_secs(1) {
+        return Err(Failure::usage("--ttl must be at least 1s").into());
+    }
+    let retry_period = args.ttl / 3;
+    let timing = LeaseTiming {
+        ttl: args.ttl,
+        retry_period,
+        needed: std::time::Duration::ZERO,
+    };
+    let store = connection
+        .open(scope, identity.clone(), timing, args.max_holders)
+        .await?;
+    let request = commands::hold::Request {
+        identity,
+        max_holders: args.max_holders,
+        bound: args.bound,
+        no_wait: args.no_wait,
+        wait_timeout: args.wait_timeout,
+        retry_period,
+    };
+    commands::hold::hold(&store, scope, request, connection.connect_timeout, signals).await
 }
 
 /// `status --all`: every lease under the prefix.

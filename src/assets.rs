@@ -23,6 +23,8 @@ pub fn all() -> io::Result<Vec<(String, Vec<u8>)>> {
         ("watch", "leader-exec-watch"),
         ("check", "leader-exec-check"),
         ("resign", "leader-exec-resign"),
+        ("hold", "leader-exec-hold"),
+        ("release", "leader-exec-release"),
     ] {
         let subcommand = command
             .find_subcommand(name)
@@ -227,8 +229,8 @@ mod tests {
             .collect();
         assert_eq!(
             set.len(),
-            6,
-            "root + status, watch, check, resign, completion: {set:?}"
+            8,
+            "root + status, watch, check, resign, hold, release, completion: {set:?}"
         );
         for name in &set {
             assert!(branches.contains(name), "no branch {name}) in {branches:?}");

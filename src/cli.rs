@@ -50,7 +50,12 @@ Who leads, since which token, and the recent occurrences:
 
 Move leadership to the next host in line, from anywhere (the leader stops its command as on TERM,
 releases, and exits 75):
-  leader-exec resign --lease outbox-relay --token 42";
+  leader-exec resign --lease outbox-relay --token 42
+
+Rolling reboots, at most two hosts at a time: hold a slot across the reboot (at most an hour),
+give it back after the boot (packaged example units: leader-exec-reboot*.service):
+  leader-exec hold --lease reboot --max-holders 2 --for 1h && systemctl reboot
+  leader-exec release --lease reboot";
 
 pub const CHILD_ENVIRONMENT: &str = "\
 LEADER_TOKEN     fencing token (decimal), strictly greater than every earlier leader's (holder's)
@@ -108,9 +113,12 @@ check:   0 the token is the current leader's (any current holder's), 1 it is not
          125 error
 resign:  0 the leader handed over (--force: its claim was deleted), 1 --token given and not
          the current leader's (any current holder's; nothing asked or deleted), 3 no leader,
-         124 the leader did not hand over within --timeout (frozen host? see --force), 125
-         error
-watch:   0 when interrupted (INT/TERM), 125 error";
+         124 the leader did not hand over within --timeout (frozen host? see --force; a slot
+         held by `hold` at once), 125 error
+watch:   0 when interrupted (INT/TERM), 125 error
+hold:    0 the slot is held (its token on stdout; also when already held under --identity),
+         75 lost between taking and holding it (run it again), 124 not acquired, 125 error
+release: 0 the slot was given back, 3 none is held under --identity, 125 error";
 
 pub const SIGNALS: &str = "\
 TERM, INT, HUP, QUIT, USR1 and USR2 sent to leader-exec while the command runs are forwarded to
@@ -240,7 +248,7 @@ pub fn try_parse() -> Result<Cli, clap::Error> {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign> --lease <NAME> [OPTIONS]\n       leader-exec completion <bash|zsh|fish>",
+    override_usage = "leader-exec [OPTIONS] --lease <NAME> -- <COMMAND> [ARG]...\n       leader-exec <status|watch|check|resign|hold|release> --lease <NAME> [OPTIONS]\n       leader-exec completion <bash|zsh|fish>",
     disable_help_subcommand = true,
     max_term_width = 100
 )]
@@ -292,10 +300,32 @@ pub enum Subcommand {
     /// --timeout (a frozen host) is named, and `resign` exits 124; --force then deletes its
     /// claim at once. With --max-holders above 1 it asks the oldest holder (the leader `status`
     /// shows), or with --token T the holder with token T, and waits for that holder's claim
-    /// alone. Exit status: 0 handed over (--force: deleted), 1 --token given and not the
-    /// current leader's (with several holders: no current holder's; nothing asked or deleted),
-    /// 3 no leader, 124 no handover within --timeout, 125 error.
+    /// alone. A slot `leader-exec hold` took has no process to hand over: exit 124 at once,
+    /// naming `release` and --force. Exit status: 0 handed over (--force: deleted), 1 --token
+    /// given and not the current leader's (with several holders: no current holder's; nothing
+    /// asked or deleted), 3 no leader, 124 no handover within --timeout (or a held slot), 125
+    /// error.
     Resign(ResignArgs),
+    /// Take a slot and keep it with no process behind it (rolling reboots), printing its token.
+    ///
+    /// Waits in line as the run form does (--no-wait, --wait-timeout: exit 124 when not
+    /// acquired), then leaves the slot held and exits 0, printing its token on stdout. The slot
+    /// belongs to --identity (default: the host name, so that the host finds it again after it
+    /// booted), counts against --max-holders like any holder, and gets a token above every
+    /// earlier one. It ends at `leader-exec release`, or by its bound --for DUR, whichever comes
+    /// first: on etcd DUR after it was taken (a lease of TTL DUR that nobody renews); on
+    /// PostgreSQL and ZooKeeper when a waiting instance has seen it unchanged for DUR on its own
+    /// clock (never sooner; later when the first waiter comes late). No wall clock decides. Holding
+    /// again under the same identity is a no-op: the same slot, the same token, exit 0.
+    /// `status` shows the slot, `check` accepts its token, `resign --force` removes it. Exit
+    /// status: 0 held, 75 the slot was lost between taking and holding it (run it again), 124 not
+    /// acquired, 125 error.
+    Hold(HoldArgs),
+    /// Give back the slot `leader-exec hold` took under --identity (default: the host name).
+    ///
+    /// Exit status: 0 released, 3 no slot held under that identity (never taken, already
+    /// released, or its --for ran out), 125 error.
+    Release(ReleaseArgs),
     /// Print the completion script for SHELL (the one installed under share/ for it).
     ///
     /// Under a prefix the shell does not search, load it from the shell's start-up file (bash:
@@ -368,6 +398,43 @@ pub struct ResignArgs {
     /// (4s + 2 x 2s + 5s = 13s for a leader that records none). The request expires then.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "force")]
     pub timeout: Option<Duration>,
+}
+
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    /// The bound of a slot nobody releases (a host that never came back): on etcd it ends DUR
+    /// after it was taken; on PostgreSQL and ZooKeeper once a waiting instance has seen it
+    /// unchanged for DUR. At least 1s.
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub bound: Duration,
+
+    /// Who holds the slot, as `status` shows it and `release` names it [default: <hostname>]
+    #[arg(long, value_name = "ID")]
+    pub identity: Option<String>,
+
+    /// How many slots the lease has (1-1000); the same N as every run-form instance of the
+    /// lease.
+    #[arg(long, value_name = "N", env = "LEADER_EXEC_MAX_HOLDERS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_holders: u32,
+
+    /// Give up waiting in line after this long (exit 124) [default: wait forever]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "no_wait")]
+    pub wait_timeout: Option<Duration>,
+
+    /// Try once: exit 124 at once if every slot is held.
+    #[arg(short = 'n', long)]
+    pub no_wait: bool,
+
+    /// The lease of this instance's place in line while it waits, as the run form's --ttl.
+    #[arg(long, value_name = "DUR", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub ttl: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct ReleaseArgs {
+    /// Whose slot to give back [default: <hostname>]
+    #[arg(long, value_name = "ID")]
+    pub identity: Option<String>,
 }
 
 /// Which election: shared by the run form and the subcommands.

@@ -41,6 +41,8 @@ pub const RESIGN_NOT_CURRENT: u8 = 1;
 pub const RESIGN_NO_LEADER: u8 = STATUS_NO_LEADER;
 /// `resign`: the leader did not hand over within `--timeout` (timeout(1)'s code).
 pub const RESIGN_TIMED_OUT: u8 = 124;
+/// `release`: no slot `hold` took is held under the identity (as `status` says none: 3).
+pub const RELEASE_NONE: u8 = STATUS_NO_LEADER;
 
 /// How the child ended, as the shell reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -282,13 +282,26 @@ fn validate_text(flag: &str, value: String) -> Result<String, Failure> {
     Ok(value)
 }
 
-fn default_identity() -> String {
-    let host = nix::unistd::gethostname()
+/// The identity of `hold` and `release`: `--identity`, checked as the run form's is, or the
+/// host name alone (not `<hostname>:<pid>`), so that the host finds its slot after a reboot.
+pub fn hold_identity(id: Option<String>) -> Result<String, Failure> {
+    match id {
+        Some(id) if id.is_empty() => Err(Failure::usage("--identity must not be empty")),
+        Some(id) => validate_length("--identity", validate_text("--identity", id)?, MAX_IDENTITY),
+        None => Ok(host_name()),
+    }
+}
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty() && !h.chars().any(char::is_control))
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+fn default_identity() -> String {
+    format!("{}:{}", host_name(), std::process::id())
 }
 
 /// The connection flags, checked by the store they name.
@@ -307,6 +320,15 @@ pub fn connection(args: StoreArgs) -> Result<Connection, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hold_and_release_default_to_the_host_name_alone() {
+        let host = hold_identity(None).unwrap();
+        assert!(!host.is_empty() && !host.contains(':'), "{host}");
+        assert_eq!(hold_identity(Some("web-7".into())).unwrap(), "web-7");
+        assert!(hold_identity(Some(String::new())).is_err());
+        assert!(hold_identity(Some("a\nb".into())).is_err());
+    }
 
     #[test]
     fn lease_names() {

@@ -99,6 +99,12 @@ store_independent! {
     holders_ops::resign_ends_one_holders_hold_at_least,
     holders_ops::resign_names_a_frozen_holder_and_force_removes_it_alone,
     holders_ops::watch_with_several_holders_survives_a_store_restart,
+    // hold / release: slots held with no process behind them (rolling reboots).
+    hold::two_hosts_hold_a_third_waits_and_release_lets_it_in,
+    hold::an_expired_bound_lets_the_waiter_in_after_dur_and_not_before,
+    hold::held_slots_and_run_form_holders_never_exceed_n,
+    hold::a_store_restart_leaves_a_held_slot_held,
+    hold::with_two_slots_the_shorter_bound_lets_the_waiter_in,
     // --max-runtime and --splay.
     limits::max_runtime_stops_a_term_ignoring_group_and_frees_the_lease,
     limits::a_command_that_ends_before_max_runtime_is_unaffected,
@@ -124,6 +130,7 @@ mod handover;
 mod health;
 mod hints;
 mod history_checks;
+mod hold;
 mod holders;
 mod holders_metrics;
 mod holders_ops;

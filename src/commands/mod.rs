@@ -2,6 +2,7 @@
 //! and `status --all`, each on the store door.
 
 pub mod check;
+pub mod hold;
 pub mod resign;
 pub mod status;
 pub mod status_all;
@@ -95,7 +96,7 @@ pub(crate) fn leader_json(leader: &Leader) -> Value {
 }
 
 /// Writes to stdout; a reader that went away (`status | head -1`) is not an error.
-fn print(text: &str) {
+pub(crate) fn print(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }

@@ -138,18 +138,33 @@ pub async fn resign<B: Store>(
     if request.force {
         return force(backend, &leader, limit).await;
     }
+    // A slot `leader-exec hold` took has no process that could hand it over: say so at once
+    // instead of waiting out the bound for an answer that cannot come.
+    let state = published::read(backend, scope, observation.max_holders, leader.token, limit)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "reading the leader's state failed");
+            None
+        });
+    if state.as_ref().is_some_and(|s| s.held_for_ms.is_some()) {
+        return Err(Failure::new(
+            RESIGN_TIMED_OUT,
+            format!(
+                "token {} ({}) is a slot held by `leader-exec hold`, with no process to hand it over: `leader-exec release --lease {} --identity {}` gives it back, `resign --token {} --force` deletes it",
+                leader.token,
+                escape(&leader.identity),
+                crate::escape::shell_quote(&scope.lease),
+                crate::escape::shell_quote(&String::from_utf8_lossy(&leader.identity)),
+                leader.token
+            ),
+        )
+        .into());
+    }
     let bound = match request.timeout {
         Some(timeout) => timeout,
         None => {
-            // The leader records its timing beside its claim; a read that fails only costs
-            // the default.
-            let state =
-                published::read(backend, scope, observation.max_holders, leader.token, limit)
-                    .await
-                    .unwrap_or_else(|e| {
-                        tracing::debug!(error = %e, "reading the leader's state failed");
-                        None
-                    });
+            // The leader records its timing beside its claim (read above); a read that failed
+            // only costs the default.
             let ms = |v: Option<u64>, default| v.map_or(default, Duration::from_millis);
             let kill_after = ms(
                 state.as_ref().and_then(|s| s.kill_after_ms),

@@ -23,10 +23,26 @@ const OCCURRENCES_SHOWN: usize = 10;
 fn holder_json(holder: &Leader, state: Option<&State>) -> Value {
     let mut object = leader_json(holder);
     object["since"] = json!(state.map(|s| &s.since));
-    object["command"] = json!(state.map(|s| s.command));
+    object["command"] = command_json(state);
     object["hold_until"] = json!(state.and_then(|s| s.hold_until.as_ref()));
+    object["held_for_seconds"] = held_json(state);
     object["health"] = health_json(state);
     object
+}
+
+/// A holder's `command` in JSON: `running`, `holding` (`--hold-at-least`), `held` (a slot
+/// `leader-exec hold` took, no process behind it), or null where it recorded nothing.
+pub(crate) fn command_json(state: Option<&State>) -> Value {
+    match state {
+        Some(s) if s.held_for_ms.is_some() => json!("held"),
+        state => json!(state.map(|s| s.command)),
+    }
+}
+
+/// A held slot's `--for` in seconds (its bound; `hold_until` says when it runs out on the
+/// holder's clock); null for every other holder.
+pub(crate) fn held_json(state: Option<&State>) -> Value {
+    json!(state.and_then(|s| s.held_for_ms).map(|ms| ms / 1000))
 }
 
 /// A holder's `health` in JSON: null without `--health-cmd` (or no record), else `healthy`,
@@ -42,6 +58,11 @@ fn holder_detail(state: Option<&State>) -> String {
         return String::new();
     };
     let command = match (state.command, &state.hold_until) {
+        (Command::Holding, Some(until)) if state.held_for_ms.is_some() => format!(
+            "held (no process) until release or its bound ({}, not before {})",
+            crate::records::published::held_for(state),
+            escape_str(until)
+        ),
         (Command::Running, _) => "running".to_owned(),
         (Command::Holding, Some(until)) => format!("holding until {}", escape_str(until)),
         (Command::Holding, None) => "holding".to_owned(),
@@ -119,8 +140,9 @@ pub async fn status<B: Store>(
             object["ttl_remaining_seconds"] = json!(lease_time.map(|t| t.remaining.as_secs()));
             object["ttl_granted_seconds"] = json!(lease_time.map(|t| t.granted.as_secs()));
             object["since"] = json!(state.as_ref().map(|s| &s.since));
-            object["command"] = json!(state.as_ref().map(|s| s.command));
+            object["command"] = command_json(state.as_ref());
             object["hold_until"] = json!(state.as_ref().and_then(|s| s.hold_until.as_ref()));
+            object["held_for_seconds"] = held_json(state.as_ref());
             object["health"] = health_json(state.as_ref());
             object
         });

@@ -155,8 +155,9 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
                     "ttl_remaining_seconds": row.time.map(|t| t.remaining.as_secs()),
                     "ttl_granted_seconds": row.time.map(|t| t.granted.as_secs()),
                     "since": state.map(|s| &s.since),
-                    "command": state.map(|s| s.command),
+                    "command": crate::commands::status::command_json(state),
                     "hold_until": state.and_then(|s| s.hold_until.as_ref()),
+                    "held_for_seconds": crate::commands::status::held_json(state),
                     "health": state.and_then(|s| s.health),
                 })
             });
@@ -195,8 +196,9 @@ fn render_json(prefix: &str, rows: &[Row]) -> String {
                             "key": String::from_utf8_lossy(&holder.key),
                             "lease_id": holder.lease_id.map(|id| format!("{id:x}")),
                             "since": state.as_ref().map(|s| &s.since),
-                            "command": state.as_ref().map(|s| s.command),
+                            "command": crate::commands::status::command_json(state.as_ref()),
                             "hold_until": state.as_ref().and_then(|s| s.hold_until.as_ref()),
+                            "held_for_seconds": crate::commands::status::held_json(state.as_ref()),
                             "health": state.as_ref().and_then(|s| s.health),
                         })
                     })
@@ -224,7 +226,13 @@ fn render_text(rows: &[Row]) -> String {
         .map(|row| {
             let (leader, token, ttl) = match row.election.leader() {
                 Some(leader) => (
-                    escape(&leader.identity),
+                    // A slot `hold` took, no process behind it.
+                    match row.states.first().and_then(Option::as_ref) {
+                        Some(state) if state.held_for_ms.is_some() => {
+                            format!("{} (held)", escape(&leader.identity))
+                        }
+                        _ => escape(&leader.identity),
+                    },
                     leader.token.to_string(),
                     row.time
                         .map_or_else(|| "-".to_owned(), |t| format!("{}s", t.remaining.as_secs())),
@@ -271,7 +279,7 @@ fn render_text(rows: &[Row]) -> String {
         // With --max-holders above 1: how many hold of N, and who (the leader column shows
         // the oldest).
         if row.election.max_holders > 1 {
-            write_line(&[&holders_line(&row.election)]);
+            write_line(&[&holders_line(&row.election, &row.states)]);
         }
         // Unfinished occurrences stand out, one line each, under their lease.
         for id in &row.unreadable {
@@ -293,8 +301,12 @@ fn render_text(rows: &[Row]) -> String {
     out
 }
 
-/// `  K/N holders: token T IDENTITY, …` (oldest first).
-fn holders_line(election: &Election) -> String {
+/// `  K/N holders: token T IDENTITY, …` (oldest first); a slot `hold` took adds `(held for
+/// DUR)`.
+fn holders_line(
+    election: &Election,
+    states: &[Option<crate::records::published::State>],
+) -> String {
     let mut line = format!(
         "  {}/{} holders",
         election.holders.len(),
@@ -303,6 +315,17 @@ fn holders_line(election: &Election) -> String {
     for (i, holder) in election.holders.iter().enumerate() {
         line.push_str(if i == 0 { ": " } else { ", " });
         let _ = write!(line, "token {} {}", holder.token, escape(&holder.identity));
+        if let Some(ms) = states
+            .get(i)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.held_for_ms)
+        {
+            let _ = write!(
+                line,
+                " (held for {})",
+                humantime::format_duration(std::time::Duration::from_millis(ms))
+            );
+        }
     }
     line
 }

@@ -22,11 +22,14 @@ const HEALTH_POLL: Duration = Duration::from_secs(1);
 /// How long after a change of the holders a missing record is looked for again.
 const RECORD_GRACE: Duration = Duration::from_secs(10);
 
+/// The holders, their health, and the bound of each that is a held slot.
+type Printed = (Vec<Leader>, Vec<Option<Health>>, Vec<Option<u64>>);
+
 /// What was printed last: the holders (with --max-holders 1: the leader alone, or none) and
 /// their health. A line is printed when the set, a holder's token, or a holder's health
 /// changes, not on other changes (candidates).
 struct Shown {
-    last: Option<(Vec<Leader>, Vec<Option<Health>>)>,
+    last: Option<Printed>,
     /// When the holders last changed.
     holders_since: Instant,
 }
@@ -159,7 +162,7 @@ async fn show<B: Store>(
     let same_holders = shown
         .last
         .as_ref()
-        .is_some_and(|(holders, _)| holders == &observation.holders);
+        .is_some_and(|(holders, _, _)| holders == &observation.holders);
     if !same_holders {
         shown.holders_since = Instant::now();
     }
@@ -186,12 +189,21 @@ async fn show<B: Store>(
             .iter()
             .map(|s| s.as_ref().and_then(|s| s.health))
             .collect(),
-        (None, Some((_, health))) if same_holders => health.clone(),
+        (None, Some((_, health, _))) if same_holders => health.clone(),
         (None, _) => vec![None; observation.holders.len()],
     };
-    let now = (observation.holders.clone(), health);
+    // A slot `hold` took: its bound (`--for`), shown after the holder.
+    let held: Vec<Option<u64>> = match (&states, &shown.last) {
+        (Some(states), _) => states
+            .iter()
+            .map(|s| s.as_ref().and_then(|s| s.held_for_ms))
+            .collect(),
+        (None, Some((_, _, held))) if same_holders => held.clone(),
+        (None, _) => vec![None; observation.holders.len()],
+    };
+    let now = (observation.holders.clone(), health, held);
     if shown.last.as_ref() != Some(&now) {
-        if let Err(e) = print_change(scope, observation, &now.1, json) {
+        if let Err(e) = print_change(scope, observation, &now.1, &now.2, json) {
             // Nobody reads any more (`watch | head -1`): done.
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 return Ok(None);
@@ -213,11 +225,12 @@ fn print_change(
     scope: &Scope,
     observation: &Observation,
     health: &[Option<Health>],
+    held: &[Option<u64>],
     json: bool,
 ) -> std::io::Result<()> {
     let time = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
     let mut out = std::io::stdout().lock();
-    out.write_all(render(scope, observation, health, json, &time).as_bytes())?;
+    out.write_all(render_held(scope, observation, health, held, json, &time).as_bytes())?;
     out.flush()
 }
 
@@ -226,6 +239,7 @@ fn print_change(
 /// without `--health-cmd`, or before it recorded its state). Text with `--max-holders` 1 as it
 /// always was; above 1, `holders K of N` and each holder's identity, token and key; either adds
 /// `health …` after a holder that records a health check.
+#[cfg(test)]
 fn render(
     scope: &Scope,
     observation: &Observation,
@@ -233,7 +247,21 @@ fn render(
     json: bool,
     time: &str,
 ) -> String {
+    render_held(scope, observation, health, &[], json, time)
+}
+
+/// [`render`], with each holder's bound where it is a slot `hold` took (`held_for_seconds` in
+/// JSON, null otherwise; `held for DUR` in text).
+fn render_held(
+    scope: &Scope,
+    observation: &Observation,
+    health: &[Option<Health>],
+    held: &[Option<u64>],
+    json: bool,
+    time: &str,
+) -> String {
     let health_of = |i: usize| health.get(i).copied().flatten();
+    let held_of = |i: usize| held.get(i).copied().flatten();
     let leader = observation.leader();
     if json {
         let holders: Vec<_> = observation
@@ -243,6 +271,7 @@ fn render(
             .map(|(i, holder)| {
                 let mut object = leader_json(holder);
                 object["health"] = json!(health_of(i));
+                object["held_for_seconds"] = json!(held_of(i).map(|ms| ms / 1000));
                 object
             })
             .collect();
@@ -255,9 +284,18 @@ fn render(
         });
         return format!("{object}\n");
     }
-    let shown = |i: usize| match health_of(i) {
-        Some(health) => format!(" health {}", health.short()),
-        None => String::new(),
+    let shown = |i: usize| {
+        let mut text = match health_of(i) {
+            Some(health) => format!(" health {}", health.short()),
+            None => String::new(),
+        };
+        if let Some(ms) = held_of(i) {
+            text.push_str(&format!(
+                " held for {}",
+                humantime::format_duration(Duration::from_millis(ms))
+            ));
+        }
+        text
     };
     if observation.max_holders > 1 {
         let mut line = format!(
@@ -351,6 +389,30 @@ mod tests {
             render(&scope, &seen(vec![], 1), &[], false, T),
             "2026-01-01T00:00:00.000Z no leader\n"
         );
+    }
+
+    #[test]
+    fn a_held_slot_shows_its_bound() {
+        let scope = Scope {
+            lease: "x".into(),
+            prefix: "/p/".into(),
+        };
+        let two = seen(vec![holder(10, b"a:1"), holder(17, b"host-b")], 2);
+        assert_eq!(
+            render_held(&scope, &two, &[], &[None, Some(3_600_000)], false, T),
+            "2026-01-01T00:00:00.000Z holders 2 of 2: a:1 token 10 key /p/x/a, host-b token 17 key /p/x/11 held for 1h\n"
+        );
+        let value: serde_json::Value = serde_json::from_str(&render_held(
+            &scope,
+            &two,
+            &[],
+            &[None, Some(3_600_000)],
+            true,
+            T,
+        ))
+        .unwrap();
+        assert!(value["holders"][0]["held_for_seconds"].is_null());
+        assert_eq!(value["holders"][1]["held_for_seconds"], 3600);
     }
 
     #[test]

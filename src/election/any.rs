@@ -320,6 +320,14 @@ impl Campaign for AnyStore {
         each!(self, store => store.release_claim(candidacy).await)
     }
 
+    async fn hold_claim(
+        &self,
+        candidacy: &Candidacy,
+        bound: Duration,
+    ) -> Result<Option<Candidacy>, StoreError> {
+        each!(self, store => store.hold_claim(candidacy, bound).await)
+    }
+
     fn lease_length(&self) -> Option<Duration> {
         each!(self, store => store.lease_length())
     }

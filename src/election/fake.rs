@@ -213,6 +213,14 @@ impl Campaign for Fake {
         answer(self.next(|s| &mut s.release, Ok(())))
     }
 
+    async fn hold_claim(
+        &self,
+        candidacy: &Candidacy,
+        _bound: Duration,
+    ) -> Result<Option<Candidacy>, StoreError> {
+        Ok(Some(candidacy.clone()))
+    }
+
     fn lease_length(&self) -> Option<Duration> {
         self.state.borrow().script.lease_length
     }

@@ -375,6 +375,23 @@ pub trait Campaign {
     /// its session), so the next in line need not wait for it to expire.
     fn release_claim(&self, candidacy: &Candidacy) -> impl Future<Output = Result<(), StoreError>>;
 
+    /// Turns the claim `candidacy` holds (it has just answered `Turn::Leading`) into a held slot
+    /// (`leader-exec hold`): a claim that stays with no process behind it, counts against N like
+    /// any holder's, and ends when it is removed ([`Handover::remove_claim`], `release`) or once
+    /// `bound` has passed since it was held, whichever comes first, by no store's wall clock:
+    /// etcd moves the key to a lease with TTL `bound` that nobody keeps alive; PostgreSQL and
+    /// ZooKeeper persist the claim and let it go by the rule they use for a holder that crashed
+    /// (a waiter that has seen it unchanged for `bound` on its own CLOCK_BOOTTIME takes it
+    /// over). The claim keeps its place; its token stays or rises (ZooKeeper: the zxid of a
+    /// write made after the claim was turned). Answers the held candidacy (token, key and lease
+    /// as readers now see them), or `None` when the claim was gone before it could be turned.
+    /// The caller then exits without `release_claim`.
+    fn hold_claim(
+        &self,
+        candidacy: &Candidacy,
+        bound: Duration,
+    ) -> impl Future<Output = Result<Option<Candidacy>, StoreError>>;
+
     /// How long after its send instant a request that proved the lease keeps it, when the store
     /// keeps it for less than `--ttl`: ZooKeeper's session timeout, negotiated on the session's
     /// current connection, which the server may clamp below what was asked (never below

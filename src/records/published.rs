@@ -92,6 +92,12 @@ pub struct State {
     /// in records of earlier versions, which ignore it when they read a newer one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// A held slot (`leader-exec hold --for DUR`): DUR in milliseconds. Such a record has
+    /// `command` = `holding` and `hold_until` = when DUR runs out on the holder's clock (shown
+    /// only), so that earlier versions show it as a lease held with no command. Absent for
+    /// every other holder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_for_ms: Option<u64>,
 }
 
 /// A holder's health as it records it (`--health-cmd`): rewritten whenever the verdict or the
@@ -140,6 +146,7 @@ impl State {
             kill_after_ms: None,
             retry_period_ms: None,
             health: None,
+            held_for_ms: None,
         }
     }
 
@@ -237,6 +244,13 @@ pub async fn read_each<B: Store>(
     Ok(states)
 }
 
+/// A held slot's bound (`--for`) as text (`1h`); empty for any other holder.
+pub fn held_for(state: &State) -> String {
+    state.held_for_ms.map_or_else(String::new, |ms| {
+        humantime::format_duration(Duration::from_millis(ms)).to_string()
+    })
+}
+
 /// The text `status` shows on its `since:` and `command:` lines.
 pub fn describe(state: Option<&State>) -> (String, String) {
     use crate::escape::escape_str;
@@ -249,6 +263,11 @@ pub fn describe(state: Option<&State>) -> (String, String) {
         None => escape_str(&state.since),
     };
     let command = match (state.command, &state.hold_until) {
+        (Command::Holding, Some(until)) if state.held_for_ms.is_some() => format!(
+            "none; a slot held by `leader-exec hold` until `release` or its bound (--for {}, not before {})",
+            held_for(state),
+            escape_str(until)
+        ),
         (Command::Running, _) => "running".to_owned(),
         (Command::Holding, Some(until)) => format!(
             "ended; holding the lease until {} (--hold-at-least)",

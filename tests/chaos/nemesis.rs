@@ -2,7 +2,8 @@
 //! operations per store — instances joining with `--max-holders` N drawn from {1, 2, 3} (N changes
 //! over time; an instance whose N disagrees with the line's exits 125), commands ending,
 //! SIGKILL and SIGSTOP/SIGCONT of leader-exec and of its supervisor, `resign` (now and then
-//! `--force`), the store restarted and paused, an instance's route cut or black-holed, a joiner
+//! `--force`), slots taken with `leader-exec hold` and given back with `release`, the store
+//! restarted and paused, an instance's route cut or black-holed, a joiner
 //! whose first claiming request's answer is held back while the others come and go, and each
 //! store's own manipulations (etcd: a candidate key deleted by hand; ZooKeeper: a candidate node
 //! deleted by hand, the server restarted with other session bounds so that sessions renegotiate
@@ -195,6 +196,8 @@ struct Run<S: Nemesis> {
     stalled: Vec<String>,
     /// `LEADER_EXEC_NEMESIS_BIAS=pause`: every other step pauses a holder past the TTL.
     bias_pause: bool,
+    /// Slots `leader-exec hold` took and the schedule has not released yet.
+    held: Vec<String>,
     /// The server's libfaketime offset file, where its clock can be stepped.
     clock: Option<tempfile::NamedTempFile>,
     /// The server's clock stands stepped (a `ClockBack` is due).
@@ -520,6 +523,7 @@ impl<S: Nemesis> Run<S> {
                     self.step_session_bounds();
                 }
             }
+            93..=96 if !self.frozen => self.step_hold(),
             _ => {
                 let wait = self.between(300, 2000);
                 self.note(&format!("op sleep {wait:?}"));
@@ -767,6 +771,73 @@ impl<S: Nemesis> Run<S> {
         }
     }
 
+    /// `leader-exec hold` a slot at the phase's N (`--for` 30 s, waiting at most 2 s), or
+    /// `release` one held. A held slot is a job with no process in the history: `join` before the
+    /// hold, `start` with the token it printed once it exited 0 (its pid one no process can
+    /// have), and a `beat` at the instant a `release` that answered 0 was sent (the slot stood
+    /// until then; a slot gone otherwise — its bound, a deletion by hand, `resign --force` —
+    /// shows no later sign of life). It counts against N in rule 1 and its token in rule 2.
+    fn step_hold(&mut self) {
+        if !self.held.is_empty() && self.rng.bool() {
+            let name = self.held.remove(self.rng.usize(..self.held.len()));
+            let sent = now_ns();
+            let code = self.leader_exec_status(&["release", "--identity", &name]);
+            if code == Some(0) {
+                self.note(&format!("beat {name} {sent}"));
+            }
+            self.note(&format!("op release {name}: {code:?}"));
+            return;
+        }
+        let name = format!("h{}", self.joined);
+        self.joined += 1;
+        let n = self.phase;
+        self.note(&format!("join {name} {n} {}", now_ns()));
+        let mut command = leader_exec();
+        command
+            .args(["hold", "--endpoints", &self.store.endpoint()])
+            .args(["--lease", LEASE, "--identity", &name, "--ttl", "4s"])
+            .args(["--max-holders", &n.to_string(), "--for", "30s"])
+            .args(["--wait-timeout", "2s"]);
+        let out = command.output().unwrap();
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let code = out.status.code();
+        if code == Some(0) {
+            // Past pid_max (at most 2^22): no process ever has it.
+            self.note(&format!("start {name} {token} {} {}", 4_194_305, now_ns()));
+            self.held.push(name.clone());
+        }
+        let last = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned();
+        self.note(&format!("op hold {name} N={n}: {code:?} {last}"));
+    }
+
+    /// Releases every held slot (the teardown).
+    fn step_hold_release_all(&mut self) {
+        for name in std::mem::take(&mut self.held) {
+            let sent = now_ns();
+            let code = self.leader_exec_status(&["release", "--identity", &name]);
+            if code == Some(0) {
+                self.note(&format!("beat {name} {sent}"));
+            }
+            self.note(&format!("op release {name}: {code:?}"));
+        }
+    }
+
+    /// Runs a subcommand on the lease to its end; its exit code.
+    fn leader_exec_status(&self, args: &[&str]) -> Option<i32> {
+        leader_exec()
+            .args(args)
+            .args(["--endpoints", &self.store.endpoint(), "--lease", LEASE])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .code()
+    }
+
     fn step_resign(&mut self) {
         let force = self.rng.u8(..10) < 2;
         let mut command = leader_exec();
@@ -799,6 +870,7 @@ impl<S: Nemesis> Run<S> {
             }
         }
         self.tick(Duration::from_millis(100));
+        self.step_hold_release_all();
         let mut problems = self.trial.stop_everything();
         for mut resign in self.resigns.drain(..) {
             let _ = resign.kill();
@@ -838,6 +910,7 @@ pub fn run<S: Nemesis>(store_name: &str) {
         joined: 0,
         stalled: Vec::new(),
         bias_pause: std::env::var("LEADER_EXEC_NEMESIS_BIAS").is_ok_and(|b| b == "pause"),
+        held: Vec::new(),
         clock,
         clock_stepped: false,
         bounds_too_short: false,

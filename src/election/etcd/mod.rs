@@ -27,6 +27,7 @@ use etcd_client::{
     WatchOptions,
 };
 
+mod held;
 mod holders;
 pub mod probe;
 pub mod target;
@@ -495,6 +496,14 @@ impl Campaign for Etcd {
             Err(e) => Err(classify(e)),
         }
     }
+
+    async fn hold_claim(
+        &self,
+        candidacy: &Candidacy,
+        bound: Duration,
+    ) -> Result<Option<Candidacy>, StoreError> {
+        self.hold_slot(candidacy, bound).await
+    }
 }
 
 impl Read for Etcd {
@@ -797,10 +806,7 @@ impl Handover for Etcd {
     }
 
     async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
-        let (key, token) = (leader.key.as_slice(), leader.token);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, token)])
-            .and_then([TxnOp::delete(key, None)]);
+        let txn = self.removal(leader);
         let response = self.client.kv_client().txn(txn).await.map_err(classify)?;
         Ok(response.succeeded())
     }

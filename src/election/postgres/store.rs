@@ -167,6 +167,38 @@ impl Campaign for Postgres {
             .compare_exchange(candidacy.token, 0, Ordering::SeqCst, Ordering::SeqCst);
         Ok(())
     }
+
+    /// The row stays as it is, held by this identity with this token, with `ttl_ms` = `bound`
+    /// (and `renewals` raised, so that every waiter starts its sighting again from here): no
+    /// renewal ever changes it again, so a waiter takes it over once it has seen it unchanged
+    /// for `bound` (or its own --ttl, if longer) on its own CLOCK_BOOTTIME — the rule for a
+    /// holder that crashed. `expires_at` (the server's clock) stays a display.
+    async fn hold_claim(
+        &self,
+        candidacy: &Candidacy,
+        bound: Duration,
+    ) -> Result<Option<Candidacy>, StoreError> {
+        let s = &self.shared;
+        let sql = format!(
+            "UPDATE {} SET expires_at = {}, ttl_ms = $4,
+                 renewals = renewals OPERATOR(pg_catalog.+) 1::pg_catalog.int8
+             WHERE name OPERATOR(pg_catalog.=) $1 AND holder OPERATOR(pg_catalog.=) $2
+                 AND token OPERATOR(pg_catalog.=) $3",
+            self.leases(),
+            expiry_sql("$4"),
+        );
+        let bound_ms = i64::try_from(bound.as_millis()).unwrap_or(i64::MAX);
+        let a = (
+            self.held_row(),
+            s.identity.clone(),
+            candidacy.token,
+            bound_ms,
+        );
+        let updated = self
+            .request(|c| async move { unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2, &a.3]).await })
+            .await?;
+        Ok((updated == 1).then(|| candidacy.clone()))
+    }
 }
 
 impl Read for Postgres {

@@ -55,6 +55,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+mod held;
 mod records;
 mod store;
 pub mod target;
@@ -140,6 +141,9 @@ pub struct ZooKeeper {
     sweep: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Whether this process has started its sweep (one a process).
     swept: std::sync::atomic::AtomicBool,
+    /// Held slots (persistent candidate nodes, `hold_claim`) the first waiter has seen, by
+    /// path: the node's czxid and mzxid then, and when it first saw them (CLOCK_BOOTTIME).
+    sightings: Mutex<std::collections::HashMap<String, (i64, i64, Duration)>>,
 }
 
 /// Whether ZooKeeper accepts `c` in a node name (its `PathUtils.validatePath`).
@@ -451,6 +455,7 @@ impl ZooKeeper {
             server_time: Mutex::new(None),
             sweep: Mutex::new(None),
             swept: std::sync::atomic::AtomicBool::new(false),
+            sightings: Mutex::new(Default::default()),
         })
     }
 

@@ -129,36 +129,16 @@ impl Campaign for ZooKeeper {
         let Some(client) = self.session_of() else {
             return Ok(Turn::Gone);
         };
-        let line = match client.get_children(&self.election).await {
-            Ok((children, _)) => in_line(children),
-            Err(zk::Error::NoNode | zk::Error::SessionExpired) => return Ok(Turn::Gone),
-            Err(e) => return Err(classify(e)),
-        };
-        let own = candidacy.key.rsplit('/').next().unwrap_or_default();
-        let n = self.max_holders;
-        Ok(match place_in(&line, own, n) {
-            Place::Gone => Turn::Gone,
-            Place::Mismatch(theirs) => Turn::Mismatch { theirs },
-            // The first in line leads once it has written the leader mark, whose zxid is its
-            // token (see `Place::Holds`).
-            Place::Holds if n == 1 => self.mark(&client, candidacy).await?,
-            Place::Holds => self.touch(&client, candidacy).await?,
-            Place::Waits(i) => Turn::Behind(Ahead {
-                key: format!("{}/{}", self.election, line[i - 1]).into_bytes(),
-                revision: 0,
-                expires_in: None,
-                // The first waiter (exactly N ahead: the holders) watches every holder; a later
-                // one its predecessor alone (see `predecessor_gone`).
-                holders: if n > 1 && i == n as usize {
-                    line[..i]
-                        .iter()
-                        .map(|c| format!("{}/{c}", self.election).into_bytes())
-                        .collect()
-                } else {
-                    Vec::new()
-                },
-            }),
-        })
+        for _ in 0..3 {
+            match self.look(&client, candidacy).await? {
+                Some(turn) => return Ok(turn),
+                // A held slot ahead was removed: look again at once.
+                None => continue,
+            }
+        }
+        Err(StoreError::Transient(
+            "ZooKeeper: held slots ahead kept going".into(),
+        ))
     }
 
     /// Herd-free waiting with `--max-holders` N > 1: the first waiter (N ahead of it, all
@@ -176,51 +156,58 @@ impl Campaign for ZooKeeper {
     /// touches its node, and a holder's successor is at most N from the front, so in a line of
     /// leader-exec instances this never finds a touched predecessor twice in a row.
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
-        let Some(client) = self.session_of() else {
-            return Ok(());
-        };
-        if !ahead.holders.is_empty() {
-            let paths: Vec<String> = ahead
-                .holders
-                .iter()
-                .map(|key| String::from_utf8_lossy(key).into_owned())
-                .collect();
-            // Sent together, answered in order.
-            let watches: Vec<_> = paths
-                .iter()
-                .map(|path| client.check_and_watch_stat(path))
-                .collect();
-            let mut watchers = Vec::with_capacity(watches.len());
-            for watch in watches {
-                match watch.await {
-                    Ok((None, _)) => return Ok(()),
-                    Ok((Some(_), watcher)) => watchers.push(Box::pin(watcher.changed())),
-                    Err(e) => return Err(classify(e)),
-                }
-            }
-            // Deleted, touched, or a session event: either way the caller looks again.
-            futures_util::future::poll_fn(|cx| {
-                for watcher in watchers.iter_mut() {
-                    if watcher.as_mut().poll(cx).is_ready() {
-                        return std::task::Poll::Ready(());
+        let watch = async {
+            let Some(client) = self.session_of() else {
+                return Ok(());
+            };
+            if !ahead.holders.is_empty() {
+                let paths: Vec<String> = ahead
+                    .holders
+                    .iter()
+                    .map(|key| String::from_utf8_lossy(key).into_owned())
+                    .collect();
+                // Sent together, answered in order.
+                let watches: Vec<_> = paths
+                    .iter()
+                    .map(|path| client.check_and_watch_stat(path))
+                    .collect();
+                let mut watchers = Vec::with_capacity(watches.len());
+                for watch in watches {
+                    match watch.await {
+                        Ok((None, _)) => return Ok(()),
+                        Ok((Some(_), watcher)) => watchers.push(Box::pin(watcher.changed())),
+                        Err(e) => return Err(classify(e)),
                     }
                 }
-                std::task::Poll::Pending
-            })
-            .await;
-            return Ok(());
-        }
-        let path = String::from_utf8_lossy(&ahead.key).into_owned();
-        match client.check_and_watch_stat(&path).await {
-            Ok((None, _)) => Ok(()),
-            // Touched before the watch was set: it holds, and this waiter moved up.
-            Ok((Some(stat), _)) if self.max_holders > 1 && stat.version > 0 => Ok(()),
-            // Deleted, or a session event: either way the caller looks again.
-            Ok((Some(_), watcher)) => {
-                watcher.changed().await;
-                Ok(())
+                // Deleted, touched, or a session event: either way the caller looks again.
+                futures_util::future::poll_fn(|cx| {
+                    for watcher in watchers.iter_mut() {
+                        if watcher.as_mut().poll(cx).is_ready() {
+                            return std::task::Poll::Ready(());
+                        }
+                    }
+                    std::task::Poll::Pending
+                })
+                .await;
+                return Ok(());
             }
-            Err(e) => Err(classify(e)),
+            let path = String::from_utf8_lossy(&ahead.key).into_owned();
+            match client.check_and_watch_stat(&path).await {
+                Ok((None, _)) => Ok(()),
+                // Touched before the watch was set: it holds, and this waiter moved up.
+                Ok((Some(stat), _)) if self.max_holders > 1 && stat.version > 0 => Ok(()),
+                // Deleted, or a session event: either way the caller looks again.
+                Ok((Some(_), watcher)) => {
+                    watcher.changed().await;
+                    Ok(())
+                }
+                Err(e) => Err(classify(e)),
+            }
+        };
+        match ahead.expires_in {
+            // A held slot ahead may be removed by then (`expire_held`): look again at that time.
+            Some(left) => tokio::time::timeout(left, watch).await.unwrap_or(Ok(())),
+            None => watch.await,
         }
     }
 
@@ -284,6 +271,70 @@ impl Campaign for ZooKeeper {
         self.finish_sweep().await;
         self.session.lock().expect("not poisoned").take();
         Ok(())
+    }
+
+    async fn hold_claim(
+        &self,
+        candidacy: &Candidacy,
+        bound: Duration,
+    ) -> Result<Option<Candidacy>, StoreError> {
+        self.hold_slot(candidacy, bound).await
+    }
+}
+
+impl ZooKeeper {
+    /// One look at the line for `check_turn`: `None` when a held slot ahead was just removed
+    /// (`expire_held`), and the line must be read again.
+    async fn look(
+        &self,
+        client: &zk::Client,
+        candidacy: &Candidacy,
+    ) -> Result<Option<Turn>, StoreError> {
+        let line = match client.get_children(&self.election).await {
+            Ok((children, _)) => in_line(children),
+            Err(zk::Error::NoNode | zk::Error::SessionExpired) => return Ok(Some(Turn::Gone)),
+            Err(e) => return Err(classify(e)),
+        };
+        let own = candidacy.key.rsplit('/').next().unwrap_or_default();
+        let n = self.max_holders;
+        Ok(Some(match place_in(&line, own, n) {
+            Place::Gone => Turn::Gone,
+            Place::Mismatch(theirs) => Turn::Mismatch { theirs },
+            // The first in line leads once it has written the leader mark, whose zxid is its
+            // token (see `Place::Holds`).
+            Place::Holds if n == 1 => self.mark(client, candidacy).await?,
+            Place::Holds => self.touch(client, candidacy).await?,
+            Place::Waits(i) => {
+                // The first waiter times the held slots among the holders (see `expire_held`).
+                let mut expires_in = None;
+                if i == n as usize {
+                    let holders: Vec<String> = line[..i]
+                        .iter()
+                        .map(|c| format!("{}/{c}", self.election))
+                        .collect();
+                    let (removed, next) = self.expire_held(client, &holders).await?;
+                    if removed {
+                        return Ok(None);
+                    }
+                    expires_in = next;
+                }
+                Turn::Behind(Ahead {
+                    key: format!("{}/{}", self.election, line[i - 1]).into_bytes(),
+                    revision: 0,
+                    expires_in,
+                    // The first waiter (exactly N ahead: the holders) watches every holder; a later
+                    // one its predecessor alone (see `predecessor_gone`).
+                    holders: if n > 1 && i == n as usize {
+                        line[..i]
+                            .iter()
+                            .map(|c| format!("{}/{c}", self.election).into_bytes())
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
+                })
+            }
+        }))
     }
 }
 
@@ -569,7 +620,12 @@ impl Records for ZooKeeper {
             return Ok(false);
         };
         let path = self.path_of(key);
-        let options = CreateMode::Ephemeral.with_acls(self.acls());
+        // A held slot (`hold_claim`) has no session: its record stays as its node does.
+        let options = if candidacy.lease_id.is_none() {
+            CreateMode::Persistent.with_acls(self.acls())
+        } else {
+            CreateMode::Ephemeral.with_acls(self.acls())
+        };
         // A node from an earlier leader's session is replaced, not rewritten, so that it goes
         // with this session.
         self.create_or_replace(
@@ -665,7 +721,13 @@ impl Handover for ZooKeeper {
         match stat {
             Some(stat) if token_of(name, &stat, mark.as_ref()) == token => {
                 match client.delete(&path, Some(stat.version)).await {
-                    Ok(()) => Ok(true),
+                    Ok(()) => {
+                        if stat.ephemeral_owner == 0 {
+                            // A held slot: what it kept beside its node goes too.
+                            self.forget_held(&client, &path, &stat).await;
+                        }
+                        Ok(true)
+                    }
                     Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
                     Err(e) => Err(classify(e)),
                 }

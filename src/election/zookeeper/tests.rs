@@ -4,6 +4,16 @@ use super::records::{unexpired, with_expiry};
 use super::*;
 
 #[test]
+fn a_held_slots_bound_lives_beside_the_election() {
+    assert_eq!(
+        held::held_path("/leader-exec/reboot", "_c_x-latch-0000000001"),
+        "/leader-exec/.held/reboot/_c_x-latch-0000000001"
+    );
+    // Not a child of the election node: Curator would take it for a candidate.
+    assert!(!held::held_path("/p/a", "n").starts_with("/p/a/"));
+}
+
+#[test]
 fn ids_become_one_node_name_and_back() {
     for id in [
         "statements:2026-11-29",
