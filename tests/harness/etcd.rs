@@ -129,10 +129,16 @@ impl Etcd {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
-        assert!(
-            self.wait_ready(Duration::from_secs(15)),
-            "etcd did not come back"
-        );
+        if !self.wait_ready(Duration::from_secs(15)) {
+            let log = std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "etcd did not come back on port {}; the end of its log:\n{}",
+                self.client_port,
+                tail.join("\n")
+            );
+        }
     }
 
     /// SIGSTOP: the process hangs, connections stay open and nothing answers.

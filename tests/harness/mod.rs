@@ -130,11 +130,44 @@ impl Drop for Alone {
     }
 }
 
+/// A loopback port nobody listens on, below the kernel's ephemeral range, and never handed out
+/// twice by this process.
+///
+/// Not port 0's answer: that comes from the ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`), the same ports the kernel gives every outgoing
+/// connection as its source port. While a server the harness restarts is down, any client on the
+/// machine (hundreds of instances in a long chaos run) can be given its port, and the server
+/// cannot bind it again ("did not come back"). Below that range only a listener picks a port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static HANDED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    const LOW: u16 = 10000;
+    let mut handed = HANDED.lock().unwrap_or_else(|e| e.into_inner());
+    if ephemeral_low > LOW + 1000 {
+        // xorshift seeded by the clock and the pid: tests in other processes start elsewhere.
+        let mut x = (now_ns() as u64) ^ (u64::from(std::process::id()) << 32) | 1;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let port = LOW + (x % u64::from(ephemeral_low - LOW)) as u16;
+            if !handed.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                handed.insert(port);
+                return port;
+            }
+        }
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .expect("bind a free port")
+        .expect("bind a free port");
+    handed.insert(port);
+    port
 }
 
 /// Wall-clock nanoseconds, the same clock `date +%s%N` prints in child scripts.
