@@ -22,6 +22,8 @@
 //! times. `LEADER_EXEC_NEMESIS_VERBOSE=1` prints the whole schedule as it ran (every record but
 //! the heartbeats); `LEADER_EXEC_NEMESIS_BIAS=pause` makes every other step a pause of a holder
 //! past the TTL (a frozen leader and the grace it gives its command once it runs again).
+//! `LEADER_EXEC_NEMESIS_MINUTES=M` ends the schedule after the step that ends past M minutes (a
+//! soak by the clock); the steps run are printed, and that many steps with the same seed repeat it.
 
 mod check;
 
