@@ -26,8 +26,10 @@
 //! soak by the clock); the steps run are printed, and that many steps with the same seed repeat it.
 
 mod check;
+mod stores;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+pub use stores::Nemesis;
+
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -35,10 +37,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::harness::{
-    Etcd, Instance, Postgres, Proxy, Store, ZooKeeper, ZooKeeperTree, leader_exec, now_ns,
-    supervisor_of,
-};
+use crate::harness::{Instance, Proxy, leader_exec, now_ns, supervisor_of};
 use crate::trial::{Contender, Timing, Trial, die_with_the_runner};
 
 /// 1.5 s + 2 s + 0.25 s margin <= 4 s. A `--kill-after` of 2 s makes a resumed leader that gives
@@ -81,96 +80,6 @@ fn minutes() -> Option<Duration> {
                 .expect("LEADER_EXEC_NEMESIS_MINUTES is a number"),
         )
     })
-}
-
-/// What a store adds to the schedule.
-pub trait Nemesis: Store {
-    /// Starts the server the schedule runs against, and the libfaketime offset file that steps
-    /// its clock when it runs under libfaketime (PostgreSQL). None where a step cannot be
-    /// injected that way: etcd is a Go program, which reads the clock without libc, and its
-    /// lessor counts on Go's monotonic clock; ZooKeeper expires sessions by the JVM's elapsed
-    /// time (`Time.currentElapsedTime`, a monotonic clock), which a wall-clock step leaves alone.
-    fn start_nemesis() -> (Self, Option<tempfile::NamedTempFile>) {
-        (Self::start(), None)
-    }
-
-    /// Restarts the server on its data with `cfg` as its session bounds (zoo.cfg lines; "" for
-    /// the harness's own), where the server negotiates each session's timeout: false (nothing
-    /// done) where it does not.
-    fn restart_with_session_bounds(&mut self, _cfg: &str) -> bool {
-        false
-    }
-
-    /// Bytes that an instance's request to claim its place carries, as it travels.
-    fn needle(lease: &str) -> Vec<u8>;
-
-    /// One manipulation of the store's own, by hand: what was done, and whether it may have
-    /// deleted a holder's claim behind its back.
-    fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)>;
-}
-
-impl Nemesis for Etcd {
-    fn needle(lease: &str) -> Vec<u8> {
-        format!("/leader-exec/{lease}/").into_bytes()
-    }
-
-    fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)> {
-        let keys = self.keys(&format!("/leader-exec/{lease}/"));
-        let key = keys.get(rng.usize(..keys.len().max(1)))?;
-        self.ctl(&["del", key]);
-        Some((format!("etcd: key {key} deleted by hand"), true))
-    }
-}
-
-impl Nemesis for ZooKeeper {
-    fn needle(_lease: &str) -> Vec<u8> {
-        b"latch-".to_vec()
-    }
-
-    fn restart_with_session_bounds(&mut self, cfg: &str) -> bool {
-        self.restart_with(cfg);
-        true
-    }
-
-    fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)> {
-        let election = format!("/leader-exec/{lease}");
-        let nodes = catch_unwind(AssertUnwindSafe(|| self.children(&election))).ok()?;
-        let node = nodes.get(rng.usize(..nodes.len().max(1)))?;
-        let path = format!("{election}/{node}");
-        catch_unwind(AssertUnwindSafe(|| self.delete(&path))).ok()?;
-        Some((format!("zookeeper: node {path} deleted by hand"), true))
-    }
-}
-
-impl Nemesis for Postgres {
-    /// Under libfaketime, as scenario p11's server: the schedule steps its clock.
-    fn start_nemesis() -> (Self, Option<tempfile::NamedTempFile>) {
-        let (pg, clock) = Postgres::start_with_faketime();
-        (pg, Some(clock))
-    }
-
-    fn needle(_lease: &str) -> Vec<u8> {
-        b"nextval".to_vec()
-    }
-
-    fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)> {
-        // The lease rows refuse DELETE (a row keeps its token); the sequence and the line do not.
-        let (what, sql) = if rng.u8(..10) < 6 {
-            (
-                "postgres: token sequence set back (ALTER SEQUENCE … RESTART)",
-                "ALTER SEQUENCE leader_exec_tokens RESTART".to_owned(),
-            )
-        } else {
-            (
-                "postgres: waiter rows deleted by hand",
-                format!("DELETE FROM leader_exec_waiters WHERE name = '{lease}'"),
-            )
-        };
-        self.try_psql(&sql)
-            .status
-            .success()
-            .then(|| (what.to_owned(), false))
-    }
 }
 
 /// One instance of the schedule: one leader-exec, at most one job.
