@@ -404,3 +404,57 @@ pub fn with_two_slots_the_shorter_bound_lets_the_waiter_in<S: Store>() {
     let (code, err) = release(&endpoint, "pair", "host-a");
     assert_eq!(code, 0, "{}: host-a's slot still held: {err}", S::NAME);
 }
+
+/// A held slot nobody waited behind, past its bound: on etcd its lease ran out on etcd's clock
+/// and the slot is gone (`release` answers 3); on PostgreSQL and ZooKeeper it still keeps
+/// waiters out until one has seen it unchanged for DUR, so `status` still shows it and `release`
+/// still removes it (0), whatever the server's wall clock says. Either way a fresh `--no-wait`
+/// instance then gets in at once.
+pub fn release_after_the_bound_frees_a_slot_that_still_blocks<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let (code, token, err) = hold(&endpoint, "late", "1", "2s", "host-a", &["--no-wait"]);
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    std::thread::sleep(Duration::from_millis(3500));
+    let gone = S::NAME == "etcd";
+    let status = status_json(&endpoint, "late");
+    if gone {
+        assert!(status["leader"].is_null(), "{}: {status}", S::NAME);
+    } else {
+        assert_eq!(status["leader"]["token"], token, "{}: {status}", S::NAME);
+        assert_eq!(status["leader"]["command"], "held", "{}: {status}", S::NAME);
+        assert_eq!(
+            status["leader"]["held_for_seconds"],
+            2,
+            "{}: {status}",
+            S::NAME
+        );
+    }
+    let (code, err) = release(&endpoint, "late", "host-a");
+    assert_eq!(code, if gone { 3 } else { 0 }, "{}: {err}", S::NAME);
+    let mut args = lease_args(&endpoint, "late");
+    args.push("--no-wait");
+    let mut fresh = Instance::start(&args, &holder_job(&scratch, "f", "true"));
+    let started = scratch
+        .wait_record("start", "f", Duration::from_secs(10))
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: the fresh instance never started: {}",
+                S::NAME,
+                fresh.stderr()
+            )
+        });
+    assert!(
+        started.token() > token,
+        "{}: {} after {token}",
+        S::NAME,
+        started.token()
+    );
+    assert_eq!(
+        fresh.wait(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        fresh.stderr()
+    );
+}

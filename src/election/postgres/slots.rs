@@ -453,11 +453,12 @@ impl Postgres {
     /// token) first, and the N the row `NAME` says (1 without it).
     pub(super) async fn read_holders(&self) -> Result<(Vec<Leader>, u32), StoreError> {
         let sql = format!(
-            "SELECT name, holder, token, expires_at OPERATOR(pg_catalog.>) pg_catalog.now(), max_holders
-             FROM {}
+            "SELECT name, holder, token, {}, max_holders
+             FROM {} l
              WHERE name OPERATOR(pg_catalog.=) $1
                 OR pg_catalog.starts_with(name, $1 OPERATOR(pg_catalog.||) '/'::pg_catalog.text)
              ORDER BY token",
+            self.holding("l"),
             self.leases()
         );
         let name = self.shared.name.clone();

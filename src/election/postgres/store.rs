@@ -249,7 +249,7 @@ impl Read for Postgres {
         // The prefix is the table: every row in it is an election.
         // Slot rows (`NAME/k`, with N above 1) are folded into their name's election.
         let sql = format!(
-            "SELECT l.name, l.holder, l.token, l.expires_at OPERATOR(pg_catalog.>) pg_catalog.now(),
+            "SELECT l.name, l.holder, l.token, {holding},
                     (SELECT pg_catalog.count(*) FROM {waiters} w
                      WHERE w.name OPERATOR(pg_catalog.=) l.name
                        AND w.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()),
@@ -257,6 +257,7 @@ impl Read for Postgres {
              FROM {leases} l ORDER BY l.name",
             leases = self.leases(),
             waiters = self.qualified(&self.shared.waiters),
+            holding = self.holding("l"),
         );
         let rows = self
             .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
@@ -302,9 +303,10 @@ impl Read for Postgres {
     async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
         let sql = format!(
             "SELECT {LEFT_MS}, ttl_ms
-             FROM {} WHERE name OPERATOR(pg_catalog.=) $1 AND token OPERATOR(pg_catalog.=) $2
-                 AND holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()",
-            self.leases()
+             FROM {} l WHERE name OPERATOR(pg_catalog.=) $1 AND token OPERATOR(pg_catalog.=) $2
+                 AND {}",
+            self.leases(),
+            self.holding("l"),
         );
         let row_name = self
             .row_of(&leader.key)
@@ -486,25 +488,27 @@ impl Handover for Postgres {
         let (sql, rows) = if lease == name {
             let sql = format!(
                 "WITH gone AS (
-                     UPDATE {} SET holder = NULL, expires_at = pg_catalog.now()
+                     UPDATE {} l SET holder = NULL, expires_at = pg_catalog.now()
                      WHERE name OPERATOR(pg_catalog.=) $1 AND token OPERATOR(pg_catalog.=) $2
-                         AND holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                         AND {}
                      RETURNING 1)
                  SELECT pg_catalog.pg_notify($3, {FREE} OPERATOR(pg_catalog.||) $1)::pg_catalog.text
                  FROM gone",
-                self.leases()
+                self.leases(),
+                self.holding("l"),
             );
             (sql, None)
         } else {
             let sql = format!(
                 "WITH gone AS (
-                     UPDATE {} SET holder = NULL, expires_at = pg_catalog.now()
+                     UPDATE {} l SET holder = NULL, expires_at = pg_catalog.now()
                      WHERE name OPERATOR(pg_catalog.=) $1 AND token OPERATOR(pg_catalog.=) $2
-                         AND holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                         AND {}
                      RETURNING 1)
                  SELECT pg_catalog.pg_notify($3, {FREE} OPERATOR(pg_catalog.||) $4)::pg_catalog.text
                  FROM gone",
-                self.leases()
+                self.leases(),
+                self.holding("l"),
             );
             (sql, Some(lease.to_owned()))
         };
@@ -591,10 +595,33 @@ impl Postgres {
         format!(
             "(r.expires_at IS NULL OR r.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())
              AND (r.lease_token IS NULL OR EXISTS (
-                 SELECT 1 FROM {} l WHERE l.name OPERATOR(pg_catalog.=) r.lease_name
-                 AND l.token OPERATOR(pg_catalog.=) r.lease_token
-                 AND l.holder IS NOT NULL AND l.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()))",
-            self.leases()
+                 SELECT 1 FROM {} h WHERE h.name OPERATOR(pg_catalog.=) r.lease_name
+                 AND h.token OPERATOR(pg_catalog.=) r.lease_token AND {}))",
+            self.leases(),
+            self.holding("h"),
+        )
+    }
+
+    /// Whether the lease row `l` (an alias) counts as held, for `status`, `check`, `release`
+    /// and `resign --force`: SQL. A row is held until its `expires_at` on the server's clock,
+    /// and a held slot (`hold`: its state record, fenced on this row's token, carries
+    /// `held_for_ms`) for as long as it has that holder and token, whatever `expires_at` says.
+    /// Such a row keeps waiters out until the first of them has seen it unchanged for DUR on
+    /// its own CLOCK_BOOTTIME (a takeover gives it a new token); nobody waiting, it keeps
+    /// them out past DUR. Hiding it by the server's clock would let that clock decide what
+    /// `status` shows and make `release` answer "nothing to release" for a slot that still
+    /// blocks the next waiter for DUR. Removing it stays fenced on the token, so a slot a
+    /// waiter took over is never touched. JSON escapes every `"` inside a string, so
+    /// `"held_for_ms":` occurs in a record only as that key.
+    pub(super) fn holding(&self, l: &str) -> String {
+        format!(
+            "{l}.holder IS NOT NULL AND ({l}.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                 OR EXISTS (SELECT 1 FROM {records} s
+                     WHERE s.lease_name OPERATOR(pg_catalog.=) {l}.name
+                     AND s.lease_token OPERATOR(pg_catalog.=) {l}.token
+                     AND pg_catalog.position(s.value, '\"held_for_ms\":'::pg_catalog.bytea)
+                         OPERATOR(pg_catalog.>) 0))",
+            records = self.records(),
         )
     }
 }
