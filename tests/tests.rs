@@ -105,6 +105,7 @@ store_independent! {
     hold::held_slots_and_run_form_holders_never_exceed_n,
     hold::a_store_restart_leaves_a_held_slot_held,
     hold::with_two_slots_the_shorter_bound_lets_the_waiter_in,
+    hold::metrics_show_a_held_slot_until_it_is_released,
     // --max-runtime and --splay.
     limits::max_runtime_stops_a_term_ignoring_group_and_frees_the_lease,
     limits::a_command_that_ends_before_max_runtime_is_unaffected,
