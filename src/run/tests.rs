@@ -471,6 +471,30 @@ fn command_ended(at: Duration, status: ChildStatus) -> Events {
     ]
 }
 
+/// The events of a handover the run starts at 5 s whose command ignores TERM: `why` it handed
+/// over, SIGKILL at 9 s (`--kill-after` 4 s), then the release and the handover's end.
+fn handed_over_at_5s_killed_at_9s(why: &'static str) -> Events {
+    let handing_over = Ev::HandingOver {
+        token: TOKEN,
+        signal: Signal::SIGTERM,
+        why,
+        stop: true,
+    };
+    let gone = 9 * S + DYING;
+    [
+        started(Duration::ZERO),
+        vec![(5 * S, handing_over), sigkill(9 * S, Sigkill::KillAfter)],
+        command_ended(gone, ChildStatus::Signaled(9)),
+        vec![
+            (gone, Ev::HandedOver { token: TOKEN }),
+            released(gone),
+            (gone, Ev::LeadEnded { lost: true }),
+            (gone, Ev::HandoverComplete),
+        ],
+    ]
+    .concat()
+}
+
 fn sigkill(at: Duration, why: Sigkill) -> (Duration, Ev) {
     (at, Ev::Sigkill { token: TOKEN, why })
 }
@@ -861,25 +885,10 @@ async fn a_handover_takes_the_same_stop_path_and_releases_once_the_group_is_gone
     );
     assert_eq!(ran.releases, [9 * S + DYING]);
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
-    let handing_over = Ev::HandingOver {
-        token: TOKEN,
-        signal: Signal::SIGTERM,
-        why: "resign asked for a handover",
-        stop: true,
-    };
-    let gone = 9 * S + DYING;
-    let expected = [
-        started(Duration::ZERO),
-        vec![(5 * S, handing_over), sigkill(9 * S, Sigkill::KillAfter)],
-        command_ended(gone, ChildStatus::Signaled(9)),
-        vec![
-            (gone, Ev::HandedOver { token: TOKEN }),
-            released(gone),
-            (gone, Ev::LeadEnded { lost: true }),
-            (gone, Ev::HandoverComplete),
-        ],
-    ];
-    assert_eq!(ran.events, expected.concat());
+    assert_eq!(
+        ran.events,
+        handed_over_at_5s_killed_at_9s("resign asked for a handover")
+    );
     // Signal first, report after.
     let handing = ran.signals_before(|e| matches!(e, Ev::HandingOver { .. }));
     assert_eq!(handing, [1]);

@@ -22,6 +22,8 @@
 //! times. `LEADER_EXEC_NEMESIS_VERBOSE=1` prints the whole schedule as it ran (every record but
 //! the heartbeats); `LEADER_EXEC_NEMESIS_BIAS=pause` makes every other step a pause of a holder
 //! past the TTL (a frozen leader and the grace it gives its command once it runs again).
+//! `LEADER_EXEC_NEMESIS_MINUTES=M` ends the schedule after the step that ends past M minutes (a
+//! soak by the clock); the steps run are printed, and that many steps with the same seed repeat it.
 
 mod check;
 
@@ -67,6 +69,18 @@ fn steps() -> usize {
         .ok()
         .map(|s| s.parse().expect("LEADER_EXEC_NEMESIS_STEPS is a number"))
         .unwrap_or(STEPS)
+}
+
+/// `LEADER_EXEC_NEMESIS_MINUTES`: a soak by the clock; the schedule stops after the step that
+/// ends past it (the steps run are printed: the same seed with that many steps repeats it).
+fn minutes() -> Option<Duration> {
+    std::env::var("LEADER_EXEC_NEMESIS_MINUTES").ok().map(|s| {
+        Duration::from_secs(
+            60 * s
+                .parse::<u64>()
+                .expect("LEADER_EXEC_NEMESIS_MINUTES is a number"),
+        )
+    })
 }
 
 /// What a store adds to the schedule.
@@ -920,11 +934,20 @@ pub fn run<S: Nemesis>(store_name: &str) {
         "op seed {seed}, {steps} steps, phase N={}",
         run.phase
     ));
+    let until = minutes().map(|m| started + m);
+    let mut ran = 0;
     for _ in 0..steps {
         run.step();
         let pause = run.between(100, 700);
         run.tick(pause);
+        ran += 1;
+        if until.is_some_and(|until| Instant::now() >= until) {
+            break;
+        }
     }
+    let repeat = format!(
+        "LEADER_EXEC_NEMESIS_SEED={seed} LEADER_EXEC_NEMESIS_STEPS={ran} cargo test --locked --test chaos nemesis::{store_name}"
+    );
     let problems = run.finish();
     if std::env::var_os("LEADER_EXEC_NEMESIS_VERBOSE").is_some() {
         let text = run.trial.history_text();
@@ -939,7 +962,7 @@ pub fn run<S: Nemesis>(store_name: &str) {
         }
     }
     eprintln!(
-        "nemesis: {store_name}, seed {seed}: {} instances, {:?}, {}",
+        "nemesis: {store_name}, seed {seed}: {ran} steps, {} instances, {:?}, {}",
         run.joined,
         started.elapsed(),
         if problems.is_empty() {
@@ -950,7 +973,7 @@ pub fn run<S: Nemesis>(store_name: &str) {
     );
     if !problems.is_empty() {
         run.trial.fail(format!(
-            "nemesis on {store_name}, seed {seed}, {steps} steps: {} violations:\n{}\nrepeat: {repeat}",
+            "nemesis on {store_name}, seed {seed}, {ran} steps: {} violations:\n{}\nrepeat: {repeat}",
             problems.len(),
             problems.join("\n")
         ));

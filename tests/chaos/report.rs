@@ -685,6 +685,7 @@ prints its seed and the command that repeats its schedule; the seed is printed a
     LEADER_EXEC_NEMESIS_SEED=22 LEADER_EXEC_NEMESIS_STEPS=50 cargo test --locked --test chaos nemesis::zookeeper
     LEADER_EXEC_NEMESIS_VERBOSE=1 ...                  # print the schedule as it ran
     LEADER_EXEC_NEMESIS_STEPS=6000 cargo test --locked --test chaos nemesis::postgres -- --nocapture   # a soak: about an hour
+    LEADER_EXEC_NEMESIS_STEPS=100000 LEADER_EXEC_NEMESIS_MINUTES=61 cargo test ...   # a soak by the clock; prints the steps it ran
 
 A seed repeats the schedule's choices, not the timing they meet: a failure that needs one
 interleaving is found again by running its seed a few times.

@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -19,7 +19,11 @@ enum Mode {
 
 struct ProxyState {
     mode: Mutex<Mode>,
-    connections: Mutex<Vec<TcpStream>>,
+    /// Every open connection's two sockets, by the pair's number: `cut` resets them. A pair
+    /// leaves once both its pumps have ended, so a long run does not keep every connection it ever
+    /// proxied open (a soak's hundreds of thousands ran the test out of file descriptors).
+    connections: Mutex<Vec<(u64, TcpStream)>>,
+    next_pair: AtomicU64,
     stopped: AtomicBool,
     /// Bytes forwarded so far, both directions.
     forwarded: AtomicU64,
@@ -43,6 +47,7 @@ impl ProxyState {
         ProxyState {
             mode: Mutex::new(mode),
             connections: Mutex::new(Vec::new()),
+            next_pair: AtomicU64::new(0),
             stopped: AtomicBool::new(stopped),
             forwarded: AtomicU64::new(0),
             armed: AtomicBool::new(false),
@@ -143,11 +148,13 @@ impl Proxy {
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
+                let pair = accept_state.next_pair.fetch_add(1, Ordering::SeqCst);
                 {
                     let mut connections = accept_state.connections.lock().unwrap();
-                    connections.push(client.try_clone().unwrap());
-                    connections.push(server.try_clone().unwrap());
+                    connections.push((pair, client.try_clone().unwrap()));
+                    connections.push((pair, server.try_clone().unwrap()));
                 }
+                let pumps = Arc::new(AtomicUsize::new(2));
                 // Receive timestamps on what the client sends (for the benchmarks' black hole).
                 let _ = nix::sys::socket::setsockopt(
                     &client,
@@ -163,7 +170,15 @@ impl Proxy {
                     (server, client, false),
                 ] {
                     let state = accept_state.clone();
-                    thread::spawn(move || pump(from, to, state, upstream));
+                    let ended = PairEnded {
+                        pair,
+                        pumps: pumps.clone(),
+                        state: state.clone(),
+                    };
+                    thread::spawn(move || {
+                        let _ended = ended;
+                        pump(from, to, state, upstream)
+                    });
                 }
             }
         });
@@ -189,7 +204,7 @@ impl Proxy {
 
     pub fn cut(&self) {
         self.set(Mode::Cut);
-        for connection in self.state.connections.lock().unwrap().drain(..) {
+        for (_, connection) in self.state.connections.lock().unwrap().drain(..) {
             reset(&connection);
         }
     }
@@ -246,6 +261,27 @@ impl Drop for Proxy {
         self.state.stopped.store(true, Ordering::SeqCst);
         self.cut();
         let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Held by each of a connection's two pumps: the last to end takes the pair's sockets out of
+/// `connections`, closing them.
+struct PairEnded {
+    pair: u64,
+    pumps: Arc<AtomicUsize>,
+    state: Arc<ProxyState>,
+}
+
+impl Drop for PairEnded {
+    fn drop(&mut self) {
+        if self.pumps.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let mut connections = self
+                .state
+                .connections
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            connections.retain(|(pair, _)| *pair != self.pair);
+        }
     }
 }
 

@@ -243,23 +243,10 @@ async fn an_unhealthy_leader_hands_over_through_the_stop_path_and_exits_75() {
     );
     assert_eq!(ran.releases, [9 * S + DYING]);
     assert_eq!(ran.code, exit::LEADERSHIP_LOST);
-    let handing_over = Ev::HandingOver {
-        token: TOKEN,
-        signal: Signal::SIGTERM,
-        why: "the health check failed --health-retries times in a row (--health-cmd)",
-        stop: true,
-    };
-    let gone = 9 * S + DYING;
-    let expected = [
-        started(Duration::ZERO),
-        vec![(5 * S, handing_over), sigkill(9 * S, Sigkill::KillAfter)],
-        command_ended(gone, ChildStatus::Signaled(9)),
-        vec![
-            (gone, Ev::HandedOver { token: TOKEN }),
-            released(gone),
-            (gone, Ev::LeadEnded { lost: true }),
-            (gone, Ev::HandoverComplete),
-        ],
-    ];
-    assert_eq!(ran.events, expected.concat());
+    assert_eq!(
+        ran.events,
+        handed_over_at_5s_killed_at_9s(
+            "the health check failed --health-retries times in a row (--health-cmd)"
+        )
+    );
 }
