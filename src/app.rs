@@ -277,7 +277,7 @@ async fn lead_with<B: Store>(
     health: Option<crate::run::health::Checker>,
     report: crate::run::Reporter,
 ) -> anyhow::Result<u8> {
-    Runner {
+    let mut runner = Runner {
         settings,
         backend,
         clock: BootClock,
@@ -285,9 +285,18 @@ async fn lead_with<B: Store>(
         signals,
         health,
         report,
+    };
+    let run = runner.run();
+    if !crate::telemetry::metrics::enabled() {
+        return run.await;
     }
-    .run()
-    .await
+    // The held slots of the lease, for /metrics: polled after the run and dropped when it ends,
+    // so the run never waits for it (see run/held.rs).
+    tokio::select! {
+        biased;
+        code = run => code,
+        () = crate::run::held::export(backend, settings) => unreachable!("export never returns"),
+    }
 }
 
 /// `status`, `watch`, `check`, `resign` and the hidden `generate-assets`.

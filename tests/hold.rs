@@ -458,3 +458,64 @@ pub fn release_after_the_bound_frees_a_slot_that_still_blocks<S: Store>() {
         fresh.stderr()
     );
 }
+
+/// A held slot has no /metrics of its own: a run-form instance of the lease with `--http`
+/// exports it as `leader_exec_held_slot{identity,token}` with its bound in seconds, and drops it
+/// once `release` gave it back.
+pub fn metrics_show_a_held_slot_until_it_is_released<S: Store>() {
+    let store = S::start();
+    let scratch = Scratch::new();
+    let endpoint = store.endpoint();
+    let (code, a, err) = hold(&endpoint, "rm", "2", "120s", "host-a", &[]);
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = holder_args(&endpoint, "rm", "2");
+    args.extend(["--http", &listen]);
+    let mut c = Instance::start(&args, &holder_job(&scratch, "c", &gated(&scratch, "c")));
+    scratch
+        .wait_record("start", "c", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("{}: c did not take the second slot", S::NAME));
+
+    let series = format!("identity=\"host-a\",lease=\"rm\",token=\"{a}\"");
+    let held = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("leader_exec_held_slot{"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let mut text = String::new();
+    assert!(
+        wait_for(TTL * 4, || {
+            text = crate::metrics::scrape(port);
+            !held(&text).is_empty()
+        }),
+        "{}: no held slot on /metrics:\n{text}",
+        S::NAME
+    );
+    let lines = held(&text);
+    assert_eq!(lines.len(), 1, "{}: {lines:?}", S::NAME);
+    let line = &lines[0];
+    let labels = line
+        .strip_prefix("leader_exec_held_slot{")
+        .and_then(|l| l.split_once('}'))
+        .map(|(labels, value)| {
+            let mut labels: Vec<&str> = labels.split(',').collect();
+            labels.sort_unstable();
+            (labels.join(","), value.trim().parse::<f64>().ok())
+        });
+    assert_eq!(labels, Some((series, Some(120.0))), "{}: {line}", S::NAME);
+
+    let (code, err) = release(&endpoint, "rm", "host-a");
+    assert_eq!(code, 0, "{}: {err}", S::NAME);
+    assert!(
+        wait_for(TTL * 4, || {
+            text = crate::metrics::scrape(port);
+            held(&text).is_empty()
+        }),
+        "{}: the released slot stays on /metrics:\n{text}",
+        S::NAME
+    );
+    open_gate(&scratch, "c");
+    assert_eq!(c.wait(Duration::from_secs(10)), Some(0), "{}", c.stderr());
+}

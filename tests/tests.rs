@@ -106,6 +106,7 @@ store_independent! {
     hold::a_store_restart_leaves_a_held_slot_held,
     hold::with_two_slots_the_shorter_bound_lets_the_waiter_in,
     hold::release_after_the_bound_frees_a_slot_that_still_blocks,
+    hold::metrics_show_a_held_slot_until_it_is_released,
     // --max-runtime and --splay.
     limits::max_runtime_stops_a_term_ignoring_group_and_frees_the_lease,
     limits::a_command_that_ends_before_max_runtime_is_unaffected,

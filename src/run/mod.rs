@@ -52,6 +52,7 @@
 
 mod campaign;
 pub mod health;
+pub mod held;
 mod lead;
 mod once;
 mod release;

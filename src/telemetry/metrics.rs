@@ -58,6 +58,10 @@ leader_exec_occurrences_total{outcome}     counter  started, done, failed, alrea
 leader_exec_fenced_writes_rejected_total   counter  occurrence writes refused by the fence
 leader_exec_log_lines_dropped_total        counter  log lines dropped (stderr not draining)
 leader_exec_build_info{version}            gauge    always 1
+leader_exec_held_slot{identity,token}      gauge    a slot `hold` keeps in this lease: its bound
+                                                    (--for) in seconds; one series per held slot,
+                                                    as this instance last read the holders (every
+                                                    --ttl)
 
 /leader: 200 while this instance leads and its command runs, else 503; body
 {\"lease\",\"identity\",\"token\",\"role\"}, role one of leader, elected, candidate,
@@ -199,6 +203,10 @@ pub struct Metrics {
     max_runtime_stops: Counter,
     occurrences: [Counter; 7],
     fenced_rejected: Counter,
+    /// The slots `hold` keeps in this lease, by identity and token: their bound in seconds.
+    held_slots: Family<Vec<(&'static str, String)>, Gauge<f64, AtomicU64>>,
+    /// What `held_slots` was last set to, to tell a change.
+    held_seen: std::sync::Mutex<Vec<(String, i64, u64)>>,
     /// Wall-clock time this run started.
     pub started_at: SystemTime,
 }
@@ -322,6 +330,12 @@ impl Metrics {
             "--max-holders: how many instances of the lease may hold it at once (1: a single leader)",
             max_holders,
         );
+        let held_slots = Family::<Vec<(&'static str, String)>, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "held_slot",
+            "A slot `leader-exec hold` keeps in this lease (no process behind it), by identity and token: its bound (--for) in seconds; as this instance last read the holders",
+            held_slots.clone(),
+        );
         let build = Family::<Vec<(&'static str, &'static str)>, Gauge>::default();
         registry.register(
             "build_info",
@@ -343,6 +357,8 @@ impl Metrics {
             max_runtime_stops,
             occurrences,
             fenced_rejected,
+            held_slots,
+            held_seen: std::sync::Mutex::new(Vec::new()),
             started_at: SystemTime::now(),
         }
     }
@@ -703,6 +719,36 @@ pub fn occurrence(outcome: OccurrenceOutcome) {
 pub fn fenced_write_rejected() {
     let Some(m) = METRICS.get() else { return };
     m.fenced_rejected.inc();
+}
+
+/// Whether `--http` or `--metrics-file` set the metrics up.
+pub fn enabled() -> bool {
+    METRICS.get().is_some()
+}
+
+/// The slots `hold` keeps in this lease, as last read: (identity, token, bound in ms). Replaces
+/// the last set; the lock is only ever taken here, never across an await.
+pub fn held_slots(held: Vec<(String, i64, u64)>) {
+    let Some(m) = METRICS.get() else { return };
+    let mut seen = m
+        .held_seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *seen == held {
+        return;
+    }
+    m.held_slots.clear();
+    for (identity, token, ms) in &held {
+        m.held_slots
+            .get_or_create(&vec![
+                ("identity", identity.clone()),
+                ("token", token.to_string()),
+            ])
+            .set(Duration::from_millis(*ms).as_secs_f64());
+    }
+    *seen = held;
+    drop(seen);
+    changed();
 }
 
 /// The run is over.
