@@ -30,18 +30,7 @@ async fn max_runtime_takes_the_stop_path_of_term_and_exits_79_once_the_group_is_
     let expected = [
         started(Duration::ZERO),
         vec![(30 * S, max_runtime), sigkill(34 * S, Sigkill::KillAfter)],
-        command_ended(gone, ChildStatus::Signaled(9)),
-        vec![
-            (
-                gone,
-                Ev::MaxRuntimeStopped {
-                    token: TOKEN,
-                    code: 137,
-                },
-            ),
-            released(gone),
-            (gone, Ev::LeadEnded { lost: false }),
-        ],
+        stopped_by_max_runtime(gone),
     ];
     assert_eq!(ran.events, expected.concat());
     // Signal first, report after.
@@ -69,18 +58,7 @@ async fn max_runtime_takes_the_stop_path_of_term_and_exits_79_once_the_group_is_
     let expected = [
         started(Duration::ZERO),
         vec![(30 * S, max_runtime)],
-        command_ended(gone, ChildStatus::Signaled(9)),
-        vec![
-            (
-                gone,
-                Ev::MaxRuntimeStopped {
-                    token: TOKEN,
-                    code: 137,
-                },
-            ),
-            released(gone),
-            (gone, Ev::LeadEnded { lost: false }),
-        ],
+        stopped_by_max_runtime(gone),
     ];
     assert_eq!(ran.events, expected.concat());
 }
@@ -249,4 +227,22 @@ async fn an_unhealthy_leader_hands_over_through_the_stop_path_and_exits_75() {
             "the health check failed --health-retries times in a row (--health-cmd)"
         )
     );
+}
+
+/// What follows a command that `--max-runtime` killed, once its group is gone at `gone`: its end
+/// by SIGKILL, the stop reported, the release and the end of the lead.
+fn stopped_by_max_runtime(gone: Duration) -> Events {
+    let mut events = command_ended(gone, ChildStatus::Signaled(9));
+    events.extend([
+        (
+            gone,
+            Ev::MaxRuntimeStopped {
+                token: TOKEN,
+                code: 137,
+            },
+        ),
+        released(gone),
+        (gone, Ev::LeadEnded { lost: false }),
+    ]);
+    events
 }
