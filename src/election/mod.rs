@@ -79,6 +79,7 @@ pub mod etcd;
 pub mod fake;
 pub mod flags;
 pub mod postgres;
+pub mod rows;
 pub mod zookeeper;
 
 use std::fmt;
