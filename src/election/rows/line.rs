@@ -245,4 +245,134 @@ mod tests {
             Place::Behind(10 * S)
         );
     }
+
+    /// A scripted waiter: the looks it answers, in order, and what the wait asked of it.
+    struct Scripted {
+        line: Line,
+        max_holders: u32,
+        /// What `heard` answers: a release heard when it says so.
+        releases: Mutex<Vec<bool>>,
+        looks: Mutex<Vec<Look>>,
+        slot_waits: Mutex<Vec<Duration>>,
+        /// (seen, wait) of every `heard`, the ids skipped, in order.
+        asked: Mutex<Vec<(i64, Duration)>>,
+        skipped: Mutex<Vec<i64>>,
+    }
+
+    impl Scripted {
+        fn new(own_ttl: Duration, max_holders: u32, looks: Vec<Look>) -> Scripted {
+            Scripted {
+                line: Line::new(own_ttl),
+                max_holders,
+                releases: Mutex::new(Vec::new()),
+                looks: Mutex::new(looks.into_iter().rev().collect()),
+                slot_waits: Mutex::new(Vec::new()),
+                asked: Mutex::new(Vec::new()),
+                skipped: Mutex::new(Vec::new()),
+            }
+        }
+    }
+
+    impl Waiter for Scripted {
+        fn line(&self) -> &Line {
+            &self.line
+        }
+
+        fn max_holders(&self) -> u32 {
+            self.max_holders
+        }
+
+        async fn heard(&self, seen: i64, wait: Duration) -> i64 {
+            self.asked.lock().unwrap().push((seen, wait));
+            let released = self.releases.lock().unwrap().pop().unwrap_or(false);
+            seen + i64::from(released)
+        }
+
+        async fn look_at_line(&self) -> Result<Look, StoreError> {
+            Ok(self.looks.lock().unwrap().pop().expect("a look scripted"))
+        }
+
+        async fn look_at_slots(&self) -> Result<Duration, StoreError> {
+            Ok(self.slot_waits.lock().unwrap().remove(0))
+        }
+
+        async fn skip_dead(&self, dead: &AheadSighting) -> Result<(), StoreError> {
+            self.skipped.lock().unwrap().push(dead.id);
+            Ok(())
+        }
+    }
+
+    fn line_look(ahead: Option<AheadSighting>, lease_wait: Duration) -> Look {
+        Look::Line {
+            ahead,
+            lease_wait,
+            received: BootClock.now(),
+        }
+    }
+
+    /// Behind a live waiter it waits for that one's TTL; a dead one ahead is skipped and the
+    /// line looked at again at once; first in line, it waits for the lease row and returns once
+    /// that may be taken. A changed standing (`Again`) looks again at once from what was heard.
+    #[tokio::test]
+    async fn the_wait_for_a_turn_follows_the_line() {
+        let alive = AheadSighting {
+            id: 7,
+            renewals: 1,
+            ttl: 60 * S,
+        };
+        let dead = AheadSighting {
+            id: 8,
+            renewals: 4,
+            ttl: Duration::ZERO,
+        };
+        let waiter = Scripted::new(
+            Duration::ZERO,
+            1,
+            vec![
+                Look::Again { heard: 4 },
+                line_look(Some(alive), Duration::ZERO),
+                line_look(Some(dead), Duration::ZERO),
+                line_look(None, 2 * S),
+                line_look(None, Duration::ZERO),
+            ],
+        );
+        wait_turn(&waiter, 3, 5 * S).await.unwrap();
+        let asked = waiter.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 5, "{asked:?}");
+        assert_eq!(asked[0], (3, 5 * S));
+        assert_eq!(asked[1], (4, Duration::ZERO));
+        let (seen, behind) = asked[2];
+        assert!(
+            seen == 4 && behind > 59 * S && behind <= 60 * S,
+            "{behind:?}"
+        );
+        assert_eq!(asked[3], (4, Duration::ZERO));
+        assert_eq!(asked[4], (4, 2 * S));
+        assert_eq!(*waiter.skipped.lock().unwrap(), [8]);
+    }
+
+    /// A release heard ends the wait without a look; with N above 1 the first waiter's wait is
+    /// its look at every slot row, not the lease row's.
+    #[tokio::test]
+    async fn a_release_heard_or_a_free_slot_ends_the_wait() {
+        let waiter = Scripted::new(S, 1, Vec::new());
+        waiter.releases.lock().unwrap().push(true);
+        wait_turn(&waiter, 0, S).await.unwrap();
+        assert_eq!(*waiter.asked.lock().unwrap(), [(0, S)]);
+
+        let slots = Scripted::new(
+            S,
+            3,
+            vec![
+                line_look(None, Duration::ZERO),
+                line_look(None, Duration::ZERO),
+            ],
+        );
+        *slots.slot_waits.lock().unwrap() = vec![7 * S, Duration::ZERO];
+        wait_turn(&slots, 0, Duration::ZERO).await.unwrap();
+        assert_eq!(
+            *slots.asked.lock().unwrap(),
+            [(0, Duration::ZERO), (0, 7 * S)]
+        );
+    }
 }
