@@ -175,15 +175,19 @@ pub async fn wait_turn<W: Waiter>(
         };
         match waiter.line().place(ahead, received, BootClock.now()) {
             Place::First => {
+                // With N above 1, the first waiter looks at every slot row.
                 let lease_wait = match waiter.max_holders() {
                     1 => lease_wait,
                     _ => waiter.look_at_slots().await?,
                 };
+                // First in line: the lease row is free, gone, or ripe for a takeover.
                 if lease_wait.is_zero() {
                     return Ok(());
                 }
                 wait = lease_wait;
             }
+            // Not first: the lease row is the first waiter's to take. The one just ahead, dead,
+            // is skipped, and the line looked at again.
             Place::Dead(ahead) => {
                 waiter.skip_dead(&ahead).await?;
                 waiter.line().forget();

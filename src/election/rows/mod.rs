@@ -4,6 +4,13 @@
 //! and slot rows for `--max-holders` ([`slots`]). A store keeps its own statements, sessions,
 //! TLS, how it tells waiters of a release, and the decisions it makes in one transaction.
 //!
+//! A row store uses them thus: every read of a lease row (an attempt that lost, a look) is noted
+//! with [`Sightings::sight`] at the instant its answer arrived, and an attempt offers to take a
+//! held row only as [`Sightings::ripe`] gives it, conditional on exactly that sighting; with N
+//! above 1 the same by [`Sightings::sight_slots`] and [`Sightings::ripe_rows`]. Its
+//! `Campaign::predecessor_gone` is [`line::wait_turn`] over its own [`line::Waiter`] (how a
+//! waiter hears of a release, and its one-statement look at the line).
+//!
 //! A row store keeps one lease row per lease name (and slot): `holder` (none when released),
 //! `token` (above every earlier token of the name, never reset), `renewals` (bumped by every
 //! acquisition and renewal), `expires_at` on the server's clock (a hint for waiters and a
