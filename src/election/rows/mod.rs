@@ -1,8 +1,8 @@
 //! What every store of rows with transactions (PostgreSQL today) shares, without its SQL: the
-//! takeover rule and its bookkeeping ([`Sightings`]), the line of waiters ([`line`]: who is
-//! first, when the waiter ahead is dead, the wait for a turn behind the [`line::Waiter`] trait),
-//! and slot rows for `--max-holders` ([`slots`]). A store keeps its own statements, sessions,
-//! TLS, how it tells waiters of a release, and the decisions it makes in one transaction.
+//! takeover rule and its bookkeeping ([`Sightings`]), the line of waiters ([`line`](mod@line): who
+//! is first, when the waiter ahead is dead, the wait for a turn behind the [`line::Waiter`] trait),
+//! and slot rows for `--max-holders` ([`slots`]). A store keeps its own statements, sessions, TLS,
+//! how it tells waiters of a release, and the decisions it makes in one transaction.
 //!
 //! A row store uses them thus: every read of a lease row (an attempt that lost, a look) is noted
 //! with [`Sightings::sight`] at the instant its answer arrived, and an attempt offers to take a
@@ -36,13 +36,13 @@
 //! later renewal succeeded, and a later renewal changes the sighting, which defeats the
 //! conditional write. This is part 1 of the safety argument in [`super`].
 //!
-//! With N above 1 the same holds for each slot row, and a held row of another N keeps every slot
-//! of the name out until it too has been seen unchanged for a full TTL
-//! ([`Sightings::sight_slots`]): a server clock stepped ahead (or set back while that holder took
-//! its row) makes a live holder's row look expired, and judging by it would start a command of
-//! this N beside one of another. The server's clock may decide only whether to refuse an
-//! instance of another N, or the order of the line ([`line`]): it can make an instance wait, or
-//! refuse it, where it need not; it can never let it start.
+//! With N above 1 the same holds for each slot row, and a held row of another N keeps every slot of
+//! the name out until it too has been seen unchanged for a full TTL ([`Sightings::sight_slots`]): a
+//! server clock stepped ahead (or set back while that holder took its row) makes a live holder's
+//! row look expired, and judging by it would start a command of this N beside one of another. The
+//! server's clock may decide only whether to refuse an instance of another N, or the order of the
+//! line ([`line`](mod@line)): it can make an instance wait, or refuse it, where it need not; it can
+//! never let it start.
 
 pub mod line;
 pub mod sighting;

@@ -8,7 +8,7 @@
 //! over only as [`Sighting`](super::sighting::Sighting) says. Every row carries the N of the
 //! instance that last acquired it; a held row another N wrote keeps everything of the name out
 //! until the taker has seen it unchanged for a full TTL
-//! ([`Sightings::sight_slots`](super::Sightings)).
+//! ([`Sightings::sight_slots`](super::Sightings::sight_slots)).
 //!
 //! Why no N+1st holder is the store's own matter, since it rests on its transactions: every
 //! acquisition of any slot row of a name runs under one lock on the row `NAME` and sees every
