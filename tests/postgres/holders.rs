@@ -495,7 +495,7 @@ fn requests(pg: &Postgres) -> i64 {
         pg,
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%'
          AND query NOT LIKE 'LISTEN%' AND query NOT LIKE 'WITH mine AS%'
-         AND query NOT LIKE 'SELECT c.slot%'",
+         AND query NOT LIKE 'SELECT s.slot%'",
     )
 }
 
@@ -503,7 +503,7 @@ fn requests(pg: &Postgres) -> i64 {
 fn attempts(pg: &Postgres) -> i64 {
     count(
         pg,
-        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'WITH ripe AS%'",
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'WITH cur AS%'",
     )
 }
 
