@@ -254,8 +254,8 @@ impl Postgres {
         );
         let _ = write!(
             sql,
-            "WITH ripe AS {ripe},
-             cur AS (SELECT * FROM {sighted} x),
+            "WITH cur AS (SELECT * FROM {sighted} x),
+             ripe AS {ripe},
              theirs AS ({theirs}),
              others AS (SELECT 1 FROM cur c WHERE {blocked}),
              free AS (SELECT pg_catalog.count(*) AS f FROM cur
@@ -385,11 +385,11 @@ impl Postgres {
     /// server's clock answers zero: the attempt that follows refuses this instance.
     pub(super) async fn look_slots(&self) -> Result<Duration, StoreError> {
         let sql = format!(
-            "SELECT c.slot, c.present, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms, c.other,
-                    c.other AND c.expires_us OPERATOR(pg_catalog.>)
+            "SELECT s.slot, s.present, s.holder, s.token, s.renewals, s.expires_us, s.ttl_ms, s.other,
+                    s.other AND s.expires_us OPERATOR(pg_catalog.>)
                         (EXTRACT(EPOCH FROM pg_catalog.now()) OPERATOR(pg_catalog.*)
                          1000000::pg_catalog.numeric)::pg_catalog.int8
-             FROM {sighted} c ORDER BY c.k, c.slot",
+             FROM {sighted} s ORDER BY s.k, s.slot",
             sighted = self.sighted_sql(self.shared.max_holders),
         );
         let rows = self
