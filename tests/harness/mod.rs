@@ -16,7 +16,8 @@
 //! - `proxy`: the TCP proxy that cuts, black-holes or holds back a connection;
 //! - `store`: the [`Store`] trait the store-independent tests are generic over, then one room a
 //!   store: `etcd` (one member or a cluster), `postgres`, `pgbouncer` (transaction mode in
-//!   front of PostgreSQL), `pg_hostile` (PostgreSQL under a hostile schema), `zookeeper`,
+//!   front of PostgreSQL), `pg_hostile` (PostgreSQL under a hostile schema), `mariadb` (a
+//!   MariaDB and a read-only one; not yet in the store list), `zookeeper`,
 //!   `zookeeper_ensemble`, `curator` (a Curator LeaderLatch participant).
 //!
 //! The harness is also included by the chaos suite (tests/chaos/main.rs) and the benchmarks'
@@ -29,6 +30,7 @@ mod curator;
 mod etcd;
 mod history;
 mod instance;
+mod mariadb;
 mod pg_hostile;
 mod pgbouncer;
 mod postgres;
@@ -52,6 +54,8 @@ pub use etcd::*;
 pub use history::*;
 #[allow(unused_imports)]
 pub use instance::*;
+#[allow(unused_imports)]
+pub use mariadb::*;
 #[allow(unused_imports)]
 pub use pg_hostile::*;
 #[allow(unused_imports)]

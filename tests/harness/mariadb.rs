@@ -1,0 +1,270 @@
+//! MariaDB (Debian's 10.11, [`MariaDb`]): a private server on a temporary directory and a free
+//! loopback port, run as the `mysql` user when the tests run as root, with a database and a
+//! password user for leader-exec; and a read-only one beside it for the primary-only tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::{first_line_of, free_port, share_machine};
+
+const MARIADBD: &str = "/usr/sbin/mariadbd";
+
+/// The user leader-exec connects as, its password (given to leader-exec in
+/// `LEADER_EXEC_PASSWORD`, never in the URL) and its database.
+pub const MARIADB_USER: &str = "leader";
+pub const MARIADB_PASSWORD: &str = "lease-pass-1";
+pub const MARIADB_DATABASE: &str = "leader_exec";
+
+/// A MariaDB server on a free loopback port (and a Unix socket in its directory, which only the
+/// harness's own `mariadb` client uses, as the server's root); killed when dropped.
+pub struct MariaDb {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// More server options (`--name=value`).
+    extra: Vec<String>,
+}
+
+/// Whether the tests run as root (then the server runs as `mysql`, as mariadbd insists): the
+/// owner of /proc/self is this process's effective user.
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+impl MariaDb {
+    /// A writable server with leader-exec's database and user.
+    pub fn start() -> MariaDb {
+        MariaDb::start_with(&[])
+    }
+
+    /// A server that refuses writes from leader-exec's user (`read_only=ON`, as a replica or an
+    /// old primary after a failover is): its database and user are there, its tables not.
+    pub fn start_read_only() -> MariaDb {
+        let db = MariaDb::start();
+        db.sql("SET GLOBAL read_only = ON");
+        db
+    }
+
+    /// Starts with more server options, e.g. `--default-time-zone=+05:00`.
+    pub fn start_with(extra: &[&str]) -> MariaDb {
+        share_machine();
+        let dir = tempfile::Builder::new()
+            .prefix("leader-exec-mariadb")
+            .tempdir()
+            .unwrap();
+        // Its own directory for temporary tables (information_schema queries make some): in a
+        // shared /tmp they were seen removed under a running server by whatever else runs there.
+        std::fs::create_dir(dir.path().join("tmp")).unwrap();
+        if is_root() {
+            let chown = Command::new("chown")
+                .arg("-R")
+                .arg("mysql:mysql")
+                .arg(dir.path())
+                .status()
+                .expect("chown");
+            assert!(chown.success());
+        }
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .args(["--skip-test-db", "--auth-root-authentication-method=normal"])
+            .env("TMPDIR", dir.path().join("tmp"));
+        if is_root() {
+            install.arg("--user=mysql");
+        }
+        let out = install
+            .output()
+            .expect("MariaDB is installed (apt-get install mariadb-server mariadb-client)");
+        assert!(
+            out.status.success(),
+            "mariadb-install-db: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut db = MariaDb {
+            port: 0,
+            dir,
+            child: None,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        // A free port can be taken between the probe and the server's bind: try a few times.
+        for _ in 0..5 {
+            db.port = free_port();
+            if db.spawn() {
+                db.sql(&format!(
+                    "CREATE DATABASE {MARIADB_DATABASE};
+                     CREATE USER '{MARIADB_USER}'@'%' IDENTIFIED BY '{MARIADB_PASSWORD}';
+                     GRANT ALL ON {MARIADB_DATABASE}.* TO '{MARIADB_USER}'@'%'"
+                ));
+                return db;
+            }
+        }
+        panic!("MariaDB did not start: {}", db.log());
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("sock")
+    }
+
+    /// The server's error log, for a message when it does not start.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("err.log")).unwrap_or_default()
+    }
+
+    /// Starts mariadbd on `self.port` and waits until it answers; false if it exits first (its
+    /// port was taken) or does not answer within 60 s.
+    fn spawn(&mut self) -> bool {
+        let dir = self.dir.path();
+        let mut command = Command::new(MARIADBD);
+        // --no-defaults first: nothing of /etc/mysql applies. No fsync (as the PostgreSQL
+        // harness's fsync=off), small buffers, no binary log, no performance schema.
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", self.socket().display()))
+            .arg(format!("--pid-file={}", dir.join("pid").display()))
+            .arg(format!("--log-error={}", dir.join("err.log").display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
+            .env("TMPDIR", dir.join("tmp"))
+            .args([
+                "--skip-log-bin",
+                "--skip-name-resolve",
+                "--performance-schema=OFF",
+                "--innodb-buffer-pool-size=32M",
+                "--innodb-log-file-size=16M",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--innodb-doublewrite=0",
+                "--max-connections=600",
+            ])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if is_root() {
+            command.arg("--user=mysql");
+        }
+        let mut child = command.spawn().expect("mariadbd");
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            if child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
+            if self.try_sql("SELECT 1").status.success() {
+                self.child = Some(child);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// The server's pid, while it runs.
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+
+    /// SIGKILL, like a crash: nothing is flushed or said goodbye.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills it and starts it again on the same port and data; returns once it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        // The port was just ours: the kernel lets a listener bind it again at once.
+        let until = Instant::now() + Duration::from_secs(30);
+        while !self.spawn() {
+            assert!(
+                Instant::now() < until,
+                "MariaDB did not come back: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// SIGSTOP: one process, every connection's thread with it.
+    pub fn freeze(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+        }
+    }
+
+    pub fn thaw(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        }
+    }
+
+    /// `mysql://leader@127.0.0.1:PORT/leader_exec`: the password is given apart.
+    pub fn url(&self, port: u16) -> String {
+        format!("mysql://{MARIADB_USER}@127.0.0.1:{port}/{MARIADB_DATABASE}")
+    }
+
+    /// Runs SQL as the server's root over its socket (no database chosen: name it,
+    /// `leader_exec.TABLE`); returns stdout (tab-separated, no column names). Panics on failure.
+    pub fn sql(&self, sql: &str) -> String {
+        let out = self.try_sql(sql);
+        assert!(
+            out.status.success(),
+            "mariadb {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn try_sql(&self, sql: &str) -> Output {
+        mariadb_client(&self.socket())
+            .args(["-e", sql])
+            .output()
+            .expect("the mariadb client is installed (apt-get install mariadb-client)")
+    }
+
+    /// Runs SQL as the server's root in a client left running (a session that holds a lock,
+    /// say); the caller kills it.
+    pub fn sql_in_background(&self, sql: &str) -> Child {
+        mariadb_client(&self.socket())
+            .args(["-e", sql])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the mariadb client is installed (apt-get install mariadb-client)")
+    }
+
+    pub fn version(&self) -> String {
+        first_line_of(MARIADBD, &["--version"])
+    }
+}
+
+/// The `mariadb` client as the server's root over `socket`: no option files, batch output
+/// without column names.
+fn mariadb_client(socket: &Path) -> Command {
+    let mut command = Command::new("mariadb");
+    command
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", socket.display()))
+        .args(["-u", "root", "-N", "-B"])
+        .env_remove("MYSQL_PWD")
+        .env_remove("MYSQL_HOST");
+    command
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
