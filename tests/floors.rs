@@ -36,14 +36,17 @@ const FLOORS: &[(&str, &[&str])] = &[
 /// What only `src/election/` may name: the stores' own crates and types, and the store modules.
 const STORE_NAMES: &[&str] = &[
     "etcd_client",
+    "mysql_async",
     "tonic",
     "tokio_postgres",
     "tokio_postgres_rustls",
     "zookeeper_client",
     "Etcd",
+    "MySql",
     "Postgres",
     "ZooKeeper",
     "election::etcd",
+    "election::mysql",
     "election::postgres",
     "election::zookeeper",
 ];

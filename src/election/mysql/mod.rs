@@ -1,0 +1,378 @@
+//! The election on MySQL and MariaDB: one lease row per lease name, as on PostgreSQL, on the
+//! rules every row store shares ([`rows`](super::rows)).
+//!
+//! Not reachable from the command line yet: `any.rs` does not list the store, and the tests of
+//! this folder (`tests.rs`) drive it against a MariaDB the test harness starts. What works and
+//! what does not is docs/mysql.md.
+//!
+//! Tables (made on first use by `CREATE TABLE IF NOT EXISTS`, in the URL's database), named from
+//! `--prefix` as on PostgreSQL (`/leader-exec/` gives `leader_exec_leases`,
+//! `leader_exec_tokens`), each marked as leader-exec's by its table comment:
+//!
+//! - `<p>_leases (name, holder, token, renewals, expires_at, ttl_ms, max_holders)`: one row per
+//!   lease name. `holder` is the leader's identity (bytes), NULL when free; `renewals` grows
+//!   with every acquisition and renewal; `expires_at` is `NOW(6)` plus the TTL on the server's
+//!   clock: a hint and a display, never what decides a takeover.
+//! - `<p>_tokens (name, top)`: the highest token each name was ever given. Not AUTO_INCREMENT,
+//!   whose counter goes back after a restart in several versions; a row of its own that only
+//!   leader-exec's acquisitions write, raised in the same transaction as the token it records.
+//!   A token is above both `top` and the lease row's own token, so it exceeds every earlier
+//!   token of the name: after a deleted lease row or a dropped leases table (`top` remembers),
+//!   and after a deleted tokens row (the lease row remembers).
+//!
+//! A table, view or trigger of those names that leader-exec did not make is refused, with one
+//! line saying what was found (`session.rs`).
+//!
+//! # One round trip a decision
+//!
+//! An acquisition is one batch of statements sent at once (`START TRANSACTION` … `COMMIT`): the
+//! server runs it to its end without waiting for the client, so no transaction of leader-exec's
+//! holds a lock across a round trip, and a waiter paused (or cut off) in the middle of its
+//! attempt cannot hold up the leader's renewals. A renewal and a release are one statement
+//! each. Values in a batch are literals leader-exec writes itself: names and identities as hex
+//! (`X'…'`, bytes whatever the character set), numbers as digits; nothing the user wrote is
+//! ever spliced in as text.
+//!
+//! Every request runs under a client-side timer (`--retry-period`; InnoDB's
+//! `innodb_lock_wait_timeout`, set to its least, 1 s, counts whole seconds only): a request the
+//! timer ends drops its connection, which the server then rolls back.
+//!
+//! # Sessions
+//!
+//! Each session is set up by leader-exec before its first statement, so that a server's defaults
+//! cannot change what the statements mean: `sql_mode` (strict, no backslash escapes), `READ
+//! COMMITTED`, `time_zone = '+00:00'`, the character set, `autocommit`. A server with
+//! `read_only` on (a replica, or an old primary after a failover; MySQL's `super_read_only`
+//! turns `read_only` on with it) is skipped for the next host of the URL, or refused when none
+//! is writable. The connection is opened with `CLIENT_FOUND_ROWS`: MySQL otherwise reports the
+//! rows an UPDATE changed, not those it matched, and a renewal that changed nothing would read
+//! as lost.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use mysql_async::Conn;
+
+use crate::clock::{BootClock, Clock};
+
+use super::rows::{Row, Sightings};
+use super::{Candidacy, StoreError};
+
+mod session;
+mod store;
+pub mod target;
+#[cfg(test)]
+mod testdb;
+#[cfg(test)]
+mod tests;
+
+pub use target::Target;
+
+/// The table names `--prefix` maps to (the same as PostgreSQL's, so that one prefix names the
+/// same tables on either store): its text between the slashes, every character other than ASCII
+/// letters, digits and `_` replaced by `_`, lower-cased, then `_leases` / `_tokens`.
+pub fn tables(prefix: &str) -> Result<(String, String), StoreError> {
+    let base: String = prefix
+        .trim_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let base = if base.is_empty() {
+        "leader_exec".to_owned()
+    } else {
+        base
+    };
+    // MySQL refuses identifiers over 64 characters.
+    if base.len() + "_records".len() > 64 {
+        return Err(StoreError::Fatal(format!(
+            "--prefix {prefix}: too long for a MySQL table name (at most 56 characters)"
+        )));
+    }
+    Ok((format!("{base}_leases"), format!("{base}_tokens")))
+}
+
+/// Bytes as an SQL literal: `X'…'`, the same bytes whatever the session's character set.
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(3 + 2 * bytes.len());
+    out.push_str("X'");
+    for b in bytes {
+        out.push_str(&format!("{b:02X}"));
+    }
+    out.push('\'');
+    out
+}
+
+/// The columns [`Row`] is read from, in its order: `expires_at` as microseconds since the epoch
+/// (the session's time zone is UTC), compared only.
+const ROW_COLUMNS: &str = "holder, token, renewals, \
+    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), ttl_ms";
+
+/// One attempt to acquire.
+#[derive(Debug, PartialEq, Eq)]
+enum Attempt {
+    Won(i64),
+    Held {
+        holder: Option<Vec<u8>>,
+        /// How long until this instance may take the row over (see `rows::Sighting`).
+        wait: Duration,
+    },
+}
+
+struct Shared {
+    target: Target,
+    /// The table names, unquoted.
+    leases: String,
+    tokens: String,
+    name: String,
+    identity: String,
+    ttl_ms: i64,
+    /// Each request's own timer.
+    request_timeout: Duration,
+    /// How long a first connection may take.
+    connect_timeout: Duration,
+    /// How often a waiter reads the row (there is no line of waiters yet).
+    poll: Duration,
+    /// The session for requests other than renewals.
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    /// Whether the tables were made (or found) and checked by this process.
+    tables_ready: AtomicBool,
+    /// The token this instance holds, 0 while it holds none (shared with its keeper).
+    held: AtomicI64,
+    /// The held row as this instance last saw it, and since when: the takeover rule.
+    sightings: Sightings,
+}
+
+/// Timing for the requests.
+#[derive(Clone, Copy, Debug)]
+pub struct MySqlTiming {
+    pub ttl: Duration,
+    pub retry_period: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// An election on MySQL or MariaDB, for one lease name.
+#[derive(Clone)]
+pub struct MySql {
+    shared: Arc<Shared>,
+}
+
+impl MySql {
+    /// A candidate. `--max-holders` above 1 is not supported yet.
+    pub fn new(
+        target: Target,
+        prefix: &str,
+        name: &str,
+        identity: String,
+        timing: MySqlTiming,
+        max_holders: u32,
+    ) -> Result<MySql, StoreError> {
+        if max_holders != 1 {
+            return Err(StoreError::Fatal(
+                "MySQL: --max-holders above 1 is not supported yet".into(),
+            ));
+        }
+        let (leases, tokens) = tables(prefix)?;
+        Ok(MySql {
+            shared: Arc::new(Shared {
+                target,
+                leases,
+                tokens,
+                name: name.to_owned(),
+                identity,
+                ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
+                request_timeout: timing.retry_period.max(Duration::from_millis(100)),
+                connect_timeout: timing.connect_timeout,
+                poll: timing.retry_period.max(Duration::from_millis(100)),
+                conn: tokio::sync::Mutex::new(None),
+                tables_ready: AtomicBool::new(false),
+                held: AtomicI64::new(0),
+                sightings: Sightings::new(timing.ttl),
+            }),
+        })
+    }
+
+    /// The row as `LEADER_KEY` shows it: `TABLE/NAME`.
+    fn row_key(&self) -> String {
+        format!("{}/{}", self.shared.leases, self.shared.name)
+    }
+
+    fn leases(&self) -> String {
+        quote_ident(&self.shared.leases)
+    }
+
+    fn tokens(&self) -> String {
+        quote_ident(&self.shared.tokens)
+    }
+
+    /// One attempt to acquire, in one batch (see [`self`]): the tokens row and the lease row made
+    /// if the name is new, the lease row taken if it is free — or, held, only if this instance
+    /// has seen it unchanged for a full TTL and it is still exactly that (the takeover rule:
+    /// `rows::Sightings`) — with a token above the row's own and the name's `top`, `top` raised
+    /// to it, and the row read back, all in one transaction. Locks are taken in one order,
+    /// tokens row first, then the lease row, by every statement that takes both.
+    async fn attempt(&self) -> Result<Attempt, StoreError> {
+        let s = &self.shared;
+        let name = hex(s.name.as_bytes());
+        let me = hex(s.identity.as_bytes());
+        let ripe = s.sightings.ripe(BootClock.now());
+        let takeover = match &ripe {
+            None => String::new(),
+            Some(seen) => format!(
+                " OR (l.holder = {} AND l.token = {} AND l.renewals = {} AND \
+                 TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at) = {})",
+                hex(seen.holder.as_bytes()),
+                seen.token,
+                seen.renewals,
+                seen.expires_us
+            ),
+        };
+        let ttl_ms = s.ttl_ms;
+        let batch = format!(
+            "START TRANSACTION;
+             INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
+             INSERT INTO {leases} (name, holder, token, renewals, expires_at, ttl_ms, max_holders)
+                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, 1) ON DUPLICATE KEY UPDATE name = name;
+             UPDATE {leases} l JOIN {tokens} t ON t.name = l.name
+                 SET l.holder = {me}, l.token = GREATEST(l.token, t.top) + 1,
+                     l.renewals = l.renewals + 1,
+                     l.expires_at = TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6)),
+                     l.ttl_ms = {ttl_ms}, l.max_holders = 1
+                 WHERE l.name = {name} AND (l.holder IS NULL{takeover});
+             SET @leader_exec_won = ROW_COUNT();
+             UPDATE {tokens} t JOIN {leases} l ON l.name = t.name
+                 SET t.top = GREATEST(t.top, l.token) WHERE t.name = {name};
+             SELECT @leader_exec_won, {ROW_COLUMNS} FROM {leases} WHERE name = {name};
+             COMMIT",
+            tokens = self.tokens(),
+            leases = self.leases(),
+            ttl_us = ttl_ms.saturating_mul(1000),
+        );
+        let mut rows = self.query(batch).await?;
+        let received = BootClock.now();
+        let Some(mut row) = rows.pop() else {
+            return Err(StoreError::Transient(
+                "MySQL: the lease row was not read back".into(),
+            ));
+        };
+        let won: i64 = take(&mut row, 0)?;
+        let seen = lease_row(&mut row, 1)?;
+        if won == 1 {
+            s.sightings.forget_one();
+            s.held.store(seen.token, Ordering::SeqCst);
+            return Ok(Attempt::Won(seen.token));
+        }
+        let wait = s.sightings.sight(&seen, received, BootClock.now());
+        Ok(Attempt::Held {
+            holder: seen.holder.map(String::into_bytes),
+            wait,
+        })
+    }
+
+    /// Frees the row if this instance still holds it with `token`: holder NULL, `renewals`
+    /// raised, `expires_at` now. One statement; a row another instance holds is left alone.
+    async fn release_row(&self, token: i64) -> Result<(), StoreError> {
+        let s = &self.shared;
+        let sql = format!(
+            "UPDATE {} SET holder = NULL, expires_at = NOW(6), renewals = renewals + 1
+             WHERE name = {} AND holder = {} AND token = {token}",
+            self.leases(),
+            hex(s.name.as_bytes()),
+            hex(s.identity.as_bytes()),
+        );
+        self.query(sql).await?;
+        Ok(())
+    }
+
+    /// The renewal's statement: the row extended by a full TTL from `NOW(6)` and `renewals`
+    /// raised, where it still holds this identity and `token`. No clock in the condition: the
+    /// row is ours while it holds our identity and token, since no waiter takes a held row over
+    /// before it has seen it unchanged for a full TTL, and this renewal changes it.
+    fn renewal_sql(&self, token: i64) -> String {
+        let s = &self.shared;
+        format!(
+            "UPDATE {} SET expires_at = TIMESTAMPADD(MICROSECOND, {}, NOW(6)), ttl_ms = {},
+                 renewals = renewals + 1
+             WHERE name = {} AND holder = {} AND token = {token}",
+            self.leases(),
+            s.ttl_ms.saturating_mul(1000),
+            s.ttl_ms,
+            hex(s.name.as_bytes()),
+            hex(s.identity.as_bytes()),
+        )
+    }
+
+    /// The candidacy this instance campaigns with: the lease row's key, no token yet.
+    fn candidacy(&self) -> Candidacy {
+        Candidacy {
+            lease_id: None,
+            key: self.row_key(),
+            place: 0,
+            token: 0,
+        }
+    }
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// Column `at` of a row, converted; a value of another type is the server's error, not a panic.
+fn take<T: mysql_async::prelude::FromValue>(
+    row: &mut mysql_async::Row,
+    at: usize,
+) -> Result<T, StoreError> {
+    match row.take_opt::<T, usize>(at) {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(e)) => Err(StoreError::Fatal(format!(
+            "MySQL: column {at} of an answer: {e}"
+        ))),
+        None => Err(StoreError::Fatal(format!(
+            "MySQL: an answer has no column {at}"
+        ))),
+    }
+}
+
+/// The lease row read from the columns [`ROW_COLUMNS`] put at `at` and after.
+fn lease_row(row: &mut mysql_async::Row, at: usize) -> Result<Row, StoreError> {
+    let holder: Option<Vec<u8>> = take(row, at)?;
+    Ok(Row {
+        // Compared only (the sighting), never shown: bytes that are not UTF-8 compare as their
+        // lossy text, and a different holder comes with a different token anyway.
+        holder: holder.map(|h| String::from_utf8_lossy(&h).into_owned()),
+        token: take(row, at + 1)?,
+        renewals: take(row, at + 2)?,
+        expires_us: take(row, at + 3)?,
+        ttl_ms: take(row, at + 4)?,
+    })
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn prefixes_map_to_table_names() {
+        assert_eq!(
+            tables("/leader-exec/").unwrap(),
+            ("leader_exec_leases".into(), "leader_exec_tokens".into())
+        );
+        assert_eq!(tables("/Ops.Jobs/").unwrap().0, "ops_jobs_leases");
+        assert_eq!(tables("/").unwrap().0, "leader_exec_leases");
+        assert!(tables(&format!("/{}/", "x".repeat(56))).is_ok());
+        assert!(tables(&format!("/{}/", "x".repeat(57))).is_err());
+    }
+
+    #[test]
+    fn literals_are_hex_and_identifiers_quoted() {
+        assert_eq!(hex(b""), "X''");
+        assert_eq!(hex(b"a'\\\x00\xff"), "X'61275C00FF'");
+        assert_eq!(quote_ident("a`b"), "`a``b`");
+    }
+}

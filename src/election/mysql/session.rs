@@ -1,0 +1,281 @@
+//! Sessions: connecting to the first writable host, setting the session up, the client-side
+//! timer on every request, and the tables (made, or found and checked to be leader-exec's).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, SslOpts};
+
+use super::target::SslMode;
+use super::{MySql, StoreError, take};
+
+/// What every session of leader-exec's runs first, so that a server's defaults cannot change
+/// what its statements mean: strict mode, no backslash escapes in literals (none are written:
+/// values are hex or digits, but a literal must read the same everywhere), READ COMMITTED (a
+/// locking read and every UPDATE act on the latest committed row, and no gap locks), UTC for
+/// `NOW(6)` and DATETIME values, a binary collation, autocommit for the one-statement requests,
+/// and the least lock wait InnoDB has (whole seconds: the client's timer bounds it further).
+/// Then what the session found: whether the server is read-only, its version, the database.
+const SETUP: &str = "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,\
+ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_BACKSLASH_ESCAPES',
+    time_zone = '+00:00', autocommit = 1, innodb_lock_wait_timeout = 1,
+    character_set_client = utf8mb4, character_set_connection = utf8mb4,
+    character_set_results = utf8mb4, collation_connection = utf8mb4_bin;
+SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SELECT @@global.read_only, @@innodb_read_only, VERSION(), DATABASE()";
+
+/// The comment that marks a table as leader-exec's (with its kind: `leases`, `tokens`).
+fn marker(kind: &str) -> String {
+    format!("leader-exec {kind} v1")
+}
+
+impl MySql {
+    /// A session on the first host of the URL that is writable, set up and checked.
+    pub(super) async fn connect(&self) -> Result<Conn, StoreError> {
+        let target = &self.shared.target;
+        let mut last = None;
+        for (host, port) in &target.hosts {
+            match self.connect_to(host, *port).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) => {
+                    tracing::debug!(host, port, error = %e, "MySQL host not used");
+                    if !e.is_transient() {
+                        return Err(e);
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::Fatal("MySQL: no host in the URL".into())))
+    }
+
+    async fn connect_to(&self, host: &str, port: u16) -> Result<Conn, StoreError> {
+        let target = &self.shared.target;
+        let shown = format!("{host}:{port}");
+        let tls = match target.ssl_mode {
+            SslMode::Disabled => None,
+            mode => {
+                let mut opts = SslOpts::default();
+                if let Some(ca) = &target.ca {
+                    opts = opts.with_root_certs(vec![ca.clone().into()]);
+                }
+                match mode {
+                    SslMode::Preferred | SslMode::Required => {
+                        opts = opts.with_danger_accept_invalid_certs(true);
+                    }
+                    SslMode::VerifyCa => opts = opts.with_danger_skip_domain_validation(true),
+                    SslMode::Disabled | SslMode::VerifyIdentity => {}
+                }
+                Some(opts)
+            }
+        };
+        let opts = |tls: Option<SslOpts>| {
+            OptsBuilder::default()
+                .ip_or_hostname(host)
+                .tcp_port(port)
+                .user(Some(target.user.clone()))
+                .pass(target.password.clone())
+                .db_name(Some(target.database.clone()))
+                // The host and port asked for, never a Unix socket the server names.
+                .prefer_socket(false)
+                // Matched rows, not changed ones (see the module's header).
+                .client_found_rows(true)
+                .ssl_opts(tls)
+        };
+        let limit = self.shared.connect_timeout.min(Duration::from_secs(3));
+        let (shown, opts) = (shown.as_str(), &opts);
+        let connect = |tls| async move {
+            match tokio::time::timeout(limit, Conn::new(opts(tls))).await {
+                Ok(result) => result.map_err(|e| classify(e, shown)),
+                Err(_) => Err(StoreError::Transient(format!(
+                    "MySQL at {shown}: no answer within {}",
+                    humantime::format_duration(limit)
+                ))),
+            }
+        };
+        let mut conn = match connect(tls).await {
+            // PREFERRED, as the mysql client: plain TCP where the server offers no TLS.
+            Err(StoreError::Fatal(m))
+                if target.ssl_mode == SslMode::Preferred && m.contains(NO_TLS) =>
+            {
+                connect(None).await?
+            }
+            other => other?,
+        };
+        let mut found = self.run(&mut conn, SETUP.to_owned()).await?;
+        let mut row = found
+            .pop()
+            .ok_or_else(|| StoreError::Fatal("MySQL: the session check answered nothing".into()))?;
+        let read_only: i64 = take(&mut row, 0)?;
+        let innodb_read_only: i64 = take(&mut row, 1)?;
+        let version: String = take(&mut row, 2)?;
+        if read_only != 0 || innodb_read_only != 0 {
+            // A replica, or an old primary after a failover: worth trying again (a failover
+            // may make one writable), and never used.
+            return Err(StoreError::Transient(format!(
+                "MySQL at {shown} ({version}) is read-only (read_only is on): only a writable primary is used"
+            )));
+        }
+        tracing::debug!(host, port, version, "MySQL session set up");
+        Ok(conn)
+    }
+
+    /// Runs `batch` on `conn` under the request timer; the rows of every result set, in order.
+    pub(super) async fn run(
+        &self,
+        conn: &mut Conn,
+        batch: String,
+    ) -> Result<Vec<mysql_async::Row>, StoreError> {
+        let limit = self.shared.request_timeout;
+        let work = async {
+            let mut result = conn.query_iter(batch).await?;
+            let mut rows = Vec::new();
+            loop {
+                rows.extend(result.collect::<mysql_async::Row>().await?);
+                if result.is_empty() {
+                    break;
+                }
+            }
+            Ok::<_, mysql_async::Error>(rows)
+        };
+        match tokio::time::timeout(limit, work).await {
+            Ok(result) => result.map_err(|e| classify(e, &self.shared.target.shown)),
+            Err(_) => Err(StoreError::Transient(format!(
+                "MySQL: no answer within {}",
+                humantime::format_duration(limit)
+            ))),
+        }
+    }
+
+    /// Runs `batch` on the shared session (opened, set up and the tables checked first, when
+    /// needed). Any failure drops the session: a batch cut short may have left a transaction
+    /// open, which the server rolls back when the connection goes.
+    pub(super) async fn query(&self, batch: String) -> Result<Vec<mysql_async::Row>, StoreError> {
+        let mut guard = self.shared.conn.lock().await;
+        if guard.is_none() {
+            let mut conn = self.connect().await?;
+            if !self.shared.tables_ready.load(Ordering::SeqCst) {
+                self.ensure_tables(&mut conn).await?;
+                self.shared.tables_ready.store(true, Ordering::SeqCst);
+            }
+            *guard = Some(conn);
+        }
+        let conn = guard.as_mut().expect("just opened");
+        match self.run(conn, batch).await {
+            Ok(rows) => Ok(rows),
+            Err(e) => {
+                *guard = None;
+                if e.to_string().contains(NO_TABLE_TEXT) {
+                    // The tables were dropped: made again by the next session.
+                    self.shared.tables_ready.store(false, Ordering::SeqCst);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens the shared session (and makes or checks the tables) if it is not open.
+    pub(super) async fn ready(&self) -> Result<(), StoreError> {
+        self.query("SELECT 1".to_owned()).await.map(drop)
+    }
+
+    /// Makes the tables where they are missing, then refuses the session if anything of their
+    /// names is not leader-exec's: a table without its marker (made by someone else, or a
+    /// planted copy), a view, or a trigger on either table (which could change what a
+    /// statement writes). `IF NOT EXISTS` leaves whatever is there alone, so the look after it
+    /// sees what the statements will meet.
+    pub(super) async fn ensure_tables(&self, conn: &mut Conn) -> Result<(), StoreError> {
+        let (leases, tokens) = (&self.shared.leases, &self.shared.tokens);
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {tokens_q} (
+                 name VARBINARY(512) NOT NULL PRIMARY KEY,
+                 top BIGINT NOT NULL
+             ) ENGINE = InnoDB COMMENT = '{tokens_marker}';
+             CREATE TABLE IF NOT EXISTS {leases_q} (
+                 name VARBINARY(512) NOT NULL PRIMARY KEY,
+                 holder VARBINARY(2048) NULL,
+                 token BIGINT NOT NULL,
+                 renewals BIGINT NOT NULL,
+                 expires_at DATETIME(6) NOT NULL,
+                 ttl_ms BIGINT NOT NULL,
+                 max_holders BIGINT NOT NULL
+             ) ENGINE = InnoDB COMMENT = '{leases_marker}';
+             SELECT table_name, table_type, table_comment FROM information_schema.tables
+                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}');
+             SELECT trigger_name, event_object_table FROM information_schema.triggers
+                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}')",
+            tokens_q = self.tokens(),
+            leases_q = self.leases(),
+            tokens_marker = marker("tokens"),
+            leases_marker = marker("leases"),
+        );
+        let rows = self.run(conn, ddl).await?;
+        let database = &self.shared.target.database;
+        for mut row in rows {
+            // The tables' rows have three columns, the triggers' two.
+            if row.len() == 2 {
+                let trigger: String = take(&mut row, 0)?;
+                let table: String = take(&mut row, 1)?;
+                return Err(StoreError::Fatal(format!(
+                    "MySQL: a trigger {trigger} on {database}.{table}, which leader-exec did not make: drop it, or give another --prefix"
+                )));
+            }
+            let table: String = take(&mut row, 0)?;
+            let kind: String = take(&mut row, 1)?;
+            let comment: String = take(&mut row, 2)?;
+            let wanted = if table == *leases { "leases" } else { "tokens" };
+            if kind != "BASE TABLE" {
+                return Err(StoreError::Fatal(format!(
+                    "MySQL: {database}.{table} is a {} (leader-exec keeps a table of its own there): drop it, or give another --prefix",
+                    kind.to_lowercase()
+                )));
+            }
+            if comment != marker(wanted) {
+                return Err(StoreError::Fatal(format!(
+                    "MySQL: {database}.{table} is a table leader-exec did not make (its comment is not '{}'): drop it, or give another --prefix",
+                    marker(wanted)
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a server that offers no TLS makes the driver say (PREFERRED then goes on without it).
+const NO_TLS: &str = "does not support TLS";
+
+/// What a statement on a missing table says (error 1146).
+pub(super) const NO_TABLE_TEXT: &str = "(1146)";
+
+/// Sorts the driver's errors into "try again" and "give up", naming where (`shown`, without
+/// a password) when it was the connection.
+pub(super) fn classify(error: mysql_async::Error, shown: &str) -> StoreError {
+    use mysql_async::{DriverError, Error};
+    match error {
+        Error::Server(e) => {
+            let message = format!("MySQL: {} ({})", e.message, e.code);
+            // Lock wait timeout, deadlock, read-only (a failover under way), too many
+            // connections, shutting down, a killed connection or statement, a duplicate key
+            // (two first runs racing), a table not there yet (made again by the next session).
+            let transient = matches!(
+                e.code,
+                1205 | 1213 | 1290 | 1836 | 1040 | 1053 | 1927 | 1317 | 1062 | 1146 | 1969 | 3024
+            );
+            if transient {
+                StoreError::Transient(message)
+            } else if matches!(e.code, 1044 | 1045 | 1049) {
+                StoreError::Fatal(format!("{message} (server {shown})"))
+            } else {
+                StoreError::Fatal(message)
+            }
+        }
+        Error::Driver(DriverError::NoClientSslFlagFromServer) => StoreError::Fatal(format!(
+            "MySQL at {shown}: the server {NO_TLS} (ssl-mode asks for it)"
+        )),
+        Error::Io(mysql_async::IoError::Tls(e)) => {
+            StoreError::Fatal(format!("MySQL at {shown}: TLS: {e}"))
+        }
+        other => StoreError::Transient(format!("MySQL unreachable at {shown}: {other}")),
+    }
+}

@@ -1,0 +1,150 @@
+//! The store traits on MySQL so far ([`Campaign`], [`Describe`]), and the keeper that renews the
+//! held row.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mysql_async::Conn;
+
+use super::super::{Ahead, Campaign, Candidacy, Describe, Keeper, Renewal, StoreError, Turn};
+use super::{Attempt, MySql};
+
+impl Campaign for MySql {
+    type Keeper = MySqlKeeper;
+
+    async fn campaign(&self) -> Result<Candidacy, StoreError> {
+        // A new candidacy holds nothing, whatever an earlier one of this process held: a claim
+        // it could not release is left to expire, never renewed by the new keeper.
+        self.shared.held.store(0, Ordering::SeqCst);
+        self.ready().await?;
+        Ok(self.candidacy())
+    }
+
+    fn keeper(&self, _candidacy: &Candidacy) -> MySqlKeeper {
+        MySqlKeeper {
+            backend: self.clone(),
+            conn: None,
+        }
+    }
+
+    async fn check_turn(&self, candidacy: &Candidacy) -> Result<Turn, StoreError> {
+        let held = self.shared.held.load(Ordering::SeqCst);
+        if candidacy.token != 0 && held == candidacy.token {
+            return Ok(Turn::Leading { token: held });
+        }
+        match self.attempt().await? {
+            Attempt::Won(token) => Ok(Turn::Leading { token }),
+            Attempt::Held { holder, wait } => Ok(Turn::Behind(Ahead {
+                key: holder.unwrap_or_default(),
+                revision: 0,
+                expires_in: Some(wait),
+                holders: Vec::new(),
+            })),
+        }
+    }
+
+    /// There is no line of waiters yet: every waiter reads the row every --retry-period (or
+    /// sooner, when it may be taken over sooner), and the attempt after the wake decides.
+    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+        let wait = ahead.expires_in.unwrap_or(Duration::ZERO);
+        tokio::time::sleep(wait.min(self.shared.poll)).await;
+        Ok(())
+    }
+
+    async fn key_gone(&self, _candidacy: &Candidacy) {
+        // A row taken away shows up as a renewal that answers "expired".
+        std::future::pending::<()>().await;
+    }
+
+    async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
+        if candidacy.token == 0 {
+            // A waiter holds nothing on the server.
+            return Ok(());
+        }
+        self.release_row(candidacy.token).await?;
+        let _ = self.shared.held.compare_exchange(
+            candidacy.token,
+            0,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        Ok(())
+    }
+
+    async fn hold_claim(
+        &self,
+        _candidacy: &Candidacy,
+        _bound: Duration,
+    ) -> Result<Option<Candidacy>, StoreError> {
+        Err(StoreError::Fatal(
+            "MySQL: leader-exec hold is not supported yet".into(),
+        ))
+    }
+}
+
+impl Describe for MySql {
+    fn store_name(&self) -> &'static str {
+        "MySQL"
+    }
+
+    fn shown(&self) -> String {
+        self.shared.target.shown.clone()
+    }
+
+    fn addresses(&self) -> Vec<(String, u16)> {
+        self.shared.target.hosts.clone()
+    }
+
+    /// The row keeps `expires_at` and its sighting through a restart: a waiter's count goes on.
+    fn restart_resets_leases(&self) -> bool {
+        false
+    }
+
+    fn delete_record_hint(&self, key: &str) -> String {
+        format!("(records are not kept on MySQL yet: {key})")
+    }
+}
+
+/// Renews the row this instance holds, on a session of its own (a renewal never queues behind
+/// another request). A waiter holds no row: its renewal answers "alive" without a request.
+pub struct MySqlKeeper {
+    backend: MySql,
+    conn: Option<Conn>,
+}
+
+impl Keeper for MySqlKeeper {
+    async fn renew(&mut self) -> Result<Renewal, StoreError> {
+        let token = self.backend.shared.held.load(Ordering::SeqCst);
+        if token == 0 {
+            return Ok(Renewal::Alive);
+        }
+        if self.conn.is_none() {
+            self.conn = Some(self.backend.connect().await?);
+        }
+        let conn = self.conn.as_mut().expect("just opened");
+        let sql = self.backend.renewal_sql(token);
+        match self.backend.run(conn, sql).await {
+            Ok(_) => {
+                // Matched rows (CLIENT_FOUND_ROWS): 1 while the row holds our identity and
+                // token, 0 once it was taken over, released by `resign` or deleted.
+                match conn.affected_rows() {
+                    1 => Ok(Renewal::Alive),
+                    _ => Ok(Renewal::Expired),
+                }
+            }
+            // The table was dropped: as certain a loss as a deleted row.
+            Err(e) if e.to_string().contains(super::session::NO_TABLE_TEXT) => {
+                self.conn = None;
+                Ok(Renewal::Expired)
+            }
+            Err(e) => {
+                self.conn = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        self.conn = None;
+    }
+}

@@ -1,0 +1,286 @@
+//! The store against a real MariaDB (the test harness's, [`testdb`](super::testdb)): acquire,
+//! renew, release and take over with N = 1, tokens that never go back, a read-only server
+//! skipped, objects leader-exec did not make refused, the session's own settings, and the
+//! client-side timer.
+
+use std::time::{Duration, Instant};
+
+use super::super::flags::tests::flags;
+use super::super::{Campaign, Keeper, Renewal, Turn};
+use super::testdb::*;
+use super::*;
+
+const TTL: Duration = Duration::from_secs(2);
+
+fn url(port: u16) -> String {
+    format!("mysql://{MARIADB_USER}:{MARIADB_PASSWORD}@127.0.0.1:{port}/{MARIADB_DATABASE}")
+}
+
+fn target_of(url: &str) -> Target {
+    let flags = flags(&["--endpoints", url]);
+    target::parse(flags.endpoints.clone(), flags).expect("a valid URL")
+}
+
+fn candidate(url: &str, identity: &str, ttl: Duration) -> MySql {
+    let timing = MySqlTiming {
+        ttl,
+        retry_period: Duration::from_millis(500),
+        connect_timeout: Duration::from_secs(5),
+    };
+    MySql::new(
+        target_of(url),
+        "/leader-exec/",
+        "jobs",
+        identity.into(),
+        timing,
+        1,
+    )
+    .unwrap()
+}
+
+async fn leads(m: &MySql) -> Option<i64> {
+    let candidacy = m.campaign().await.expect("campaign");
+    match m.check_turn(&candidacy).await.expect("check_turn") {
+        Turn::Leading { token } => Some(token),
+        Turn::Behind(_) => None,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn leading(token: i64) -> Candidacy {
+    Candidacy {
+        lease_id: None,
+        key: "leader_exec_leases/jobs".into(),
+        place: 0,
+        token,
+    }
+}
+
+/// One leads, the other waits behind it (named); renewals answer alive, also many within one
+/// millisecond; a release lets the other in with a greater token; a row taken away (another
+/// holder written by hand) is a renewal answering "expired".
+#[tokio::test]
+async fn one_leads_renews_and_hands_over_with_a_greater_token() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let (a, b) = (candidate(&url, "a", TTL), candidate(&url, "b", TTL));
+    let first = leads(&a).await.expect("a leads a new name");
+    assert!(first >= 1);
+    let candidacy = b.campaign().await.unwrap();
+    match b.check_turn(&candidacy).await.unwrap() {
+        Turn::Behind(ahead) => assert_eq!(ahead.key, b"a"),
+        other => panic!("{other:?}"),
+    }
+    let mut keeper = a.keeper(&leading(first));
+    for _ in 0..5 {
+        assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+    }
+    a.release_claim(&leading(first)).await.unwrap();
+    let second = leads(&b).await.expect("b leads once a released");
+    assert!(second > first, "{second} after {first}");
+    let mut keeper = b.keeper(&leading(second));
+    assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+    db.sql("UPDATE leader_exec.leader_exec_leases SET holder = 'x', token = token + 1");
+    assert_eq!(keeper.renew().await.unwrap(), Renewal::Expired);
+}
+
+/// A holder that stops renewing is taken over only once the taker has seen its row unchanged
+/// for a full TTL on its own clock: not at once when `expires_at` on the server's clock says
+/// the row ran out long ago (a step of that clock is such a write), and not before.
+#[tokio::test]
+async fn a_silent_holder_is_taken_over_after_a_full_ttl_seen_not_by_the_servers_clock() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let (a, b) = (candidate(&url, "a", TTL), candidate(&url, "b", TTL));
+    let first = leads(&a).await.unwrap();
+    // The server's clock says the row ran out a day ago.
+    db.sql("UPDATE leader_exec.leader_exec_leases SET expires_at = NOW(6) - INTERVAL 1 DAY");
+    let seen = Instant::now();
+    assert_eq!(leads(&b).await, None, "taken by the server's clock");
+    let candidacy = b.candidacy();
+    let token = loop {
+        match b.check_turn(&candidacy).await.unwrap() {
+            Turn::Leading { token } => break token,
+            Turn::Behind(ahead) => {
+                assert!(seen.elapsed() < TTL * 3, "never taken over");
+                tokio::time::sleep(ahead.expires_in.unwrap().min(Duration::from_millis(100))).await;
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(
+        seen.elapsed() >= TTL,
+        "taken over after {:?}",
+        seen.elapsed()
+    );
+    assert!(token > first);
+    let mut keeper = a.keeper(&leading(first));
+    assert_eq!(keeper.renew().await.unwrap(), Renewal::Expired);
+}
+
+/// Tokens only grow: not reset by a deleted row, a truncated or dropped leases table, or a
+/// deleted tokens row (the lease row remembers), nor by a server restart.
+#[tokio::test]
+async fn tokens_never_go_back() {
+    let mut db = MariaDb::start();
+    let url = url(db.port);
+    let mut last = 0;
+    let mut step = async |what: &str, db: &MariaDb| {
+        if !what.is_empty() {
+            db.sql(what);
+        }
+        let m = candidate(&url, "a", TTL);
+        let token = leads(&m)
+            .await
+            .unwrap_or_else(|| panic!("after {what}: not free"));
+        assert!(token > last, "after {what}: {token} not above {last}");
+        m.release_claim(&leading(token)).await.unwrap();
+        last = token;
+    };
+    step("", &db).await;
+    step("", &db).await;
+    step("DELETE FROM leader_exec.leader_exec_leases", &db).await;
+    step("TRUNCATE TABLE leader_exec.leader_exec_leases", &db).await;
+    step("DROP TABLE leader_exec.leader_exec_leases", &db).await;
+    step("DELETE FROM leader_exec.leader_exec_tokens", &db).await;
+    db.restart();
+    step("", &db).await;
+}
+
+/// A read-only server (a replica, an old primary) is never used: alone it is refused as
+/// read-only, worth trying again; named first in the URL it is passed over for the writable one.
+#[tokio::test]
+async fn a_read_only_server_is_skipped_or_refused() {
+    let replica = MariaDb::start_read_only();
+    let m = candidate(&url(replica.port), "a", TTL);
+    match m.campaign().await {
+        Err(e) => {
+            assert!(e.is_transient(), "{e}");
+            assert!(e.to_string().contains("read-only"), "{e}");
+        }
+        Ok(c) => panic!("a read-only server used: {c:?}"),
+    }
+    let primary = MariaDb::start();
+    let both = format!(
+        "mysql://{MARIADB_USER}:{MARIADB_PASSWORD}@127.0.0.1:{},127.0.0.1:{}/{MARIADB_DATABASE}",
+        replica.port, primary.port
+    );
+    let m = candidate(&both, "a", TTL);
+    assert!(leads(&m).await.is_some());
+    assert_eq!(
+        primary
+            .sql("SELECT holder FROM leader_exec.leader_exec_leases")
+            .trim(),
+        "a"
+    );
+}
+
+/// A view, a table without leader-exec's marker, or a trigger where its tables go are refused
+/// with one line saying what was found.
+#[tokio::test]
+async fn objects_leader_exec_did_not_make_are_refused() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let refused = async |setup: &str, says: &str| {
+        db.sql(setup);
+        let m = candidate(&url, "a", TTL);
+        let e = m.campaign().await.expect_err(setup);
+        assert!(!e.is_transient(), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(says) && !text.contains('\n'),
+            "{setup}: {text}"
+        );
+    };
+    refused(
+        "CREATE VIEW leader_exec.leader_exec_leases AS SELECT 1 AS name",
+        "leader_exec.leader_exec_leases is a view",
+    )
+    .await;
+    refused(
+        "DROP VIEW leader_exec.leader_exec_leases;
+         CREATE TABLE leader_exec.leader_exec_leases (name VARBINARY(512) PRIMARY KEY)",
+        "leader_exec.leader_exec_leases is a table leader-exec did not make",
+    )
+    .await;
+    db.sql("DROP TABLE leader_exec.leader_exec_leases");
+    assert!(leads(&candidate(&url, "a", TTL)).await.is_some());
+    refused(
+        "CREATE TRIGGER leader_exec.planted BEFORE UPDATE ON leader_exec.leader_exec_leases
+             FOR EACH ROW SET NEW.token = 1",
+        "a trigger planted on leader_exec.leader_exec_leases",
+    )
+    .await;
+}
+
+/// A wrong password is refused for good, naming the server and never the password.
+#[tokio::test]
+async fn a_wrong_password_is_refused_for_good() {
+    let db = MariaDb::start();
+    let bad = format!(
+        "mysql://{MARIADB_USER}:wrong-one@127.0.0.1:{}/{MARIADB_DATABASE}",
+        db.port
+    );
+    let e = candidate(&bad, "a", TTL).campaign().await.unwrap_err();
+    assert!(!e.is_transient(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("Access denied") && !text.contains("wrong-one"),
+        "{text}"
+    );
+}
+
+/// The server's defaults do not change what the statements mean: with ANSI_QUOTES and
+/// without strict mode, in another time zone, with latin1, the row is written as everywhere
+/// (`expires_at` in UTC, the identity's bytes as given).
+#[tokio::test]
+async fn the_servers_defaults_do_not_change_the_statements() {
+    let db = MariaDb::start_with(&[
+        "--sql-mode=ANSI_QUOTES,PIPES_AS_CONCAT",
+        "--default-time-zone=+05:00",
+        "--character-set-server=latin1",
+        "--collation-server=latin1_swedish_ci",
+    ]);
+    let url = url(db.port);
+    let m = candidate(&url, "höst-ä", Duration::from_secs(600));
+    assert!(leads(&m).await.is_some());
+    let out = db.sql(
+        "SELECT HEX(holder), ABS(TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), expires_at)) < 660 \
+         AND TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), expires_at) > 540 \
+         FROM leader_exec.leader_exec_leases",
+    );
+    assert_eq!(out.trim(), format!("{}\t1", hex_of("höst-ä".as_bytes())));
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// A lock someone else holds on the lease row ends a renewal by the client's timer (the
+/// retry period, 500 ms), not by InnoDB's lock wait (1 s at least) or the other's transaction.
+#[tokio::test]
+async fn a_lock_held_by_another_session_ends_a_renewal_by_the_clients_timer() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let m = candidate(&url, "a", TTL);
+    let token = leads(&m).await.unwrap();
+    let mut keeper = m.keeper(&leading(token));
+    assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+    let mut locker = db.sql_in_background(
+        "BEGIN; SELECT token FROM leader_exec.leader_exec_leases FOR UPDATE; SELECT SLEEP(5); COMMIT",
+    );
+    // The locker has the row once its session shows the sleep.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !db.sql("SHOW PROCESSLIST").contains("SLEEP(5)") {
+        assert!(Instant::now() < until, "the locker did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Instant::now();
+    let e = keeper.renew().await.expect_err("a renewal behind a lock");
+    let took = sent.elapsed();
+    assert!(e.is_transient(), "{e}");
+    assert!(took < Duration::from_millis(900), "{took:?}: {e}");
+    keeper.reset();
+    let _ = locker.kill();
+    let _ = locker.wait();
+}
