@@ -125,6 +125,7 @@ docs/reference.md share/doc/leader-exec/docs/reference.md 644
 docs/safety.md share/doc/leader-exec/docs/safety.md 644
 docs/etcd.md share/doc/leader-exec/docs/etcd.md 644
 docs/postgresql.md share/doc/leader-exec/docs/postgresql.md 644
+docs/mysql.md share/doc/leader-exec/docs/mysql.md 644
 docs/zookeeper.md share/doc/leader-exec/docs/zookeeper.md 644
 docs/operations.md share/doc/leader-exec/docs/operations.md 644
 docs/security.md share/doc/leader-exec/docs/security.md 644
