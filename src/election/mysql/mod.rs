@@ -59,6 +59,7 @@ use crate::clock::{BootClock, Clock};
 use super::rows::{Row, Sightings};
 use super::{Candidacy, StoreError};
 
+mod read;
 mod session;
 mod store;
 pub mod target;
@@ -290,19 +291,19 @@ impl MySql {
         Ok(())
     }
 
-    /// The renewal's statement: the row extended by a full TTL from `NOW(6)` and `renewals`
-    /// raised, where it still holds this identity and `token`. No clock in the condition: the
-    /// row is ours while it holds our identity and token, since no waiter takes a held row over
-    /// before it has seen it unchanged for a full TTL, and this renewal changes it.
-    fn renewal_sql(&self, token: i64) -> String {
+    /// The statement of a renewal (`ttl_ms` this instance's TTL) and of a hold (`ttl_ms` the
+    /// hold's bound): the row extended by `ttl_ms` from `NOW(6)`, `ttl_ms` written and
+    /// `renewals` raised, where it still holds this identity and `token`. No clock in the
+    /// condition: the row is ours while it holds our identity and token, since no waiter takes
+    /// a held row over before it has seen it unchanged for a full TTL, and this changes it.
+    fn extension_sql(&self, token: i64, ttl_ms: i64) -> String {
         let s = &self.shared;
         format!(
-            "UPDATE {} SET expires_at = TIMESTAMPADD(MICROSECOND, {}, NOW(6)), ttl_ms = {},
+            "UPDATE {} SET expires_at = TIMESTAMPADD(MICROSECOND, {}, NOW(6)), ttl_ms = {ttl_ms},
                  renewals = renewals + 1
              WHERE name = {} AND holder = {} AND token = {token}",
             self.leases(),
-            s.ttl_ms.saturating_mul(1000),
-            s.ttl_ms,
+            ttl_ms.saturating_mul(1000),
             hex(s.name.as_bytes()),
             hex(s.identity.as_bytes()),
         )

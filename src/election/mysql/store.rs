@@ -1,5 +1,5 @@
-//! The store traits on MySQL so far ([`Campaign`], [`Describe`]), and the keeper that renews the
-//! held row.
+//! The store traits on MySQL so far ([`Campaign`], [`Describe`]; [`Read`](super::super::Read) is
+//! read.rs), and the keeper that renews the held row.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use mysql_async::Conn;
 
 use super::super::{Ahead, Campaign, Candidacy, Describe, Keeper, Renewal, StoreError, Turn};
-use super::{Attempt, MySql};
+use super::{Attempt, MySql, take};
 
 impl Campaign for MySql {
     type Keeper = MySqlKeeper;
@@ -71,14 +71,34 @@ impl Campaign for MySql {
         Ok(())
     }
 
+    /// The row stays as it is, held by this identity with this token, with `ttl_ms` = `bound`
+    /// (and `renewals` raised, so that every waiter starts its sighting again from here): no
+    /// renewal changes it again, so a waiter takes it over once it has seen it unchanged for
+    /// `bound` (or its own --ttl, if longer) on its own CLOCK_BOOTTIME, the rule for a holder
+    /// that crashed. `expires_at` (the server's clock) stays a display.
     async fn hold_claim(
         &self,
-        _candidacy: &Candidacy,
-        _bound: Duration,
+        candidacy: &Candidacy,
+        bound: Duration,
     ) -> Result<Option<Candidacy>, StoreError> {
-        Err(StoreError::Fatal(
-            "MySQL: leader-exec hold is not supported yet".into(),
-        ))
+        let bound_ms = i64::try_from(bound.as_millis()).unwrap_or(i64::MAX);
+        let sql = format!(
+            "{}; SELECT ROW_COUNT()",
+            self.extension_sql(candidacy.token, bound_ms)
+        );
+        let mut rows = self.query(sql).await?;
+        let held: i64 = match rows.pop() {
+            Some(mut row) => take(&mut row, 0)?,
+            None => 0,
+        };
+        // Nothing renews it from here.
+        let _ = self.shared.held.compare_exchange(
+            candidacy.token,
+            0,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        Ok((held == 1).then(|| candidacy.clone()))
     }
 }
 
@@ -122,7 +142,9 @@ impl Keeper for MySqlKeeper {
             self.conn = Some(self.backend.connect().await?);
         }
         let conn = self.conn.as_mut().expect("just opened");
-        let sql = self.backend.renewal_sql(token);
+        let sql = self
+            .backend
+            .extension_sql(token, self.backend.shared.ttl_ms);
         match self.backend.run(conn, sql).await {
             Ok(_) => {
                 // Matched rows (CLIENT_FOUND_ROWS): 1 while the row holds our identity and

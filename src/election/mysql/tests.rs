@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::super::flags::tests::flags;
-use super::super::{Campaign, Keeper, Renewal, Turn};
+use super::super::{Campaign, Keeper, Read, Renewal, Turn};
 use super::testdb::*;
 use super::*;
 
@@ -22,20 +22,34 @@ fn target_of(url: &str) -> Target {
 }
 
 fn candidate(url: &str, identity: &str, ttl: Duration) -> MySql {
+    candidate_for(url, "jobs", identity, ttl)
+}
+
+fn candidate_for(url: &str, name: &str, identity: &str, ttl: Duration) -> MySql {
     let timing = MySqlTiming {
         ttl,
         retry_period: Duration::from_millis(500),
         connect_timeout: Duration::from_secs(5),
     };
-    MySql::new(
-        target_of(url),
-        "/leader-exec/",
-        "jobs",
-        identity.into(),
-        timing,
-        1,
-    )
-    .unwrap()
+    let target = target_of(url);
+    MySql::new(target, "/leader-exec/", name, identity.into(), timing, 1).unwrap()
+}
+
+/// Waits behind the row until this candidate leads; its token, and how long that took.
+async fn wait_to_lead(m: &MySql, limit: Duration) -> (i64, Duration) {
+    let started = Instant::now();
+    let candidacy = m.campaign().await.unwrap();
+    loop {
+        match m.check_turn(&candidacy).await.unwrap() {
+            Turn::Leading { token } => return (token, started.elapsed()),
+            Turn::Behind(ahead) => {
+                assert!(started.elapsed() < limit, "never took the row");
+                let wait = ahead.expires_in.unwrap();
+                tokio::time::sleep(wait.min(Duration::from_millis(100))).await;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 async fn leads(m: &MySql) -> Option<i64> {
@@ -283,4 +297,82 @@ async fn a_lock_held_by_another_session_ends_a_renewal_by_the_clients_timer() {
     keeper.reset();
     let _ = locker.kill();
     let _ = locker.wait();
+}
+
+/// What `status` reads: the holder with its identity, key and token, and its time left; every
+/// name in the table, sorted; nothing once released.
+#[tokio::test]
+async fn readers_see_the_holder_its_time_and_every_name() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let a = candidate(&url, "a", TTL);
+    let token = leads(&a).await.unwrap();
+    let reader = MySql::reader(
+        target_of(&url),
+        "/leader-exec/",
+        "jobs",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let seen = reader.read_election().await.unwrap();
+    let leader = seen.leader().expect("a holder").clone();
+    assert_eq!(
+        (
+            leader.key.as_slice(),
+            leader.identity.as_slice(),
+            leader.token
+        ),
+        (&b"leader_exec_leases/jobs"[..], &b"a"[..], token)
+    );
+    assert_eq!((seen.candidates, seen.max_holders), (1, 1));
+    let time = reader
+        .lease_time(&leader)
+        .await
+        .unwrap()
+        .expect("time left");
+    assert_eq!(time.granted, TTL);
+    assert!(
+        time.remaining <= TTL && time.remaining > TTL / 2,
+        "{time:?}"
+    );
+    let b = candidate_for(&url, "backup", "b", TTL);
+    leads(&b).await.unwrap();
+    let all = reader.list_elections("/leader-exec/").await.unwrap();
+    let names: Vec<_> = all
+        .iter()
+        .map(|e| (e.name.clone(), e.leader().map(|l| l.identity.clone())))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (b"backup".to_vec(), Some(b"b".to_vec())),
+            (b"jobs".to_vec(), Some(b"a".to_vec()))
+        ]
+    );
+    a.release_claim(&leading(token)).await.unwrap();
+    assert!(reader.read_election().await.unwrap().holders.is_empty());
+    assert_eq!(reader.lease_time(&leader).await.unwrap(), None);
+}
+
+/// A held claim (`leader-exec hold`) stays with its token and nobody renewing it, for its
+/// bound as `status` shows it; a waiter takes it over only once it has seen it unchanged for
+/// that bound (longer than its own TTL), with a greater token.
+#[tokio::test]
+async fn a_held_claim_stays_for_its_bound() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let a = candidate(&url, "a", TTL);
+    let token = leads(&a).await.unwrap();
+    let bound = Duration::from_secs(3);
+    let held = a.hold_claim(&leading(token), bound).await.unwrap();
+    assert_eq!(held, Some(leading(token)));
+    let seen = a.read_election().await.unwrap();
+    let leader = seen.leader().expect("still held");
+    assert_eq!(leader.token, token);
+    assert_eq!(a.lease_time(leader).await.unwrap().unwrap().granted, bound);
+    let (taken, took) = wait_to_lead(&candidate(&url, "b", TTL), bound * 3).await;
+    assert!(took >= bound, "taken over after {took:?}");
+    assert!(taken > token);
+    // A claim no longer there is not held.
+    assert_eq!(a.hold_claim(&leading(token), bound).await.unwrap(), None);
 }

@@ -1,0 +1,142 @@
+//! [`Read`] on MySQL: who holds the lease row, every name in the table, the time left; and a
+//! reader (`status`, `watch`, `check`) that holds nothing.
+
+use std::time::Duration;
+
+use super::super::rows::slots::clamp_n;
+use super::super::{Election, Leader, LeaseTime, Observation, Read, StoreError};
+use super::{MySql, MySqlTiming, Target, hex, take};
+
+/// Whether the lease row `l` (an alias) counts as held, for `status` and `check`: a holder, and
+/// `expires_at` ahead on the server's clock. A display only: a takeover is decided by the
+/// taker's own sighting, never by this.
+const HOLDING: &str = "l.holder IS NOT NULL AND l.expires_at > NOW(6)";
+
+/// How often `watch` reads the row again: there is nothing to listen on.
+const WATCH_POLL: Duration = Duration::from_secs(1);
+
+impl MySql {
+    /// MySQL for reading (`status`, `watch`, `check`): its requests are bounded by the connect
+    /// timeout (at most 2 s each). It holds no lease, so it has no TTL.
+    pub fn reader(
+        target: Target,
+        prefix: &str,
+        name: &str,
+        connect_timeout: Duration,
+    ) -> Result<MySql, StoreError> {
+        let timing = MySqlTiming {
+            ttl: Duration::ZERO,
+            retry_period: connect_timeout.min(Duration::from_secs(2)),
+            connect_timeout,
+        };
+        MySql::new(target, prefix, name, String::new(), timing, 1)
+    }
+
+    fn leader(&self, name: &[u8], identity: Vec<u8>, token: i64) -> Leader {
+        let mut key = format!("{}/", self.shared.leases).into_bytes();
+        key.extend_from_slice(name);
+        Leader {
+            key,
+            identity,
+            token,
+            lease_id: None,
+            provisional: false,
+        }
+    }
+}
+
+impl Read for MySql {
+    async fn read_election(&self) -> Result<Observation, StoreError> {
+        let name = self.shared.name.as_bytes();
+        let sql = format!(
+            "SELECT l.holder, l.token, {HOLDING}, l.max_holders FROM {} l WHERE l.name = {}",
+            self.leases(),
+            hex(name)
+        );
+        let mut holders = Vec::new();
+        let mut max_holders = 1;
+        for mut row in self.query(sql).await? {
+            let holder: Option<Vec<u8>> = take(&mut row, 0)?;
+            let token: i64 = take(&mut row, 1)?;
+            let live: i64 = take(&mut row, 2)?;
+            max_holders = clamp_n(take(&mut row, 3)?);
+            if let Some(holder) = holder.filter(|_| live == 1) {
+                holders.push(self.leader(name, holder, token));
+            }
+        }
+        Ok(Observation {
+            candidates: holders.len() as i64,
+            holders,
+            max_holders,
+            revision: 0,
+        })
+    }
+
+    /// Nothing tells of a change: wake after a poll, or when the holder's lease runs out on the
+    /// server's clock if that is sooner (the caller reads again and compares).
+    async fn changed_since(&self, seen: &Observation) -> Result<(), StoreError> {
+        let left = match seen.leader() {
+            Some(leader) => self
+                .lease_time(leader)
+                .await?
+                .map_or(Duration::ZERO, |t| t.remaining),
+            None => WATCH_POLL,
+        };
+        tokio::time::sleep(left.min(WATCH_POLL)).await;
+        Ok(())
+    }
+
+    /// The prefix is the table: every row in it is an election, sorted by name (bytes).
+    async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
+        let sql = format!(
+            "SELECT l.name, l.holder, l.token, {HOLDING}, l.max_holders FROM {} l ORDER BY l.name",
+            self.leases()
+        );
+        let mut elections = Vec::new();
+        for mut row in self.query(sql).await? {
+            let name: Vec<u8> = take(&mut row, 0)?;
+            let holder: Option<Vec<u8>> = take(&mut row, 1)?;
+            let token: i64 = take(&mut row, 2)?;
+            let live: i64 = take(&mut row, 3)?;
+            let holders: Vec<Leader> = holder
+                .filter(|_| live == 1)
+                .map(|holder| self.leader(&name, holder, token))
+                .into_iter()
+                .collect();
+            elections.push(Election {
+                candidates: holders.len() as i64,
+                holders,
+                max_holders: clamp_n(take(&mut row, 4)?),
+                name,
+            });
+        }
+        Ok(elections)
+    }
+
+    async fn lease_time(&self, leader: &Leader) -> Result<Option<LeaseTime>, StoreError> {
+        let Some(name) = leader
+            .key
+            .strip_prefix(format!("{}/", self.shared.leases).as_bytes())
+        else {
+            return Ok(None);
+        };
+        let sql = format!(
+            "SELECT GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, NOW(6), l.expires_at) / 1000)),
+                    l.ttl_ms
+             FROM {} l WHERE l.name = {} AND l.token = {} AND {HOLDING}",
+            self.leases(),
+            hex(name),
+            leader.token
+        );
+        let mut rows = self.query(sql).await?;
+        let Some(mut row) = rows.pop() else {
+            return Ok(None);
+        };
+        let left: i64 = take(&mut row, 0)?;
+        let granted: i64 = take(&mut row, 1)?;
+        Ok(Some(LeaseTime {
+            remaining: Duration::from_millis(left.max(0) as u64),
+            granted: Duration::from_millis(granted.max(0) as u64),
+        }))
+    }
+}
