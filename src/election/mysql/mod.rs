@@ -7,12 +7,15 @@
 //!
 //! Tables (made on first use by `CREATE TABLE IF NOT EXISTS`, in the URL's database), named from
 //! `--prefix` as on PostgreSQL (`/leader-exec/` gives `leader_exec_leases`,
-//! `leader_exec_tokens`), each marked as leader-exec's by its table comment:
+//! `leader_exec_tokens`, `leader_exec_records`), each marked as leader-exec's by its table comment:
 //!
 //! - `<p>_leases (name, holder, token, renewals, expires_at, ttl_ms, max_holders)`: one row per
 //!   lease name. `holder` is the leader's identity (bytes), NULL when free; `renewals` grows
 //!   with every acquisition and renewal; `expires_at` is `NOW(6)` plus the TTL on the server's
 //!   clock: a hint and a display, never what decides a takeover.
+//! - `<p>_records (key, value, expires_at, lease_name, lease_token)`: occurrence records (kept
+//!   until `expires_at`), handover requests, and the leader's state (kept while the lease row
+//!   holds `lease_token`), each written fenced (`records.rs`).
 //! - `<p>_tokens (name, top)`: the highest token each name was ever given. Not AUTO_INCREMENT,
 //!   whose counter goes back after a restart in several versions; a row of its own that only
 //!   leader-exec's acquisitions write, raised in the same transaction as the token it records.
@@ -60,6 +63,7 @@ use super::rows::{Row, Sightings};
 use super::{Candidacy, StoreError};
 
 mod read;
+mod records;
 mod session;
 mod store;
 pub mod target;
@@ -72,8 +76,8 @@ pub use target::Target;
 
 /// The table names `--prefix` maps to (the same as PostgreSQL's, so that one prefix names the
 /// same tables on either store): its text between the slashes, every character other than ASCII
-/// letters, digits and `_` replaced by `_`, lower-cased, then `_leases` / `_tokens`.
-pub fn tables(prefix: &str) -> Result<(String, String), StoreError> {
+/// letters, digits and `_` replaced by `_`, lower-cased, then `_leases` / `_tokens` / `_records`.
+pub fn tables(prefix: &str) -> Result<(String, String, String), StoreError> {
     let base: String = prefix
         .trim_matches('/')
         .chars()
@@ -96,7 +100,11 @@ pub fn tables(prefix: &str) -> Result<(String, String), StoreError> {
             "--prefix {prefix}: too long for a MySQL table name (at most 56 characters)"
         )));
     }
-    Ok((format!("{base}_leases"), format!("{base}_tokens")))
+    Ok((
+        format!("{base}_leases"),
+        format!("{base}_tokens"),
+        format!("{base}_records"),
+    ))
 }
 
 /// Bytes as an SQL literal: `X'…'`, the same bytes whatever the session's character set.
@@ -131,6 +139,7 @@ struct Shared {
     /// The table names, unquoted.
     leases: String,
     tokens: String,
+    records: String,
     name: String,
     identity: String,
     ttl_ms: i64,
@@ -179,12 +188,13 @@ impl MySql {
                 "MySQL: --max-holders above 1 is not supported yet".into(),
             ));
         }
-        let (leases, tokens) = tables(prefix)?;
+        let (leases, tokens, records) = tables(prefix)?;
         Ok(MySql {
             shared: Arc::new(Shared {
                 target,
                 leases,
                 tokens,
+                records,
                 name: name.to_owned(),
                 identity,
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
@@ -210,6 +220,10 @@ impl MySql {
 
     fn tokens(&self) -> String {
         quote_ident(&self.shared.tokens)
+    }
+
+    fn records(&self) -> String {
+        quote_ident(&self.shared.records)
     }
 
     /// One attempt to acquire, in one batch (see [`self`]): the tokens row and the lease row made
@@ -362,7 +376,11 @@ mod unit {
     fn prefixes_map_to_table_names() {
         assert_eq!(
             tables("/leader-exec/").unwrap(),
-            ("leader_exec_leases".into(), "leader_exec_tokens".into())
+            (
+                "leader_exec_leases".into(),
+                "leader_exec_tokens".into(),
+                "leader_exec_records".into()
+            )
         );
         assert_eq!(tables("/Ops.Jobs/").unwrap().0, "ops_jobs_leases");
         assert_eq!(tables("/").unwrap().0, "leader_exec_leases");

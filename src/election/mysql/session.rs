@@ -186,7 +186,11 @@ impl MySql {
     /// statement writes). `IF NOT EXISTS` leaves whatever is there alone, so the look after it
     /// sees what the statements will meet.
     pub(super) async fn ensure_tables(&self, conn: &mut Conn) -> Result<(), StoreError> {
-        let (leases, tokens) = (&self.shared.leases, &self.shared.tokens);
+        let (leases, tokens, records) = (
+            &self.shared.leases,
+            &self.shared.tokens,
+            &self.shared.records,
+        );
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {tokens_q} (
                  name VARBINARY(512) NOT NULL PRIMARY KEY,
@@ -201,14 +205,23 @@ impl MySql {
                  ttl_ms BIGINT NOT NULL,
                  max_holders BIGINT NOT NULL
              ) ENGINE = InnoDB COMMENT = '{leases_marker}';
+             CREATE TABLE IF NOT EXISTS {records_q} (
+                 `key` VARBINARY(1024) NOT NULL PRIMARY KEY,
+                 value LONGBLOB NOT NULL,
+                 expires_at DATETIME(6) NULL,
+                 lease_name VARBINARY(512) NULL,
+                 lease_token BIGINT NULL
+             ) ENGINE = InnoDB COMMENT = '{records_marker}';
              SELECT table_name, table_type, table_comment FROM information_schema.tables
-                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}');
+                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}', '{records}');
              SELECT trigger_name, event_object_table FROM information_schema.triggers
-                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}')",
+                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}', '{records}')",
             tokens_q = self.tokens(),
             leases_q = self.leases(),
             tokens_marker = marker("tokens"),
             leases_marker = marker("leases"),
+            records_q = self.records(),
+            records_marker = marker("records"),
         );
         let rows = self.run(conn, ddl).await?;
         let database = &self.shared.target.database;
@@ -224,7 +237,11 @@ impl MySql {
             let table: String = take(&mut row, 0)?;
             let kind: String = take(&mut row, 1)?;
             let comment: String = take(&mut row, 2)?;
-            let wanted = if table == *leases { "leases" } else { "tokens" };
+            let wanted = match table.as_str() {
+                t if t == leases => "leases",
+                t if t == records => "records",
+                _ => "tokens",
+            };
             if kind != "BASE TABLE" {
                 return Err(StoreError::Fatal(format!(
                     "MySQL: {database}.{table} is a {} (leader-exec keeps a table of its own there): drop it, or give another --prefix",

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::super::flags::tests::flags;
-use super::super::{Campaign, Keeper, Read, Renewal, Turn};
+use super::super::{Campaign, Handover, Keeper, Leader, Read, Records, Renewal, Turn};
 use super::testdb::*;
 use super::*;
 
@@ -375,4 +375,74 @@ async fn a_held_claim_stays_for_its_bound() {
     assert!(taken > token);
     // A claim no longer there is not held.
     assert_eq!(a.hold_claim(&leading(token), bound).await.unwrap(), None);
+}
+
+/// Fenced writes pass while the writer holds its token and write nothing once it does not; a
+/// record on the lease goes with it; a handover request and a removal reach only the token
+/// they name. The store has every capability the run form and the subcommands use.
+#[tokio::test]
+async fn records_are_fenced_by_the_lease_row() {
+    fn is_a_store<S: super::super::Store>(_: &S) {}
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let (a, b) = (candidate(&url, "a", TTL), candidate(&url, "b", TTL));
+    is_a_store(&a);
+    let first = leads(&a).await.unwrap();
+    let hour = Duration::from_secs(3600);
+    assert!(
+        a.write_fenced(&leading(first), "occ/1", b"one".to_vec(), hour)
+            .await
+            .unwrap()
+    );
+    assert!(
+        a.put_on_lease_fenced(&leading(first), "state/jobs", b"s".to_vec())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        a.read_record("occ/1").await.unwrap().as_deref(),
+        Some(&b"one"[..])
+    );
+    assert_eq!(
+        a.read_record("state/jobs").await.unwrap().as_deref(),
+        Some(&b"s"[..])
+    );
+    let listed = b.list_records("occ/").await.unwrap();
+    assert_eq!(listed, [(b"1".to_vec(), b"one".to_vec())]);
+    let leader = b.read_election().await.unwrap().leader().unwrap().clone();
+    assert!(
+        b.request_handover(&leader, ".resign/jobs", hour)
+            .await
+            .unwrap()
+    );
+    let request = b.read_record(".resign/jobs").await.unwrap().unwrap();
+    assert!(super::super::is_request_for(&request, first));
+
+    // Removed by its token (`resign --force`): the record on the lease goes with it, and no
+    // fenced write of the old holder's passes.
+    let stale = Leader {
+        token: first - 1,
+        ..leader.clone()
+    };
+    assert!(!b.remove_claim(&stale).await.unwrap());
+    assert!(b.remove_claim(&leader).await.unwrap());
+    assert_eq!(a.read_record("state/jobs").await.unwrap(), None);
+    assert!(
+        !a.write_fenced(&leading(first), "occ/1", b"two".to_vec(), hour)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        a.read_record("occ/1").await.unwrap().as_deref(),
+        Some(&b"one"[..])
+    );
+    let second = leads(&b).await.unwrap();
+    assert!(second > first);
+    // A request for the old token reaches nobody.
+    assert!(
+        !a.request_handover(&leader, ".resign/jobs", hour)
+            .await
+            .unwrap()
+    );
+    assert!(!b.remove_claim(&leader).await.unwrap());
 }
