@@ -7,7 +7,7 @@
 //!
 //! Tables (made on first use by `CREATE TABLE IF NOT EXISTS`, in the URL's database), named from
 //! `--prefix` as on PostgreSQL (`/leader-exec/` gives `leader_exec_leases`,
-//! `leader_exec_tokens`, `leader_exec_records`), each marked as leader-exec's by its table comment:
+//! `leader_exec_tokens`, `leader_exec_records`, `leader_exec_fences`), each marked as leader-exec's by its table comment:
 //!
 //! - `<p>_leases (name, holder, token, renewals, expires_at, ttl_ms, max_holders)`: one row per
 //!   lease name. `holder` is the leader's identity (bytes), NULL when free; `renewals` grows
@@ -16,6 +16,11 @@
 //! - `<p>_records (key, value, expires_at, lease_name, lease_token)`: occurrence records (kept
 //!   until `expires_at`), handover requests, and the leader's state (kept while the lease row
 //!   holds `lease_token`), each written fenced (`records.rs`).
+//! - `<p>_fences (name, holder, token)`: the fence a job locks (`LOCK IN SHARE MODE`) in its own
+//!   transaction. Written only where the claim changes hands (an acquisition, a release, a
+//!   removal), never by a renewal: InnoDB has no lock like PostgreSQL's `FOR KEY SHARE`, so a
+//!   job's shared lock on the lease row would hold up every renewal (an UPDATE of that row)
+//!   until the job commits. A takeover or removal waits for it, as a fence must.
 //! - `<p>_tokens (name, top)`: the highest token each name was ever given. Not AUTO_INCREMENT,
 //!   whose counter goes back after a restart in several versions; a row of its own that only
 //!   leader-exec's acquisitions write, raised in the same transaction as the token it records.
@@ -76,8 +81,9 @@ pub use target::Target;
 
 /// The table names `--prefix` maps to (the same as PostgreSQL's, so that one prefix names the
 /// same tables on either store): its text between the slashes, every character other than ASCII
-/// letters, digits and `_` replaced by `_`, lower-cased, then `_leases` / `_tokens` / `_records`.
-pub fn tables(prefix: &str) -> Result<(String, String, String), StoreError> {
+/// letters, digits and `_` replaced by `_`, lower-cased, then `_leases`, `_tokens`, `_records`,
+/// `_fences`.
+pub fn tables(prefix: &str) -> Result<Tables, StoreError> {
     let base: String = prefix
         .trim_matches('/')
         .chars()
@@ -100,11 +106,21 @@ pub fn tables(prefix: &str) -> Result<(String, String, String), StoreError> {
             "--prefix {prefix}: too long for a MySQL table name (at most 56 characters)"
         )));
     }
-    Ok((
-        format!("{base}_leases"),
-        format!("{base}_tokens"),
-        format!("{base}_records"),
-    ))
+    Ok(Tables {
+        leases: format!("{base}_leases"),
+        tokens: format!("{base}_tokens"),
+        records: format!("{base}_records"),
+        fences: format!("{base}_fences"),
+    })
+}
+
+/// The tables of one `--prefix`, unquoted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tables {
+    pub leases: String,
+    pub tokens: String,
+    pub records: String,
+    pub fences: String,
 }
 
 /// Bytes as an SQL literal: `X'…'`, the same bytes whatever the session's character set.
@@ -140,6 +156,7 @@ struct Shared {
     leases: String,
     tokens: String,
     records: String,
+    fences: String,
     name: String,
     identity: String,
     ttl_ms: i64,
@@ -188,13 +205,19 @@ impl MySql {
                 "MySQL: --max-holders above 1 is not supported yet".into(),
             ));
         }
-        let (leases, tokens, records) = tables(prefix)?;
+        let Tables {
+            leases,
+            tokens,
+            records,
+            fences,
+        } = tables(prefix)?;
         Ok(MySql {
             shared: Arc::new(Shared {
                 target,
                 leases,
                 tokens,
                 records,
+                fences,
                 name: name.to_owned(),
                 identity,
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
@@ -226,12 +249,24 @@ impl MySql {
         quote_ident(&self.shared.records)
     }
 
+    fn fences(&self) -> String {
+        quote_ident(&self.shared.fences)
+    }
+
     /// One attempt to acquire, in one batch (see [`self`]): the tokens row and the lease row made
     /// if the name is new, the lease row taken if it is free — or, held, only if this instance
     /// has seen it unchanged for a full TTL and it is still exactly that (the takeover rule:
     /// `rows::Sightings`) — with a token above the row's own and the name's `top`, `top` raised
-    /// to it, and the row read back, all in one transaction. Locks are taken in one order,
-    /// tokens row first, then the lease row, by every statement that takes both.
+    /// to it, the fence row given the new holder and token, and the row read back, all in one
+    /// transaction. Locks are taken in one order, tokens row, lease row, fence row, by every
+    /// batch that takes more than one.
+    ///
+    /// The fence row is made with `INSERT IGNORE`, whose lock on a row already there is a
+    /// shared one: it does not wait for a job's `LOCK IN SHARE MODE` on it, so an attempt that
+    /// does not win never waits for a job. (`ON DUPLICATE KEY UPDATE` would take it exclusively.
+    /// IGNORE turns other errors into warnings too; the name, the only value that could fail,
+    /// was written to the lease row, strictly, one statement before.) Only a winning attempt
+    /// updates the fence row, and that waits for the job, as a fence must.
     async fn attempt(&self) -> Result<Attempt, StoreError> {
         let s = &self.shared;
         let name = hex(s.name.as_bytes());
@@ -254,6 +289,7 @@ impl MySql {
              INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
              INSERT INTO {leases} (name, holder, token, renewals, expires_at, ttl_ms, max_holders)
                  VALUES ({name}, NULL, 0, 0, NOW(6), 0, 1) ON DUPLICATE KEY UPDATE name = name;
+             INSERT IGNORE INTO {fences} (name, holder, token) VALUES ({name}, NULL, 0);
              UPDATE {leases} l JOIN {tokens} t ON t.name = l.name
                  SET l.holder = {me}, l.token = GREATEST(l.token, t.top) + 1,
                      l.renewals = l.renewals + 1,
@@ -263,10 +299,14 @@ impl MySql {
              SET @leader_exec_won = ROW_COUNT();
              UPDATE {tokens} t JOIN {leases} l ON l.name = t.name
                  SET t.top = GREATEST(t.top, l.token) WHERE t.name = {name};
+             UPDATE {fences} SET holder = {me},
+                     token = (SELECT token FROM {leases} WHERE name = {name})
+                 WHERE name = {name} AND @leader_exec_won = 1;
              SELECT @leader_exec_won, {ROW_COLUMNS} FROM {leases} WHERE name = {name};
              COMMIT",
             tokens = self.tokens(),
             leases = self.leases(),
+            fences = self.fences(),
             ttl_us = ttl_ms.saturating_mul(1000),
         );
         let mut rows = self.query(batch).await?;
@@ -291,18 +331,40 @@ impl MySql {
     }
 
     /// Frees the row if this instance still holds it with `token`: holder NULL, `renewals`
-    /// raised, `expires_at` now. One statement; a row another instance holds is left alone.
+    /// raised, `expires_at` now, and its fence row with it, in one transaction; a row another
+    /// instance holds is left alone.
     async fn release_row(&self, token: i64) -> Result<(), StoreError> {
         let s = &self.shared;
-        let sql = format!(
-            "UPDATE {} SET holder = NULL, expires_at = NOW(6), renewals = renewals + 1
-             WHERE name = {} AND holder = {} AND token = {token}",
-            self.leases(),
-            hex(s.name.as_bytes()),
-            hex(s.identity.as_bytes()),
-        );
-        self.query(sql).await?;
+        self.query(self.freeing_sql(
+            &format!(
+                "holder = {} AND token = {token}",
+                hex(s.identity.as_bytes())
+            ),
+            s.name.as_bytes(),
+            token,
+        ))
+        .await?;
         Ok(())
+    }
+
+    /// One transaction that frees the lease row `name` where `condition` (on its columns) holds,
+    /// and clears its fence row if it did (which waits for a job's `LOCK IN SHARE MODE` on it:
+    /// the job's transaction commits before the claim it was fenced by is gone); then
+    /// `SELECT` whether it did (1) or not (0).
+    fn freeing_sql(&self, condition: &str, name: &[u8], token: i64) -> String {
+        let name = hex(name);
+        format!(
+            "START TRANSACTION;
+             UPDATE {leases} SET holder = NULL, expires_at = NOW(6), renewals = renewals + 1
+                 WHERE name = {name} AND {condition};
+             SET @leader_exec_freed = ROW_COUNT();
+             UPDATE {fences} SET holder = NULL
+                 WHERE name = {name} AND token = {token} AND @leader_exec_freed = 1;
+             SELECT @leader_exec_freed;
+             COMMIT",
+            leases = self.leases(),
+            fences = self.fences(),
+        )
     }
 
     /// The statement of a renewal (`ttl_ms` this instance's TTL) and of a hold (`ttl_ms` the
@@ -376,14 +438,15 @@ mod unit {
     fn prefixes_map_to_table_names() {
         assert_eq!(
             tables("/leader-exec/").unwrap(),
-            (
-                "leader_exec_leases".into(),
-                "leader_exec_tokens".into(),
-                "leader_exec_records".into()
-            )
+            Tables {
+                leases: "leader_exec_leases".into(),
+                tokens: "leader_exec_tokens".into(),
+                records: "leader_exec_records".into(),
+                fences: "leader_exec_fences".into(),
+            }
         );
-        assert_eq!(tables("/Ops.Jobs/").unwrap().0, "ops_jobs_leases");
-        assert_eq!(tables("/").unwrap().0, "leader_exec_leases");
+        assert_eq!(tables("/Ops.Jobs/").unwrap().leases, "ops_jobs_leases");
+        assert_eq!(tables("/").unwrap().leases, "leader_exec_leases");
         assert!(tables(&format!("/{}/", "x".repeat(56))).is_ok());
         assert!(tables(&format!("/{}/", "x".repeat(57))).is_err());
     }

@@ -185,18 +185,18 @@ impl Handover for MySql {
     }
 
     /// Frees the row only while it holds `leader.token` (and has not run out on the server's
-    /// clock), in one statement.
+    /// clock), and its fence row, in one transaction.
     async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
         let Some(name) = self.name_of(leader) else {
             return Ok(false);
         };
-        let sql = format!(
-            "UPDATE {} SET holder = NULL, expires_at = NOW(6), renewals = renewals + 1
-             WHERE name = {} AND token = {} AND holder IS NOT NULL AND expires_at > NOW(6);
-             SELECT ROW_COUNT()",
-            self.leases(),
-            hex(name),
-            leader.token
+        let sql = self.freeing_sql(
+            &format!(
+                "token = {} AND holder IS NOT NULL AND expires_at > NOW(6)",
+                leader.token
+            ),
+            name,
+            leader.token,
         );
         let removed: i64 = match self.query(sql).await?.pop() {
             Some(mut row) => take(&mut row, 0)?,

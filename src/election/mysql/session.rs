@@ -186,10 +186,11 @@ impl MySql {
     /// statement writes). `IF NOT EXISTS` leaves whatever is there alone, so the look after it
     /// sees what the statements will meet.
     pub(super) async fn ensure_tables(&self, conn: &mut Conn) -> Result<(), StoreError> {
-        let (leases, tokens, records) = (
+        let (leases, tokens, records, fences) = (
             &self.shared.leases,
             &self.shared.tokens,
             &self.shared.records,
+            &self.shared.fences,
         );
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {tokens_q} (
@@ -212,16 +213,23 @@ impl MySql {
                  lease_name VARBINARY(512) NULL,
                  lease_token BIGINT NULL
              ) ENGINE = InnoDB COMMENT = '{records_marker}';
+             CREATE TABLE IF NOT EXISTS {fences_q} (
+                 name VARBINARY(512) NOT NULL PRIMARY KEY,
+                 holder VARBINARY(2048) NULL,
+                 token BIGINT NOT NULL
+             ) ENGINE = InnoDB COMMENT = '{fences_marker}';
              SELECT table_name, table_type, table_comment FROM information_schema.tables
-                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}', '{records}');
+                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}', '{records}', '{fences}');
              SELECT trigger_name, event_object_table FROM information_schema.triggers
-                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}', '{records}')",
+                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}', '{records}', '{fences}')",
             tokens_q = self.tokens(),
             leases_q = self.leases(),
             tokens_marker = marker("tokens"),
             leases_marker = marker("leases"),
             records_q = self.records(),
             records_marker = marker("records"),
+            fences_q = self.fences(),
+            fences_marker = marker("fences"),
         );
         let rows = self.run(conn, ddl).await?;
         let database = &self.shared.target.database;
@@ -240,6 +248,7 @@ impl MySql {
             let wanted = match table.as_str() {
                 t if t == leases => "leases",
                 t if t == records => "records",
+                t if t == fences => "fences",
                 _ => "tokens",
             };
             if kind != "BASE TABLE" {

@@ -446,3 +446,53 @@ async fn records_are_fenced_by_the_lease_row() {
     );
     assert!(!b.remove_claim(&leader).await.unwrap());
 }
+
+/// A job that fences itself in the same database (its transaction reads the fence row `LOCK IN
+/// SHARE MODE`) holds up a removal of the claim until it commits, and does not hold up the
+/// leader's renewals.
+#[tokio::test]
+async fn a_jobs_fence_holds_up_a_removal_not_the_renewals() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let (a, b) = (candidate(&url, "a", TTL), candidate(&url, "b", TTL));
+    let token = leads(&a).await.unwrap();
+    let fence = db.sql("SELECT holder, token FROM leader_exec.leader_exec_fences");
+    assert_eq!(fence.trim(), format!("a\t{token}"));
+    let mut job = db.sql_in_background(&format!(
+        "BEGIN; SELECT token FROM leader_exec.leader_exec_fences
+             WHERE name = 'jobs' AND token = {token} LOCK IN SHARE MODE;
+         SELECT SLEEP(4); COMMIT"
+    ));
+    let until = Instant::now() + Duration::from_secs(10);
+    while !db.sql("SHOW PROCESSLIST").contains("SLEEP(4)") {
+        assert!(Instant::now() < until, "the job did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut keeper = a.keeper(&leading(token));
+    for _ in 0..3 {
+        let sent = Instant::now();
+        assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+        assert!(
+            sent.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            sent.elapsed()
+        );
+    }
+    let leader = b.read_election().await.unwrap().leader().unwrap().clone();
+    let e = b
+        .remove_claim(&leader)
+        .await
+        .expect_err("removed under the job's fence");
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(
+        db.sql("SELECT holder FROM leader_exec.leader_exec_leases")
+            .trim(),
+        "a"
+    );
+    assert!(job.wait().unwrap().success());
+    // Renewed since (the job outlasted the TTL), then removed.
+    assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+    assert!(b.remove_claim(&leader).await.unwrap());
+    let fence = db.sql("SELECT holder IS NULL, token FROM leader_exec.leader_exec_fences");
+    assert_eq!(fence.trim(), format!("1\t{token}"));
+}
