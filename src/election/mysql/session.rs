@@ -302,6 +302,11 @@ pub(super) fn classify(error: mysql_async::Error, shown: &str) -> StoreError {
         Error::Io(mysql_async::IoError::Tls(e)) => {
             StoreError::Fatal(format!("MySQL at {shown}: TLS: {e}"))
         }
+        // rustls's refusals of a certificate come through as I/O errors: trying again will not
+        // make the certificate pass.
+        other if other.to_string().contains("certificate") => {
+            StoreError::Fatal(format!("MySQL at {shown}: TLS: {other}"))
+        }
         other => StoreError::Transient(format!("MySQL unreachable at {shown}: {other}")),
     }
 }

@@ -496,3 +496,116 @@ async fn a_jobs_fence_holds_up_a_removal_not_the_renewals() {
     let fence = db.sql("SELECT holder IS NULL, token FROM leader_exec.leader_exec_fences");
     assert_eq!(fence.trim(), format!("1\t{token}"));
 }
+
+/// A CA, and a server certificate for 127.0.0.1 signed by it, in `dir` (made readable by the
+/// server's user).
+fn certificates(dir: &std::path::Path, ca_name: &str) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .expect("openssl is installed");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let subject = format!("/CN={ca_name}");
+    let mut ca = vec!["req", "-x509", "-days", "1", "-subj", &subject];
+    ca.extend(ec);
+    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
+    openssl(&ca);
+    std::fs::write(dir.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let mut req = vec!["req", "-subj", "/CN=server"];
+    req.extend(ec);
+    req.extend(["-keyout", "server.key", "-out", "server.csr"]);
+    openssl(&req);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+        "-out",
+        "server.crt",
+    ]);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for file in ["ca.crt", "server.crt", "server.key"] {
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+}
+
+/// TLS as the mysql client's ssl-mode says: REQUIRED encrypts, VERIFY_CA and VERIFY_IDENTITY
+/// check the certificate (a CA that did not sign it is refused for good); PREFERRED goes on in
+/// plain TCP where the server offers no TLS, REQUIRED does not.
+#[tokio::test]
+async fn ssl_modes_encrypt_and_check_as_the_mysql_client_does() {
+    let certs = tempfile::tempdir().unwrap();
+    certificates(certs.path(), "leader-exec-test-ca");
+    let other = tempfile::tempdir().unwrap();
+    certificates(other.path(), "another-ca");
+    let file = |name: &str| certs.path().join(name).display().to_string();
+    let db = MariaDb::start_with(&[
+        &format!("--ssl-cert={}", file("server.crt")),
+        &format!("--ssl-key={}", file("server.key")),
+        &format!("--ssl-ca={}", file("ca.crt")),
+    ]);
+    let base = url(db.port);
+    let cipher = async |m: &MySql| {
+        let mut rows = m
+            .query("SHOW SESSION STATUS LIKE 'Ssl_cipher'".to_owned())
+            .await
+            .unwrap();
+        let value: String = take(&mut rows.pop().unwrap(), 1).unwrap();
+        value
+    };
+    for query in [
+        "ssl-mode=REQUIRED".to_owned(),
+        format!("ssl-mode=VERIFY_CA&ssl-ca={}", file("ca.crt")),
+        format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", file("ca.crt")),
+        "ssl-mode=PREFERRED".to_owned(),
+    ] {
+        let m = candidate(&format!("{base}?{query}"), "a", TTL);
+        m.campaign()
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"));
+        assert!(!cipher(&m).await.is_empty(), "{query}: not encrypted");
+    }
+    let wrong_ca = other.path().join("ca.crt");
+    let m = candidate(
+        &format!("{base}?ssl-mode=VERIFY_CA&ssl-ca={}", wrong_ca.display()),
+        "a",
+        TTL,
+    );
+    let e = m.campaign().await.expect_err("a certificate of another CA");
+    assert!(!e.is_transient() && e.to_string().contains("TLS"), "{e}");
+
+    let plain = MariaDb::start();
+    let m = candidate(&url(plain.port), "a", TTL);
+    m.campaign().await.unwrap();
+    assert_eq!(cipher(&m).await, "", "PREFERRED without TLS on offer");
+    let m = candidate(&format!("{}?ssl-mode=REQUIRED", url(plain.port)), "a", TTL);
+    let e = m
+        .campaign()
+        .await
+        .expect_err("REQUIRED without TLS on offer");
+    assert!(!e.is_transient() && e.to_string().contains("TLS"), "{e}");
+}
