@@ -27,6 +27,8 @@ pub struct MariaDb {
     child: Option<Child>,
     /// More server options (`--name=value`).
     extra: Vec<String>,
+    /// More environment for the server (libfaketime's).
+    env: Vec<(String, String)>,
 }
 
 /// Whether the tests run as root (then the server runs as `mysql`, as mariadbd insists): the
@@ -50,8 +52,34 @@ impl MariaDb {
         db
     }
 
+    /// Starts under libfaketime (Debian's `faketime`): the server's clock is offset by what the
+    /// returned file says (`+0` at first; write `+1h`, say, to step it while the server runs).
+    pub fn start_with_faketime() -> (MariaDb, tempfile::NamedTempFile) {
+        const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+        let clock = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(clock.path(), "+0\n").unwrap();
+        // The server runs as the `mysql` user and reads the file the test writes.
+        std::fs::set_permissions(
+            clock.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        let file = clock.path().display().to_string();
+        let env = [
+            ("LD_PRELOAD", FAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", file.as_str()),
+            ("FAKETIME_NO_CACHE", "1"),
+        ];
+        (MariaDb::start_with_env(&[], &env), clock)
+    }
+
     /// Starts with more server options, e.g. `--default-time-zone=+05:00`.
     pub fn start_with(extra: &[&str]) -> MariaDb {
+        MariaDb::start_with_env(extra, &[])
+    }
+
+    /// Starts with more server options and more environment for the server.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> MariaDb {
         share_machine();
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-mariadb")
@@ -92,6 +120,10 @@ impl MariaDb {
             dir,
             child: None,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         };
         // A free port can be taken between the probe and the server's bind: try a few times.
         for _ in 0..5 {
@@ -145,6 +177,7 @@ impl MariaDb {
                 "--max-connections=600",
             ])
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -609,3 +609,46 @@ async fn ssl_modes_encrypt_and_check_as_the_mysql_client_does() {
         .expect_err("REQUIRED without TLS on offer");
     assert!(!e.is_transient() && e.to_string().contains("TLS"), "{e}");
 }
+
+/// The server's clock stepped an hour ahead, then back, while one leads and renews and another
+/// waits: neither step hands the row to the waiter or takes it from the leader (no clock is in
+/// a renewal's condition, and a takeover waits for a row seen unchanged for a full TTL).
+#[tokio::test]
+async fn a_server_clock_step_neither_hands_over_nor_ends_the_lease() {
+    let (db, clock) = MariaDb::start_with_faketime();
+    let url = url(db.port);
+    let (a, b) = (candidate(&url, "a", TTL), candidate(&url, "b", TTL));
+    let token = leads(&a).await.unwrap();
+    let mut keeper = a.keeper(&leading(token));
+    let candidacy = b.campaign().await.unwrap();
+    let started = Instant::now();
+    let mut stepped = (false, false);
+    // The server's clock less this test's, in seconds.
+    let offset = || {
+        let server: i64 = db.sql("SELECT UNIX_TIMESTAMP()").trim().parse().unwrap();
+        let here = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        server - here
+    };
+    while started.elapsed() < TTL * 3 {
+        if !stepped.0 && started.elapsed() > TTL / 2 {
+            std::fs::write(clock.path(), "+1h\n").unwrap();
+            assert!((offset() - 3600).abs() < 60, "the clock was not stepped");
+            stepped.0 = true;
+        }
+        if !stepped.1 && started.elapsed() > TTL * 2 {
+            std::fs::write(clock.path(), "+0\n").unwrap();
+            stepped.1 = true;
+        }
+        assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+        match b.check_turn(&candidacy).await.unwrap() {
+            Turn::Behind(_) => {}
+            other => panic!("the waiter got {other:?} after {:?}", started.elapsed()),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(offset().abs() < 60, "the clock was not stepped back");
+    assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+}
