@@ -16,14 +16,16 @@ use super::{MySql, StoreError, take};
 /// locking read and every UPDATE act on the latest committed row, and no gap locks), UTC for
 /// `NOW(6)` and DATETIME values, a binary collation, autocommit for the one-statement requests,
 /// and the least lock wait InnoDB has (whole seconds: the client's timer bounds it further).
-/// Then what the session found: whether the server is read-only, its version, the database.
+/// Then what the session found: whether the server is read-only, its version, the database,
+/// and its binary log's format.
 const SETUP: &str = "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,\
 ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_BACKSLASH_ESCAPES',
     time_zone = '+00:00', autocommit = 1, innodb_lock_wait_timeout = 1,
     character_set_client = utf8mb4, character_set_connection = utf8mb4,
     character_set_results = utf8mb4, collation_connection = utf8mb4_bin;
 SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
-SELECT @@global.read_only, @@innodb_read_only, VERSION(), DATABASE()";
+SELECT @@global.read_only, @@innodb_read_only, VERSION(), DATABASE(), @@log_bin,
+    @@binlog_format";
 
 /// The comment that marks a table as leader-exec's (with its kind: `leases`, `tokens`).
 fn marker(kind: &str) -> String {
@@ -115,6 +117,15 @@ impl MySql {
             // may make one writable), and never used.
             return Err(StoreError::Transient(format!(
                 "MySQL at {shown} ({version}) is read-only (read_only is on): only a writable primary is used"
+            )));
+        }
+        let log_bin: i64 = take(&mut row, 4)?;
+        let binlog_format: String = take(&mut row, 5)?;
+        if log_bin != 0 && binlog_format.eq_ignore_ascii_case("STATEMENT") {
+            // InnoDB refuses every write under READ COMMITTED to a statement-based binary log
+            // (error 1665): say why once, at the start, rather than at the first write.
+            return Err(StoreError::Fatal(format!(
+                "MySQL at {shown}: binlog_format is STATEMENT; leader-exec's READ COMMITTED transactions need ROW or MIXED"
             )));
         }
         tracing::debug!(host, port, version, "MySQL session set up");

@@ -266,6 +266,27 @@ async fn the_servers_defaults_do_not_change_the_statements() {
     assert_eq!(out.trim(), format!("{}\t1", hex_of("höst-ä".as_bytes())));
 }
 
+/// A server whose binary log is statement-based cannot take READ COMMITTED writes: refused
+/// for good at the start, with one line saying why; a row-based one is used.
+#[tokio::test]
+async fn a_statement_based_binary_log_is_refused_at_the_start() {
+    let db = MariaDb::start_with(&[
+        "--log-bin=binlog",
+        "--binlog-format=STATEMENT",
+        "--server-id=1",
+    ]);
+    let e = candidate(&url(db.port), "a", TTL)
+        .campaign()
+        .await
+        .expect_err("a statement-based binary log");
+    assert!(
+        !e.is_transient() && e.to_string().contains("binlog_format is STATEMENT"),
+        "{e}"
+    );
+    let db = MariaDb::start_with(&["--log-bin=binlog", "--binlog-format=ROW", "--server-id=1"]);
+    assert!(leads(&candidate(&url(db.port), "a", TTL)).await.is_some());
+}
+
 fn hex_of(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02X}")).collect()
 }
