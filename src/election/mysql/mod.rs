@@ -21,6 +21,7 @@
 //!   removal), never by a renewal: InnoDB has no lock like PostgreSQL's `FOR KEY SHARE`, so a
 //!   job's shared lock on the lease row would hold up every renewal (an UPDATE of that row)
 //!   until the job commits. A takeover or removal waits for it, as a fence must.
+//! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at)`: the line (`line.rs`).
 //! - `<p>_tokens (name, top)`: the highest token each name was ever given. Not AUTO_INCREMENT,
 //!   whose counter goes back after a restart in several versions; a row of its own that only
 //!   leader-exec's acquisitions write, raised in the same transaction as the token it records.
@@ -64,9 +65,11 @@ use mysql_async::Conn;
 
 use crate::clock::{BootClock, Clock};
 
+use super::rows::line::Line;
 use super::rows::{Row, Sightings};
 use super::{Candidacy, StoreError};
 
+mod line;
 mod read;
 mod records;
 mod session;
@@ -82,7 +85,7 @@ pub use target::Target;
 /// The table names `--prefix` maps to (the same as PostgreSQL's, so that one prefix names the
 /// same tables on either store): its text between the slashes, every character other than ASCII
 /// letters, digits and `_` replaced by `_`, lower-cased, then `_leases`, `_tokens`, `_records`,
-/// `_fences`.
+/// `_fences`, `_waiters`.
 pub fn tables(prefix: &str) -> Result<Tables, StoreError> {
     let base: String = prefix
         .trim_matches('/')
@@ -111,6 +114,7 @@ pub fn tables(prefix: &str) -> Result<Tables, StoreError> {
         tokens: format!("{base}_tokens"),
         records: format!("{base}_records"),
         fences: format!("{base}_fences"),
+        waiters: format!("{base}_waiters"),
     })
 }
 
@@ -121,6 +125,7 @@ pub struct Tables {
     pub tokens: String,
     pub records: String,
     pub fences: String,
+    pub waiters: String,
 }
 
 /// Bytes as an SQL literal: `X'…'`, the same bytes whatever the session's character set.
@@ -157,6 +162,7 @@ struct Shared {
     tokens: String,
     records: String,
     fences: String,
+    waiters: String,
     name: String,
     identity: String,
     ttl_ms: i64,
@@ -174,6 +180,11 @@ struct Shared {
     held: AtomicI64,
     /// The held row as this instance last saw it, and since when: the takeover rule.
     sightings: Sightings,
+    /// This candidacy's waiter row id (from the name's `top` in the tokens table), 0 while it
+    /// has none.
+    waiter: AtomicI64,
+    /// The waiter row just ahead of this one as last seen, and since when.
+    line: Line,
 }
 
 /// Timing for the requests.
@@ -210,6 +221,7 @@ impl MySql {
             tokens,
             records,
             fences,
+            waiters,
         } = tables(prefix)?;
         Ok(MySql {
             shared: Arc::new(Shared {
@@ -218,6 +230,7 @@ impl MySql {
                 tokens,
                 records,
                 fences,
+                waiters,
                 name: name.to_owned(),
                 identity,
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
@@ -228,6 +241,8 @@ impl MySql {
                 tables_ready: AtomicBool::new(false),
                 held: AtomicI64::new(0),
                 sightings: Sightings::new(timing.ttl),
+                waiter: AtomicI64::new(0),
+                line: Line::new(timing.ttl),
             }),
         })
     }
@@ -251,6 +266,10 @@ impl MySql {
 
     fn fences(&self) -> String {
         quote_ident(&self.shared.fences)
+    }
+
+    fn waiters(&self) -> String {
+        quote_ident(&self.shared.waiters)
     }
 
     /// One attempt to acquire, in one batch (see [`self`]): the tokens row and the lease row made
@@ -284,6 +303,14 @@ impl MySql {
             ),
         };
         let ttl_ms = s.ttl_ms;
+        // First in line (`rows/line.rs`): no live waiter row ahead; for an instance not in line,
+        // none at all. A waiter row counts as live until its `expires_at` on the server's clock,
+        // which decides only the order of the line, never who may take a held row.
+        let waiter = s.waiter.load(Ordering::SeqCst);
+        let ahead = match waiter {
+            0 => String::new(),
+            id => format!(" AND w.id < {id}"),
+        };
         let batch = format!(
             "START TRANSACTION;
              INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
@@ -295,8 +322,11 @@ impl MySql {
                      l.renewals = l.renewals + 1,
                      l.expires_at = TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6)),
                      l.ttl_ms = {ttl_ms}, l.max_holders = 1
-                 WHERE l.name = {name} AND (l.holder IS NULL{takeover});
+                 WHERE l.name = {name} AND ((l.holder IS NULL AND NOT EXISTS (
+                     SELECT 1 FROM {waiters} w
+                     WHERE w.name = {name}{ahead} AND w.expires_at > NOW(6))){takeover});
              SET @leader_exec_won = ROW_COUNT();
+             DELETE FROM {waiters} WHERE name = {name} AND id = {waiter} AND @leader_exec_won = 1;
              UPDATE {tokens} t JOIN {leases} l ON l.name = t.name
                  SET t.top = GREATEST(t.top, l.token) WHERE t.name = {name};
              UPDATE {fences} SET holder = {me},
@@ -307,6 +337,7 @@ impl MySql {
             tokens = self.tokens(),
             leases = self.leases(),
             fences = self.fences(),
+            waiters = self.waiters(),
             ttl_us = ttl_ms.saturating_mul(1000),
         );
         let mut rows = self.query(batch).await?;
@@ -320,6 +351,8 @@ impl MySql {
         let seen = lease_row(&mut row, 1)?;
         if won == 1 {
             s.sightings.forget_one();
+            // Its waiter row went in the same transaction.
+            s.waiter.store(0, Ordering::SeqCst);
             s.held.store(seen.token, Ordering::SeqCst);
             return Ok(Attempt::Won(seen.token));
         }
@@ -443,6 +476,7 @@ mod unit {
                 tokens: "leader_exec_tokens".into(),
                 records: "leader_exec_records".into(),
                 fences: "leader_exec_fences".into(),
+                waiters: "leader_exec_waiters".into(),
             }
         );
         assert_eq!(tables("/Ops.Jobs/").unwrap().leases, "ops_jobs_leases");

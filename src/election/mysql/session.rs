@@ -197,11 +197,12 @@ impl MySql {
     /// statement writes). `IF NOT EXISTS` leaves whatever is there alone, so the look after it
     /// sees what the statements will meet.
     pub(super) async fn ensure_tables(&self, conn: &mut Conn) -> Result<(), StoreError> {
-        let (leases, tokens, records, fences) = (
+        let (leases, tokens, records, fences, waiters) = (
             &self.shared.leases,
             &self.shared.tokens,
             &self.shared.records,
             &self.shared.fences,
+            &self.shared.waiters,
         );
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {tokens_q} (
@@ -229,10 +230,19 @@ impl MySql {
                  holder VARBINARY(2048) NULL,
                  token BIGINT NOT NULL
              ) ENGINE = InnoDB COMMENT = '{fences_marker}';
+             CREATE TABLE IF NOT EXISTS {waiters_q} (
+                 name VARBINARY(512) NOT NULL,
+                 id BIGINT NOT NULL,
+                 identity VARBINARY(2048) NOT NULL,
+                 renewals BIGINT NOT NULL,
+                 ttl_ms BIGINT NOT NULL,
+                 expires_at DATETIME(6) NOT NULL,
+                 PRIMARY KEY (name, id)
+             ) ENGINE = InnoDB COMMENT = '{waiters_marker}';
              SELECT table_name, table_type, table_comment FROM information_schema.tables
-                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}', '{records}', '{fences}');
+                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}', '{records}', '{fences}', '{waiters}');
              SELECT trigger_name, event_object_table FROM information_schema.triggers
-                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}', '{records}', '{fences}')",
+                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}', '{records}', '{fences}', '{waiters}')",
             tokens_q = self.tokens(),
             leases_q = self.leases(),
             tokens_marker = marker("tokens"),
@@ -241,6 +251,8 @@ impl MySql {
             records_marker = marker("records"),
             fences_q = self.fences(),
             fences_marker = marker("fences"),
+            waiters_q = self.waiters(),
+            waiters_marker = marker("waiters"),
         );
         let rows = self.run(conn, ddl).await?;
         let database = &self.shared.target.database;
@@ -260,6 +272,7 @@ impl MySql {
                 t if t == leases => "leases",
                 t if t == records => "records",
                 t if t == fences => "fences",
+                t if t == waiters => "waiters",
                 _ => "tokens",
             };
             if kind != "BASE TABLE" {

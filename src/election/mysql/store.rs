@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use mysql_async::Conn;
 
+use super::super::rows::line::wait_turn;
 use super::super::{Ahead, Campaign, Candidacy, Describe, Keeper, Renewal, StoreError, Turn};
 use super::{Attempt, MySql, take};
 
@@ -32,6 +33,15 @@ impl Campaign for MySql {
         if candidacy.token != 0 && held == candidacy.token {
             return Ok(Turn::Leading { token: held });
         }
+        if self.shared.waiter.load(Ordering::SeqCst) == 0 {
+            // Not in line yet (a new candidacy, or one taken for dead by the waiter behind):
+            // one attempt first, which takes a free row when nobody waits. Lost: it joins the
+            // line and tries again from its place before it waits.
+            if let Attempt::Won(token) = self.attempt().await? {
+                return Ok(Turn::Leading { token });
+            }
+            self.join_line().await?;
+        }
         match self.attempt().await? {
             Attempt::Won(token) => Ok(Turn::Leading { token }),
             Attempt::Held { holder, wait } => Ok(Turn::Behind(Ahead {
@@ -43,12 +53,11 @@ impl Campaign for MySql {
         }
     }
 
-    /// There is no line of waiters yet: every waiter reads the row every --retry-period (or
-    /// sooner, when it may be taken over sooner), and the attempt after the wake decides.
+    /// The wait for a turn is every row store's (`rows/line.rs`); what this waiter reads,
+    /// MySQL's (`impl Waiter`, line.rs). Until the first look at the line this waiter may be
+    /// first: the lease row's own wait.
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
-        let wait = ahead.expires_in.unwrap_or(Duration::ZERO);
-        tokio::time::sleep(wait.min(self.shared.poll)).await;
-        Ok(())
+        wait_turn(self, ahead.revision, ahead.expires_in.unwrap_or_default()).await
     }
 
     async fn key_gone(&self, _candidacy: &Candidacy) {
@@ -58,8 +67,8 @@ impl Campaign for MySql {
 
     async fn release_claim(&self, candidacy: &Candidacy) -> Result<(), StoreError> {
         if candidacy.token == 0 {
-            // A waiter holds nothing on the server.
-            return Ok(());
+            // A waiter holds no lease, only its place in line, which it leaves.
+            return self.leave_line().await;
         }
         self.release_row(candidacy.token).await?;
         let _ = self.shared.held.compare_exchange(

@@ -673,3 +673,44 @@ async fn a_server_clock_step_neither_hands_over_nor_ends_the_lease() {
     assert!(offset().abs() < 60, "the clock was not stepped back");
     assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
 }
+
+/// Waiters stand in line: a released row goes to the first in line, not to a later waiter that
+/// happens to try first; a waiter that stops looking is skipped by the one behind it once seen
+/// unchanged for a full TTL, and that one then takes the free row.
+#[tokio::test]
+async fn a_released_row_goes_to_the_first_in_line_and_a_dead_waiter_is_skipped() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let [a, b, c] = ["a", "b", "c"].map(|id| candidate(&url, id, TTL));
+    let first = leads(&a).await.unwrap();
+    assert_eq!(leads(&b).await, None);
+    assert_eq!(leads(&c).await, None);
+    let line = db.sql("SELECT identity FROM leader_exec.leader_exec_waiters ORDER BY id");
+    assert_eq!(line.split_whitespace().collect::<Vec<_>>(), ["b", "c"]);
+    a.release_claim(&leading(first)).await.unwrap();
+    // c tries first, yet b is ahead of it, alive.
+    let c_candidacy = c.candidacy();
+    let ahead = match c.check_turn(&c_candidacy).await.unwrap() {
+        Turn::Behind(ahead) => ahead,
+        other => panic!("c jumped the line: {other:?}"),
+    };
+    // b never looks again (dead, say): c skips it after a TTL and then takes the free row.
+    let started = Instant::now();
+    c.predecessor_gone(&ahead).await.unwrap();
+    let token = match c.check_turn(&c_candidacy).await.unwrap() {
+        Turn::Leading { token } => token,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        started.elapsed() >= TTL - Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(token > first);
+    assert_eq!(
+        db.sql("SELECT COUNT(*) FROM leader_exec.leader_exec_waiters")
+            .trim(),
+        "0",
+        "b's dead row and c's own are gone"
+    );
+}
