@@ -8,7 +8,7 @@ use mysql_async::Conn;
 
 use super::super::rows::line::wait_turn;
 use super::super::{Ahead, Campaign, Candidacy, Describe, Keeper, Renewal, StoreError, Turn};
-use super::{Attempt, MySql, take};
+use super::{Attempt, MySql, hex, take};
 
 impl Campaign for MySql {
     type Keeper = MySqlKeeper;
@@ -129,8 +129,23 @@ impl Describe for MySql {
         false
     }
 
+    /// A `mariadb` (or `mysql`) client command: the first host of the URL, its user and
+    /// database; the client asks for the password (`-p`). The key as hex, like every value
+    /// leader-exec writes.
     fn delete_record_hint(&self, key: &str) -> String {
-        format!("(records are not kept on MySQL yet: {key})")
+        let t = &self.shared.target;
+        let (host, port) = t.hosts.first().cloned().unwrap_or_default();
+        format!(
+            "mariadb -h {} -P {port} -u {} -p {} -e {}",
+            crate::escape::shell_quote(&host),
+            crate::escape::shell_quote(&t.user),
+            crate::escape::shell_quote(&t.database),
+            crate::escape::shell_quote(&format!(
+                "DELETE FROM {} WHERE `key` = {}",
+                self.records(),
+                hex(key.as_bytes())
+            ))
+        )
     }
 }
 

@@ -714,3 +714,36 @@ async fn a_released_row_goes_to_the_first_in_line_and_a_dead_waiter_is_skipped()
         "b's dead row and c's own are gone"
     );
 }
+
+/// The hint for deleting a record is a client command that deletes exactly that record.
+#[tokio::test]
+async fn the_delete_hint_deletes_the_record() {
+    use super::super::Describe;
+    let db = MariaDb::start();
+    let a = candidate(&url(db.port), "a", TTL);
+    let token = leads(&a).await.unwrap();
+    let hour = Duration::from_secs(3600);
+    for key in ["occ/it's", "occ/other"] {
+        assert!(
+            a.write_fenced(&leading(token), key, b"x".to_vec(), hour)
+                .await
+                .unwrap()
+        );
+    }
+    let hint = a.delete_record_hint("occ/it's");
+    assert!(hint.starts_with("mariadb -h '127.0.0.1' -P "), "{hint}");
+    // The hint with the password given as the client reads it from the environment.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(hint.replace(" -p ", " --protocol=TCP "))
+        .env("MYSQL_PWD", MARIADB_PASSWORD)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(a.read_record("occ/it's").await.unwrap(), None);
+    assert!(a.read_record("occ/other").await.unwrap().is_some());
+}
