@@ -109,7 +109,7 @@ impl MySql {
         let token: Option<i64> = row.get_opt(5).and_then(Result::ok).flatten();
         let wait = match token {
             Some(_) => {
-                let lease = lease_row(&mut row, 4)?;
+                let (lease, _) = lease_row(&mut row, 4)?;
                 s.sightings.sight(&lease, received, BootClock.now())
             }
             None => Duration::ZERO,

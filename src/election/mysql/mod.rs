@@ -130,13 +130,12 @@ pub struct Tables {
 
 /// Bytes as an SQL literal: `X'…'`, the same bytes whatever the session's character set.
 fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(3 + 2 * bytes.len());
-    out.push_str("X'");
-    for b in bytes {
-        out.push_str(&format!("{b:02X}"));
-    }
-    out.push('\'');
-    out
+    format!("X'{}'", hex_digits(bytes))
+}
+
+/// Bytes as hex digits, two a byte, upper case.
+fn hex_digits(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02X}")).collect()
 }
 
 /// The columns [`Row`] is read from, in its order: `expires_at` as microseconds since the epoch
@@ -294,12 +293,9 @@ impl MySql {
         let takeover = match &ripe {
             None => String::new(),
             Some(seen) => format!(
-                " OR (l.holder = {} AND l.token = {} AND l.renewals = {} AND \
+                " OR (l.holder = X'{}' AND l.token = {} AND l.renewals = {} AND \
                  TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at) = {})",
-                hex(seen.holder.as_bytes()),
-                seen.token,
-                seen.renewals,
-                seen.expires_us
+                seen.holder, seen.token, seen.renewals, seen.expires_us
             ),
         };
         let ttl_ms = s.ttl_ms;
@@ -348,7 +344,7 @@ impl MySql {
             ));
         };
         let won: i64 = take(&mut row, 0)?;
-        let seen = lease_row(&mut row, 1)?;
+        let (seen, holder) = lease_row(&mut row, 1)?;
         if won == 1 {
             s.sightings.forget_one();
             // Its waiter row went in the same transaction.
@@ -357,10 +353,7 @@ impl MySql {
             return Ok(Attempt::Won(seen.token));
         }
         let wait = s.sightings.sight(&seen, received, BootClock.now());
-        Ok(Attempt::Held {
-            holder: seen.holder.map(String::into_bytes),
-            wait,
-        })
+        Ok(Attempt::Held { holder, wait })
     }
 
     /// Frees the row if this instance still holds it with `token`: holder NULL, `renewals`
@@ -449,18 +442,19 @@ fn take<T: mysql_async::prelude::FromValue>(
     }
 }
 
-/// The lease row read from the columns [`ROW_COLUMNS`] put at `at` and after.
-fn lease_row(row: &mut mysql_async::Row, at: usize) -> Result<Row, StoreError> {
+/// The lease row read from the columns [`ROW_COLUMNS`] put at `at` and after, and its holder's
+/// bytes. The row's `holder` is those bytes in hex digits: compared only (the sighting), and
+/// written back as they were (`X'…'`) by a takeover conditional on it, whatever the bytes are.
+fn lease_row(row: &mut mysql_async::Row, at: usize) -> Result<(Row, Option<Vec<u8>>), StoreError> {
     let holder: Option<Vec<u8>> = take(row, at)?;
-    Ok(Row {
-        // Compared only (the sighting), never shown: bytes that are not UTF-8 compare as their
-        // lossy text, and a different holder comes with a different token anyway.
-        holder: holder.map(|h| String::from_utf8_lossy(&h).into_owned()),
+    let seen = Row {
+        holder: holder.as_deref().map(hex_digits),
         token: take(row, at + 1)?,
         renewals: take(row, at + 2)?,
         expires_us: take(row, at + 3)?,
         ttl_ms: take(row, at + 4)?,
-    })
+    };
+    Ok((seen, holder))
 }
 
 #[cfg(test)]

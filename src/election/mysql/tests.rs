@@ -263,7 +263,10 @@ async fn the_servers_defaults_do_not_change_the_statements() {
          AND TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), expires_at) > 540 \
          FROM leader_exec.leader_exec_leases",
     );
-    assert_eq!(out.trim(), format!("{}\t1", hex_of("höst-ä".as_bytes())));
+    assert_eq!(
+        out.trim(),
+        format!("{}\t1", hex_digits("höst-ä".as_bytes()))
+    );
 }
 
 /// A server whose binary log is statement-based cannot take READ COMMITTED writes: refused
@@ -285,10 +288,6 @@ async fn a_statement_based_binary_log_is_refused_at_the_start() {
     );
     let db = MariaDb::start_with(&["--log-bin=binlog", "--binlog-format=ROW", "--server-id=1"]);
     assert!(leads(&candidate(&url(db.port), "a", TTL)).await.is_some());
-}
-
-fn hex_of(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02X}")).collect()
 }
 
 /// A lock someone else holds on the lease row ends a renewal by the client's timer (the
@@ -746,4 +745,20 @@ async fn the_delete_hint_deletes_the_record() {
     );
     assert_eq!(a.read_record("occ/it's").await.unwrap(), None);
     assert!(a.read_record("occ/other").await.unwrap().is_some());
+}
+
+/// A holder whose identity is not UTF-8 (written by another tool) that stops renewing is taken
+/// over like any other, a full TTL after it was first seen: its bytes are compared as they are.
+#[tokio::test]
+async fn a_holder_that_is_not_utf8_is_taken_over_too() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let first = leads(&candidate(&url, "a", TTL)).await.unwrap();
+    db.sql("UPDATE leader_exec.leader_exec_leases SET holder = X'FF00FE', token = token + 1");
+    let (token, took) = wait_to_lead(&candidate(&url, "b", TTL), TTL * 3).await;
+    assert!(
+        took >= TTL - Duration::from_millis(200),
+        "taken over after {took:?}"
+    );
+    assert!(token > first + 1);
 }
