@@ -322,12 +322,12 @@ impl MySql {
                      SELECT 1 FROM {waiters} w
                      WHERE w.name = {name}{ahead} AND w.expires_at > NOW(6))){takeover});
              SET @leader_exec_won = ROW_COUNT();
-             DELETE FROM {waiters} WHERE name = {name} AND id = {waiter} AND @leader_exec_won = 1;
+             DELETE FROM {waiters} WHERE name = {name} AND id = {waiter} AND @leader_exec_won > 0;
              UPDATE {tokens} t JOIN {leases} l ON l.name = t.name
                  SET t.top = GREATEST(t.top, l.token) WHERE t.name = {name};
              UPDATE {fences} SET holder = {me},
                      token = (SELECT token FROM {leases} WHERE name = {name})
-                 WHERE name = {name} AND @leader_exec_won = 1;
+                 WHERE name = {name} AND @leader_exec_won > 0;
              SELECT @leader_exec_won, {ROW_COLUMNS} FROM {leases} WHERE name = {name};
              COMMIT",
             tokens = self.tokens(),
@@ -345,7 +345,9 @@ impl MySql {
         };
         let won: i64 = take(&mut row, 0)?;
         let (seen, holder) = lease_row(&mut row, 1)?;
-        if won == 1 {
+        // Rows the multi-table UPDATE matched: one lease row, counted once here; any count
+        // above 0 is the win, whatever a server counts for the joined tokens row.
+        if won > 0 {
             s.sightings.forget_one();
             // Its waiter row went in the same transaction.
             s.waiter.store(0, Ordering::SeqCst);
@@ -385,7 +387,7 @@ impl MySql {
                  WHERE name = {name} AND {condition};
              SET @leader_exec_freed = ROW_COUNT();
              UPDATE {fences} SET holder = NULL
-                 WHERE name = {name} AND token = {token} AND @leader_exec_freed = 1;
+                 WHERE name = {name} AND token = {token} AND @leader_exec_freed > 0;
              SELECT @leader_exec_freed;
              COMMIT",
             leases = self.leases(),

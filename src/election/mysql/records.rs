@@ -202,7 +202,7 @@ impl Handover for MySql {
             Some(mut row) => take(&mut row, 0)?,
             None => 0,
         };
-        Ok(removed == 1)
+        Ok(removed > 0)
     }
 }
 
