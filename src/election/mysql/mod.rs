@@ -7,7 +7,8 @@
 //!
 //! Tables (made on first use by `CREATE TABLE IF NOT EXISTS`, in the URL's database), named from
 //! `--prefix` as on PostgreSQL (`/leader-exec/` gives `leader_exec_leases`,
-//! `leader_exec_tokens`, `leader_exec_records`, `leader_exec_fences`), each marked as leader-exec's by its table comment:
+//! `leader_exec_tokens`, `leader_exec_records`, `leader_exec_fences`, `leader_exec_waiters`),
+//! each marked as leader-exec's by its table comment:
 //!
 //! - `<p>_leases (name, holder, token, renewals, expires_at, ttl_ms, max_holders)`: one row per
 //!   lease name. `holder` is the leader's identity (bytes), NULL when free; `renewals` grows
@@ -37,8 +38,8 @@
 //! An acquisition is one batch of statements sent at once (`START TRANSACTION` … `COMMIT`): the
 //! server runs it to its end without waiting for the client, so no transaction of leader-exec's
 //! holds a lock across a round trip, and a waiter paused (or cut off) in the middle of its
-//! attempt cannot hold up the leader's renewals. A renewal and a release are one statement
-//! each. Values in a batch are literals leader-exec writes itself: names and identities as hex
+//! attempt cannot hold up the leader's renewals. So is every other request that writes: a
+//! renewal is one statement, a release, a removal, a fenced record write one batch each. Values in a batch are literals leader-exec writes itself: names and identities as hex
 //! (`X'…'`, bytes whatever the character set), numbers as digits; nothing the user wrote is
 //! ever spliced in as text.
 //!
@@ -53,9 +54,10 @@
 //! COMMITTED`, `time_zone = '+00:00'`, the character set, `autocommit`. A server with
 //! `read_only` on (a replica, or an old primary after a failover; MySQL's `super_read_only`
 //! turns `read_only` on with it) is skipped for the next host of the URL, or refused when none
-//! is writable. The connection is opened with `CLIENT_FOUND_ROWS`: MySQL otherwise reports the
-//! rows an UPDATE changed, not those it matched, and a renewal that changed nothing would read
-//! as lost.
+//! is writable. A statement-based binary log is refused (InnoDB refuses READ COMMITTED writes
+//! to it). The connection is opened with `CLIENT_FOUND_ROWS`: MySQL otherwise reports the rows
+//! an UPDATE changed, not those it matched, and a renewal that changed nothing would read as
+//! lost.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
