@@ -1,5 +1,9 @@
-//! The store traits on MySQL so far ([`Campaign`], [`Describe`]; [`Read`](super::super::Read) is
-//! read.rs), and the keeper that renews the held row.
+//! [`Campaign`] and [`Describe`] on MySQL, and the keeper that renews the held row ([`Read`] is
+//! read.rs, [`Records`] and [`Handover`] records.rs, the line of waiters line.rs).
+//!
+//! [`Read`]: super::super::Read
+//! [`Records`]: super::super::Records
+//! [`Handover`]: super::super::Handover
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
