@@ -762,3 +762,43 @@ async fn a_holder_that_is_not_utf8_is_taken_over_too() {
     );
     assert!(token > first + 1);
 }
+
+/// Eight first runs at once on an empty database (tables made by all of them, a new name):
+/// exactly one leads; every other stands behind it, after transient errors at most.
+#[tokio::test]
+async fn of_eight_first_runs_at_once_exactly_one_leads() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let candidates: Vec<MySql> = (0..8)
+        .map(|i| candidate(&url, &format!("c{i}"), TTL))
+        .collect();
+    let turns = futures_util::future::join_all(candidates.iter().map(async |m| {
+        for _ in 0..20 {
+            let turn = async {
+                let candidacy = m.campaign().await?;
+                m.check_turn(&candidacy).await
+            };
+            match turn.await {
+                Ok(turn) => return turn,
+                Err(e) if e.is_transient() => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("no answer in 20 tries");
+    }))
+    .await;
+    let leading: Vec<_> = turns
+        .iter()
+        .filter(|t| matches!(t, Turn::Leading { .. }))
+        .collect();
+    assert_eq!(leading.len(), 1, "{turns:?}");
+    assert!(
+        turns
+            .iter()
+            .all(|t| matches!(t, Turn::Leading { .. } | Turn::Behind(_)))
+    );
+    let waiting = db.sql("SELECT COUNT(*) FROM leader_exec.leader_exec_waiters");
+    assert_eq!(waiting.trim(), "7");
+}
