@@ -1,0 +1,239 @@
+//! The campaign's first session: its checks and the first attempt in one round trip.
+//!
+//! A new session is checked (a primary, the schema, `search_path`, the tables and who owns them)
+//! before anything is written, and the first attempt writes. Sent one after the other they cost
+//! two round trips; here they go as one simple-query message of four statements: the checks as
+//! one statement that fails unless every check passes, the pin of `search_path`, the acquiring
+//! `UPDATE` and the `INSERT` of a new name's row. PostgreSQL runs the statements of one such
+//! message in order as one transaction, and the first that fails ends it: the statements after it
+//! are skipped, not even parsed against the catalogs (a statement's names are resolved only when
+//! its turn comes), and everything before it is rolled back. So no statement that names
+//! leader-exec's tables is resolved, planned or run unless every check has passed, in the same
+//! transaction, just before it — as when they are sent apart, one round trip after the other.
+//! Any failure sends the session down the usual way (`check_new`, which refuses with the
+//! reason, or makes the tables); the attempt then comes in `check_turn`, as if this had never
+//! been sent.
+
+use super::session::{LOOK, name_bounds};
+use super::*;
+
+/// A string as an SQL literal of type `pg_catalog.text` that means the same whatever
+/// `standard_conforming_strings` says; `None` as a NULL of that type.
+fn text_or_null(text: Option<&str>) -> String {
+    text.map_or_else(
+        || "NULL::pg_catalog.text".to_owned(),
+        |text| {
+            format!(
+                "E'{}'::pg_catalog.text",
+                text.replace('\\', "\\\\").replace('\'', "''")
+            )
+        },
+    )
+}
+
+/// `sql` with each parameter `$n` replaced by `values[n - 1]` (SQL literals). The statements
+/// given here are leader-exec's own, whose only `$` are parameters (no dollar quoting).
+pub(super) fn inline(sql: &str, values: &[String]) -> String {
+    let mut out = String::with_capacity(sql.len() + 64 * values.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len() - at - 1);
+        let n: usize = rest[at + 1..at + 1 + digits]
+            .parse()
+            .expect("a parameter number after $");
+        out.push_str(&values[n - 1]);
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What became of the checks sent with the first attempt.
+enum Together {
+    /// Checked, and the row taken with this token.
+    Won(i64),
+    /// Checked and pinned; the row not taken.
+    Checked,
+    /// Nothing of it holds: a check did not pass, a statement failed, or no answer came.
+    Failed,
+    /// Not sent: the usual way.
+    NotSent,
+}
+
+/// What one statement of a simple-query message answered: the first column of its first row.
+fn first_values(messages: &[SimpleQueryMessage]) -> Vec<Option<String>> {
+    let mut values = Vec::new();
+    let mut first: Option<Option<String>> = None;
+    for message in messages {
+        match message {
+            SimpleQueryMessage::Row(row) => {
+                first.get_or_insert_with(|| row.get(0).map(str::to_owned));
+            }
+            SimpleQueryMessage::CommandComplete(_) => values.push(first.take().flatten()),
+            _ => {}
+        }
+    }
+    values
+}
+
+impl Postgres {
+    /// The campaign's session: the shared one if open; otherwise a new one, checked (with the
+    /// tables) and, where this instance is a newcomer with a single holder, with its first
+    /// attempt in the same round trip (see the module's text). A win is kept for the first
+    /// `check_turn` (`early`): the lease is proven from the campaign's send instant, which comes
+    /// before this statement's.
+    pub(super) async fn check_and_try(&self) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        shared.early.store(0, Ordering::SeqCst);
+        let mut slot = shared.client.lock().await;
+        if let Some(client) = slot.as_ref()
+            && !client.is_closed()
+        {
+            return Ok(());
+        }
+        *slot = None;
+        let (client, encrypted) = self.open_unchecked(false).await?;
+        let ready = *shared.schema_ready.lock().expect("not poisoned");
+        let newcomer = shared.waiter.load(Ordering::SeqCst) == 0 && self.ripe().is_none();
+        let together = !shared.unchecked && !ready && shared.max_holders == 1 && newcomer;
+        let outcome = match together {
+            true => self.checks_with_attempt(&client).await,
+            false => Together::NotSent,
+        };
+        match outcome {
+            Together::Won(token) => {
+                shared.held.store(token, Ordering::SeqCst);
+                shared.early.store(token, Ordering::SeqCst);
+                self.warn_cleartext(encrypted);
+            }
+            // Checked and pinned; the row is someone else's, or was not found: the attempt
+            // comes in `check_turn`.
+            Together::Checked => self.warn_cleartext(encrypted),
+            // Nothing of the message holds (its transaction rolled back, the pin with it):
+            // the usual checks (which refuse with the reason, or make the tables).
+            Together::Failed if client.is_closed() => {
+                return Err(StoreError::Transient(format!(
+                    "PostgreSQL at {} closed the session",
+                    shared.target.shown
+                )));
+            }
+            Together::Failed | Together::NotSent if !shared.unchecked => {
+                self.check_new(&client, encrypted).await?
+            }
+            Together::Failed | Together::NotSent => {}
+        }
+        *slot = Some(Arc::new(client));
+        Ok(())
+    }
+
+    /// The checks and the first attempt as one message (see the module's text).
+    async fn checks_with_attempt(&self, client: &Client) -> Together {
+        let shared = &self.shared;
+        // The acquiring statements as `attempt` sends them for a newcomer, built before the
+        // schema is known to this process: their table names are bare, resolved through the
+        // pin that the statement before them made in the same transaction (`qualified`).
+        let values = [
+            text_or_null(Some(&shared.name)),
+            text_or_null(Some(&shared.identity)),
+            int8(shared.ttl_ms),
+            text_or_null(Some(&shared.channel)),
+        ];
+        let message = format!(
+            "{gate};\n{pin};\n{update};\n{insert}",
+            gate = self.gate_sql(),
+            pin = self.pin_sql(),
+            update = inline(&self.acquire_sql(0, false), &values),
+            insert = inline(&self.insert_sql(0), &values),
+        );
+        let limit = shared.request_timeout * 4 + Duration::from_secs(1);
+        let messages = match tokio::time::timeout(limit, client.simple_query(&message)).await {
+            Ok(Ok(messages)) => messages,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %error_text(&e), "the start's checks with its attempt did not all pass");
+                return Together::Failed;
+            }
+            Err(_) => return Together::Failed,
+        };
+        // Every statement ran and committed: every check passed.
+        let values = first_values(&messages);
+        let [Some(schema), _pin, updated, inserted] = values.as_slice() else {
+            return Together::Failed;
+        };
+        shared.schema.get_or_init(|| schema.clone());
+        *shared.schema_ready.lock().expect("not poisoned") = true;
+        match updated.as_deref().or(inserted.as_deref()) {
+            Some(token) => match token.parse::<i64>() {
+                Ok(token) => {
+                    *shared.sighting.lock().expect("not poisoned") = None;
+                    Together::Won(token)
+                }
+                Err(_) => Together::Failed,
+            },
+            None => Together::Checked,
+        }
+    }
+
+    /// The start's checks as one statement that fails unless every one passes, answering the
+    /// schema: the session check (`check_session`: a primary, writes allowed where libpq's
+    /// `read-write` is folded in, the table not found through `search_path` in another schema
+    /// than its first) and the look at the schema and the tables (`look_at_tables`: a schema no
+    /// untrusted role owns or may create in, the tables complete, no object of theirs another
+    /// role's). The failure is a cast of a text to a number, reached only when a check fails
+    /// (or could not be answered: a NULL counts as failed); a CASE branch that no row reaches is
+    /// not evaluated, and this one cannot be folded at planning, its condition being read from
+    /// the catalogs. Every name in it is qualified, as in the session check: it runs before
+    /// the pin.
+    fn gate_sql(&self) -> String {
+        let shared = &self.shared;
+        let prefix = self.prefix();
+        let (low, high) = name_bounds(&prefix);
+        let schema = shared.schema.get().cloned();
+        let values = [
+            text_or_null(schema.as_deref()),
+            text_or_null(Some(&shared.leases)),
+            text_or_null(Some(&shared.records)),
+            text_or_null(Some(&shared.tokens)),
+            text_or_null(Some(&shared.guard)),
+            text_or_null(Some(&shared.waiters)),
+            text_or_null(Some(&prefix)),
+            text_or_null(Some(&low)),
+            text_or_null(high.as_deref()),
+            text_or_null(Some(&self.fence_index())),
+        ];
+        let read_only = if shared.read_write_in_check {
+            " AND pg_catalog.current_setting('transaction_read_only'::pg_catalog.text)
+                  OPERATOR(pg_catalog.=) 'off'::pg_catalog.text"
+        } else {
+            ""
+        };
+        // Only the first session of a process looks for the table elsewhere on search_path
+        // (`check_session`); later ones pin the schema found then.
+        let elsewhere = match schema {
+            Some(_) => "",
+            None => " AND h.elsewhere IS NULL",
+        };
+        let table = text_or_null(Some(&quote_ident(&shared.leases)));
+        format!(
+            "WITH look(complete, owned_elsewhere, name, how, who, usr) AS ({look}),
+             here AS (
+                 SELECT pg_catalog.pg_is_in_recovery() AS recovery,
+                        (SELECT found FROM (SELECT pg_catalog.to_regclass({table})::pg_catalog.oid AS found) AS f
+                         WHERE found OPERATOR(pg_catalog.<>) COALESCE(pg_catalog.to_regclass(
+                            pg_catalog.quote_ident(pg_catalog.current_schema()::pg_catalog.text)
+                            OPERATOR(pg_catalog.||) '.'::pg_catalog.text OPERATOR(pg_catalog.||) {table}
+                         )::pg_catalog.oid, 0::pg_catalog.oid)) AS elsewhere
+             )
+             SELECT g.name,
+                    (CASE WHEN g.ok THEN NULL::pg_catalog.text
+                          ELSE 'leader-exec: a start check did not pass'::pg_catalog.text END)::pg_catalog.int4
+             FROM (SELECT (SELECT NOT h.recovery{read_only} AND l.complete AND NOT l.owned_elsewhere
+                                  AND l.how IS NULL AND l.name IS NOT NULL{elsewhere}
+                           FROM look l, here h) IS TRUE AS ok,
+                          (SELECT l.name FROM look l) AS name) AS g",
+            look = inline(LOOK, &values),
+        )
+    }
+}
