@@ -83,8 +83,8 @@ impl Postgres {
     /// The campaign's session: the shared one if open; otherwise a new one, checked (with the
     /// tables) and, where this instance is a newcomer with a single holder, with its first
     /// attempt in the same round trip (see the module's text). A win is kept for the first
-    /// `check_turn` (`early`): the lease is proven from the campaign's send instant, which comes
-    /// before this statement's.
+    /// `check_turn` (`early`): the lease is proven from the instant the campaign began (its
+    /// candidacy's deadline counts from there), before this message was sent.
     pub(super) async fn check_and_try(&self) -> Result<(), StoreError> {
         let shared = &self.shared;
         shared.early.store(0, Ordering::SeqCst);

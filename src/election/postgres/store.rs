@@ -37,8 +37,9 @@ impl Campaign for Postgres {
         if candidacy.token != 0 && held == candidacy.token {
             return Ok(Turn::Leading { token: held });
         }
-        // Won with the campaign's checks, and still held (the keeper resets `held` on a loss):
-        // proven from the campaign's send instant, the one its candidacy's deadline counts from.
+        // Won with the campaign's checks (and not given up since: a new campaign clears both):
+        // proven from the instant the campaign began, the one its candidacy's deadline counts
+        // from, which came before the message that won it.
         let early = shared.early.swap(0, Ordering::SeqCst);
         if early != 0 && held == early {
             return Ok(Turn::Leading { token: early });
