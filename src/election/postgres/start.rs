@@ -14,7 +14,7 @@
 //! reason, or makes the tables); the attempt then comes in `check_turn`, as if this had never
 //! been sent.
 
-use super::session::{LOOK, name_bounds};
+use super::session::name_bounds;
 use super::*;
 
 /// A string as an SQL literal of type `pg_catalog.text` that means the same whatever
@@ -179,13 +179,11 @@ impl Postgres {
     /// The start's checks as one statement that fails unless every one passes, answering the
     /// schema: the session check (`check_session`: a primary, writes allowed where libpq's
     /// `read-write` is folded in, the table not found through `search_path` in another schema
-    /// than its first) and the look at the schema and the tables (`look_at_tables`: a schema no
-    /// untrusted role owns or may create in, the tables complete, no object of theirs another
-    /// role's). The failure is a cast of a text to a number, reached only when a check fails
-    /// (or could not be answered: a NULL counts as failed); a CASE branch that no row reaches is
-    /// not evaluated, and this one cannot be folded at planning, its condition being read from
-    /// the catalogs. Every name in it is qualified, as in the session check: it runs before
-    /// the pin.
+    /// than its first) and the look at the schema and the tables (`look_at_tables`, [`GATE`]).
+    /// The failure is a cast of a text to a number, reached only when a check fails (or could
+    /// not be answered: a NULL counts as failed); a CASE branch that no row reaches is not
+    /// evaluated, and this one cannot be folded at planning, its condition being read from the
+    /// catalogs. Every name in it is qualified, as in the session check: it runs before the pin.
     fn gate_sql(&self) -> String {
         let shared = &self.shared;
         let prefix = self.prefix();
@@ -204,36 +202,108 @@ impl Postgres {
             text_or_null(Some(&self.fence_index())),
         ];
         let read_only = if shared.read_write_in_check {
-            " AND pg_catalog.current_setting('transaction_read_only'::pg_catalog.text)
-                  OPERATOR(pg_catalog.=) 'off'::pg_catalog.text"
+            "
+                 AND pg_catalog.current_setting('transaction_read_only'::pg_catalog.text)
+                     OPERATOR(pg_catalog.=) 'off'::pg_catalog.text"
         } else {
             ""
         };
         // Only the first session of a process looks for the table elsewhere on search_path
-        // (`check_session`); later ones pin the schema found then.
+        // (`check_session`); later ones pin the schema found then. Found elsewhere: another
+        // table than the one in the first schema (or that one missing).
         let elsewhere = match schema {
-            Some(_) => "",
-            None => " AND h.elsewhere IS NULL",
+            Some(_) => String::new(),
+            None => format!(
+                "
+                 AND COALESCE(pg_catalog.to_regclass({table})::pg_catalog.oid OPERATOR(pg_catalog.=) k.l,
+                              pg_catalog.to_regclass({table}) IS NULL)",
+                table = text_or_null(Some(&quote_ident(&shared.leases))),
+            ),
         };
-        let table = text_or_null(Some(&quote_ident(&shared.leases)));
-        format!(
-            "WITH look(complete, owned_elsewhere, name, how, who, usr) AS ({look}),
-             here AS (
-                 SELECT pg_catalog.pg_is_in_recovery() AS recovery,
-                        (SELECT found FROM (SELECT pg_catalog.to_regclass({table})::pg_catalog.oid AS found) AS f
-                         WHERE found OPERATOR(pg_catalog.<>) COALESCE(pg_catalog.to_regclass(
-                            pg_catalog.quote_ident(pg_catalog.current_schema()::pg_catalog.text)
-                            OPERATOR(pg_catalog.||) '.'::pg_catalog.text OPERATOR(pg_catalog.||) {table}
-                         )::pg_catalog.oid, 0::pg_catalog.oid)) AS elsewhere
-             )
-             SELECT g.name,
-                    (CASE WHEN g.ok THEN NULL::pg_catalog.text
-                          ELSE 'leader-exec: a start check did not pass'::pg_catalog.text END)::pg_catalog.int4
-             FROM (SELECT (SELECT NOT h.recovery{read_only} AND l.complete AND NOT l.owned_elsewhere
-                                  AND l.how IS NULL AND l.name IS NOT NULL{elsewhere}
-                           FROM look l, here h) IS TRUE AS ok,
-                          (SELECT l.name FROM look l) AS name) AS g",
-            look = inline(LOOK, &values),
-        )
+        let checks = GATE
+            .replace("{read_only}", read_only)
+            .replace("{elsewhere}", &elsewhere);
+        inline(&checks, &values)
     }
 }
+
+/// The start's checks ([`Postgres::gate_sql`]): true only where the session check and the look
+/// at the tables (`look_at_tables`) would both pass; where unsure, false (the usual way then
+/// says why, or finds that all is well). Parameters as the look's (`session::LOOK`). Narrower than it,
+/// and cheaper to plan on a new backend's cold caches (every catalog a statement reads there
+/// is looked up and planned from scratch):
+///
+/// - owned by the connecting role itself, not by a role it is a member of (no walk of
+///   `pg_auth_members`): every relation and function of the prefix's names, and the schema
+///   (or `pg_database_owner`'s, in a database the connecting role owns), which no other role
+///   may create in (every `CREATE` in its ACL is its owner's);
+/// - the columns of the current layout asked of the catalog caches by name
+///   (`has_column_privilege`, which fails for a column that is not there: failed either way);
+/// - no trigger on any of those relations but the guard on the leases table, calling the
+///   guard function of the schema (named with the prefix, so owned by the connecting role):
+///   another relation with `relhastriggers` set fails, and so does a trigger on the leases
+///   table calling any other function.
+const GATE: &str = "SELECT g.name,
+        (CASE WHEN g.ok IS TRUE THEN NULL::pg_catalog.text
+              ELSE 'leader-exec: a start check did not pass'::pg_catalog.text END)::pg_catalog.int4
+ FROM (
+     SELECT k.name,
+            NOT pg_catalog.pg_is_in_recovery(){read_only}{elsewhere}
+            AND k.l IS NOT NULL AND k.w IS NOT NULL AND k.f IS NOT NULL AND k.g IS NOT NULL
+            AND k.me IS NOT NULL AND k.rest
+            AND pg_catalog.has_column_privilege(k.l, 'renewals'::pg_catalog.text, 'SELECT'::pg_catalog.text) IS NOT NULL
+            AND pg_catalog.has_column_privilege(k.l, 'max_holders'::pg_catalog.text, 'SELECT'::pg_catalog.text) IS NOT NULL
+            AND pg_catalog.has_column_privilege(k.l, 'top_token'::pg_catalog.text, 'SELECT'::pg_catalog.text) IS NOT NULL
+            AND pg_catalog.has_column_privilege(k.w, 'max_holders'::pg_catalog.text, 'SELECT'::pg_catalog.text) IS NOT NULL
+            AND EXISTS (SELECT FROM pg_catalog.pg_index i
+                        WHERE i.indexrelid OPERATOR(pg_catalog.=) k.f
+                          AND i.indrelid OPERATOR(pg_catalog.=) k.l AND i.indisunique)
+            AND EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                        WHERE t.tgrelid OPERATOR(pg_catalog.=) k.l
+                          AND t.tgname OPERATOR(pg_catalog.=) $5::pg_catalog.name)
+            AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                            WHERE t.tgrelid OPERATOR(pg_catalog.=) k.l AND NOT t.tgisinternal
+                              AND t.tgfoid OPERATOR(pg_catalog.<>) k.g)
+            AND NOT EXISTS (SELECT FROM pg_catalog.pg_class c
+                            WHERE c.relnamespace OPERATOR(pg_catalog.=) k.ns
+                              AND c.relname OPERATOR(pg_catalog.>=) $8::pg_catalog.name
+                              AND ($9::pg_catalog.text IS NULL OR c.relname OPERATOR(pg_catalog.<) $9::pg_catalog.name)
+                              AND pg_catalog.starts_with(c.relname::pg_catalog.text, $7)
+                              AND (c.relowner OPERATOR(pg_catalog.<>) k.me
+                                   OR (c.relhastriggers AND c.oid OPERATOR(pg_catalog.<>) k.l)))
+            AND NOT EXISTS (SELECT FROM pg_catalog.pg_proc p
+                            WHERE p.pronamespace OPERATOR(pg_catalog.=) k.ns
+                              AND p.proname OPERATOR(pg_catalog.>=) $8::pg_catalog.name
+                              AND ($9::pg_catalog.text IS NULL OR p.proname OPERATOR(pg_catalog.<) $9::pg_catalog.name)
+                              AND pg_catalog.starts_with(p.proname::pg_catalog.text, $7)
+                              AND p.proowner OPERATOR(pg_catalog.<>) k.me)
+            AND EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                        WHERE n.oid OPERATOR(pg_catalog.=) k.ns
+                          AND (n.nspowner OPERATOR(pg_catalog.=) k.me
+                               OR (n.nspowner OPERATOR(pg_catalog.=)
+                                       pg_catalog.to_regrole('pg_database_owner'::pg_catalog.text)::pg_catalog.oid
+                                   AND (SELECT d.datdba FROM pg_catalog.pg_database d
+                                        WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+                                       OPERATOR(pg_catalog.=) k.me))
+                          AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(n.nspacl) a
+                                          WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'::pg_catalog.text
+                                            AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner))
+            AS ok
+     FROM (SELECT s.name, pg_catalog.to_regnamespace(q)::pg_catalog.oid AS ns,
+                  pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text))::pg_catalog.oid AS me,
+                  pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                      OPERATOR(pg_catalog.||) pg_catalog.quote_ident($2))::pg_catalog.oid AS l,
+                  pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                      OPERATOR(pg_catalog.||) pg_catalog.quote_ident($6))::pg_catalog.oid AS w,
+                  pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                      OPERATOR(pg_catalog.||) pg_catalog.quote_ident($10))::pg_catalog.oid AS f,
+                  pg_catalog.to_regprocedure(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                      OPERATOR(pg_catalog.||) pg_catalog.quote_ident($5)
+                      OPERATOR(pg_catalog.||) '()'::pg_catalog.text)::pg_catalog.oid AS g,
+                  pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                      OPERATOR(pg_catalog.||) pg_catalog.quote_ident($3)) IS NOT NULL
+                      AND pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                          OPERATOR(pg_catalog.||) pg_catalog.quote_ident($4)) IS NOT NULL AS rest
+           FROM (SELECT COALESCE($1, pg_catalog.current_schema()::pg_catalog.text) AS name) AS s,
+                LATERAL (SELECT pg_catalog.quote_ident(s.name) AS q) AS quoted) AS k
+ ) AS g";
