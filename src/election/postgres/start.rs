@@ -97,7 +97,8 @@ impl Postgres {
         *slot = None;
         let (client, encrypted) = self.open_unchecked(false).await?;
         let ready = *shared.schema_ready.lock().expect("not poisoned");
-        let newcomer = shared.waiter.load(Ordering::SeqCst) == 0 && self.ripe().is_none();
+        let newcomer = shared.waiter.load(Ordering::SeqCst) == 0
+            && shared.sightings.ripe(BootClock.now()).is_none();
         let together = !shared.unchecked && !ready && shared.max_holders == 1 && newcomer;
         let outcome = match together {
             true => self.checks_with_attempt(&client).await,
@@ -167,7 +168,7 @@ impl Postgres {
         match updated.as_deref().or(inserted.as_deref()) {
             Some(token) => match token.parse::<i64>() {
                 Ok(token) => {
-                    *shared.sighting.lock().expect("not poisoned") = None;
+                    shared.sightings.forget_one();
                     Together::Won(token)
                 }
                 Err(_) => Together::Failed,
