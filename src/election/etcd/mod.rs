@@ -24,11 +24,12 @@ use std::time::Duration;
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, LeaseClient, LeaseKeepAliveStream,
     LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType,
-    WatchOptions,
+    WatchOptions, WatchStream,
 };
 
 mod held;
 mod holders;
+mod linger;
 pub mod probe;
 pub mod target;
 
@@ -242,22 +243,14 @@ impl Etcd {
         })
     }
 
-    /// Completes when `key` is deleted after `revision`; errors when the watch breaks.
-    async fn deleted_after(&self, key: &[u8], revision: i64) -> Result<(), StoreError> {
-        let options = WatchOptions::new()
-            .with_start_revision(revision + 1)
-            .with_filters([WatchFilterType::NoPut]);
-        self.first_event(key, options, |e| e.event_type() == EventType::Delete)
-            .await
-    }
-
-    /// Watches with `options` until an event matches `wanted`; errors when the watch breaks.
+    /// Watches with `options` until an event matches `wanted`, and returns the watch (dropping
+    /// it cancels it); errors when the watch breaks.
     async fn first_event(
         &self,
         key: &[u8],
         options: WatchOptions,
         wanted: impl Fn(&etcd_client::Event) -> bool,
-    ) -> Result<(), StoreError> {
+    ) -> Result<WatchStream, StoreError> {
         let mut stream = self
             .client
             .watch_client()
@@ -268,7 +261,7 @@ impl Etcd {
             match stream.message().await.map_err(classify)? {
                 Some(response) => {
                     if response.events().iter().any(&wanted) {
-                        return Ok(());
+                        return Ok(stream);
                     }
                     if response.canceled() {
                         // Compacted past `revision`, or the member lost its leader: the caller
@@ -435,16 +428,20 @@ impl Campaign for Etcd {
                         && e.kv()
                             .is_some_and(|kv| holders.iter().any(|h| h == kv.key()))
                 })
-                .await;
+                .await
+                .map(drop);
         }
         if self.max_holders > 1 {
             // A later waiter (or one whose predecessor has not taken its place yet): the
             // predecessor's take (a put of its key) or its leaving (a delete) is the only
             // change that can let this one move up; either wakes it.
             let options = WatchOptions::new().with_start_revision(ahead.revision + 1);
-            return self.first_event(&ahead.key, options, |_| true).await;
+            return self
+                .first_event(&ahead.key, options, |_| true)
+                .await
+                .map(drop);
         }
-        self.deleted_after(&ahead.key, ahead.revision).await
+        self.predecessor_deleted(ahead).await
     }
 
     async fn turn_on_wake(
@@ -473,7 +470,9 @@ impl Campaign for Etcd {
                     _ => return Ok(()),
                 }
                 let revision = header_revision(response.header())?;
-                self.deleted_after(candidacy.key.as_bytes(), revision).await
+                self.deleted_after(candidacy.key.as_bytes(), revision)
+                    .await
+                    .map(drop)
             };
             match attempt.await {
                 Ok(()) => return,
@@ -566,6 +565,7 @@ impl Read for Etcd {
             .with_start_revision(revision + 1);
         self.first_event(self.election_prefix.as_bytes(), options, |_| true)
             .await
+            .map(drop)
     }
 
     async fn list_elections(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
@@ -759,7 +759,7 @@ impl Handover for Etcd {
                     .is_some_and(|kv| super::is_request_for(kv.value(), token))
             });
             match first.await {
-                Ok(()) => return,
+                Ok(_) => return,
                 Err(e) => {
                     tracing::debug!(error = %e, "watching for handover requests failed; trying again");
                     backoff.sleep().await;
@@ -790,6 +790,7 @@ impl Handover for Etcd {
                         .is_some_and(|kv| super::is_request_for(kv.value(), token))
                 })
                 .await
+                .map(drop)
             };
             match attempt.await {
                 Ok(()) => return,
