@@ -67,7 +67,11 @@ impl Campaign for Postgres {
         }))
     }
 
-    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+    async fn predecessor_gone(
+        &self,
+        _candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Result<(), StoreError> {
         let shared = &self.shared;
         let mut seen = ahead.revision;
         // Until the first look at the line this waiter may be first: the lease row's own wait.
