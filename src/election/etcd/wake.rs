@@ -10,9 +10,10 @@
 //!   the leader's key is gone at D;
 //! - its own key stands at D: it stood at R, and one watch sends its events in revision order
 //!   from R + 1 on, so a delete of it before D would have come first (a key of that name made
-//!   again would have another create-revision, and its delete would have come first too). The
-//!   watch on its own key alone (`key_gone`) is another stream, whose events may come later
-//!   than this one's: it cannot answer this;
+//!   again would have another create-revision, and its delete would have come first too); a
+//!   delete in the same revision (`etcdctl del --prefix`) is in the same response, and is no
+//!   turn either. The watch on its own key alone (`key_gone`) is another stream, whose events
+//!   may come later than this one's: it cannot answer this;
 //! - no marker ahead names another N: a marker is written with its candidate key, so one
 //!   created after R is behind, and those read at R were checked then;
 //! - a watch that etcd ends (compaction, a member without a leader) wakes nothing: the waiter
@@ -20,7 +21,9 @@
 //!
 //! That is `check_turn`'s answer at D, the fact `etcdctl lock` reads again after the delete:
 //! one request less on the handover path (`Campaign::turn_on_wake`). The lease behind the key
-//! is this process's own, proven by its renewals as in every phase. Keys between the two in
+//! is this process's own, proven by its renewals as in every phase. As with a read, the proof
+//! is of a revision: a delete of its key after D (an operator's, a forced takeover) is a
+//! leader's key deleted, which `key_gone` answers with a step-down. Keys between the two in
 //! the range (other candidates, by the order of their lease ids) are behind this candidacy: their
 //! deletes are passed over. A waiter further back waits for the key just ahead and reads again.
 //!
