@@ -75,7 +75,11 @@ impl Campaign for Postgres {
         }))
     }
 
-    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+    async fn predecessor_gone(
+        &self,
+        _candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Result<(), StoreError> {
         // The wait for a turn is every row store's (`rows/line.rs`); what this waiter hears and
         // reads, PostgreSQL's (`impl Waiter`, line.rs). Until the first look at the line this
         // waiter may be first: the lease row's own wait.
