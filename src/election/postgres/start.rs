@@ -308,3 +308,27 @@ const GATE: &str = "SELECT g.name,
            FROM (SELECT COALESCE($1, pg_catalog.current_schema()::pg_catalog.text) AS name) AS s,
                 LATERAL (SELECT pg_catalog.quote_ident(s.name) AS q) AS quoted) AS k
  ) AS g";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_puts_each_parameter_in_its_place_and_ten_is_not_one() {
+        let values: Vec<String> = (1..=10).map(|n| format!("v{n}")).collect();
+        assert_eq!(
+            inline("a = $1 AND b = $10 OR $2::t, ($9)", &values),
+            "a = v1 AND b = v10 OR v2::t, (v9)"
+        );
+        assert_eq!(inline("no parameters", &values), "no parameters");
+    }
+
+    #[test]
+    fn a_literal_means_the_same_whatever_standard_conforming_strings_says() {
+        assert_eq!(
+            text_or_null(Some(r"it's a \ back")),
+            r"E'it''s a \\ back'::pg_catalog.text"
+        );
+        assert_eq!(text_or_null(None), "NULL::pg_catalog.text");
+    }
+}
