@@ -60,7 +60,11 @@ impl Campaign for MySql {
     /// The wait for a turn is every row store's (`rows/line.rs`); what this waiter reads,
     /// MySQL's (`impl Waiter`, line.rs). Until the first look at the line this waiter may be
     /// first: the lease row's own wait.
-    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+    async fn predecessor_gone(
+        &self,
+        _candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Result<(), StoreError> {
         wait_turn(self, ahead.revision, ahead.expires_in.unwrap_or_default()).await
     }
 

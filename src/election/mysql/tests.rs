@@ -695,7 +695,7 @@ async fn a_released_row_goes_to_the_first_in_line_and_a_dead_waiter_is_skipped()
     };
     // b never looks again (dead, say): c skips it after a TTL and then takes the free row.
     let started = Instant::now();
-    c.predecessor_gone(&ahead).await.unwrap();
+    c.predecessor_gone(&c_candidacy, &ahead).await.unwrap();
     let token = match c.check_turn(&c_candidacy).await.unwrap() {
         Turn::Leading { token } => token,
         other => panic!("{other:?}"),
