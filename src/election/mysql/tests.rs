@@ -802,3 +802,34 @@ async fn of_eight_first_runs_at_once_exactly_one_leads() {
     let waiting = db.sql("SELECT COUNT(*) FROM leader_exec.leader_exec_waiters");
     assert_eq!(waiting.trim(), "7");
 }
+
+/// Nothing tells a waiter of a release: the first in line finds the released row at its next
+/// look, within one --retry-period (500 ms here) and a round trip or two.
+#[tokio::test]
+async fn a_waiter_takes_a_released_row_within_a_retry_period() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let (a, b) = (candidate(&url, "a", TTL), candidate(&url, "b", TTL));
+    let first = leads(&a).await.unwrap();
+    let candidacy = b.campaign().await.unwrap();
+    let Turn::Behind(ahead) = b.check_turn(&candidacy).await.unwrap() else {
+        panic!("b leads beside a");
+    };
+    let waiting = async {
+        b.predecessor_gone(&candidacy, &ahead).await.unwrap();
+        let turn = b.check_turn(&candidacy).await.unwrap();
+        (turn, Instant::now())
+    };
+    let releasing = async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        a.release_claim(&leading(first)).await.unwrap();
+        Instant::now()
+    };
+    let ((turn, won), released) = tokio::join!(waiting, releasing);
+    assert!(
+        matches!(turn, Turn::Leading { token } if token > first),
+        "{turn:?}"
+    );
+    let took = won.duration_since(released);
+    assert!(took < Duration::from_millis(900), "handed over in {took:?}");
+}
