@@ -7,11 +7,6 @@ use super::super::rows::slots::clamp_n;
 use super::super::{Election, Leader, LeaseTime, Observation, Read, StoreError};
 use super::{MySql, MySqlTiming, Target, hex, take};
 
-/// Whether the lease row `l` (an alias) counts as held, for `status` and `check`: a holder, and
-/// `expires_at` ahead on the server's clock. A display only: a takeover is decided by the
-/// taker's own sighting, never by this.
-const HOLDING: &str = "l.holder IS NOT NULL AND l.expires_at > NOW(6)";
-
 /// How often `watch` reads the row again: there is nothing to listen on.
 const WATCH_POLL: Duration = Duration::from_secs(1);
 
@@ -32,6 +27,25 @@ impl MySql {
         MySql::new(target, prefix, name, String::new(), timing, 1)
     }
 
+    /// Whether the lease row `l` (an alias) counts as held, for `status`, `check`, `release`
+    /// and `resign --force`: SQL. A row is held until its `expires_at` on the server's clock,
+    /// and a held slot (`hold`: its state record, fenced on this row's token, carries
+    /// `held_for_ms`) for as long as it has that holder and token, whatever `expires_at` says,
+    /// as on PostgreSQL: such a row keeps waiters out until the first of them has seen it
+    /// unchanged for the hold's bound, and hiding it by the server's clock would let that clock
+    /// decide what `status` shows. A display and a fence only: a takeover is decided by the
+    /// taker's own sighting, never by this. JSON escapes every `"` inside a string, so
+    /// `"held_for_ms":` occurs in a record only as that key.
+    pub(super) fn holding(&self, l: &str) -> String {
+        format!(
+            "{l}.holder IS NOT NULL AND ({l}.expires_at > NOW(6) OR EXISTS (
+                 SELECT 1 FROM {records} s WHERE s.lease_name = {l}.name
+                     AND s.lease_token = {l}.token AND LOCATE({held}, s.value) > 0))",
+            records = self.records(),
+            held = hex(b"\"held_for_ms\":"),
+        )
+    }
+
     fn leader(&self, name: &[u8], identity: Vec<u8>, token: i64) -> Leader {
         let mut key = format!("{}/", self.shared.leases).into_bytes();
         key.extend_from_slice(name);
@@ -49,7 +63,8 @@ impl Read for MySql {
     async fn read_election(&self) -> Result<Observation, StoreError> {
         let name = self.shared.name.as_bytes();
         let sql = format!(
-            "SELECT l.holder, l.token, {HOLDING}, l.max_holders FROM {} l WHERE l.name = {}",
+            "SELECT l.holder, l.token, {}, l.max_holders FROM {} l WHERE l.name = {}",
+            self.holding("l"),
             self.leases(),
             hex(name)
         );
@@ -89,7 +104,8 @@ impl Read for MySql {
     /// The prefix is the table: every row in it is an election, sorted by name (bytes).
     async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
         let sql = format!(
-            "SELECT l.name, l.holder, l.token, {HOLDING}, l.max_holders FROM {} l ORDER BY l.name",
+            "SELECT l.name, l.holder, l.token, {}, l.max_holders FROM {} l ORDER BY l.name",
+            self.holding("l"),
             self.leases()
         );
         let mut elections = Vec::new();
@@ -123,10 +139,11 @@ impl Read for MySql {
         let sql = format!(
             "SELECT GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, NOW(6), l.expires_at) / 1000)),
                     l.ttl_ms
-             FROM {} l WHERE l.name = {} AND l.token = {} AND {HOLDING}",
+             FROM {} l WHERE l.name = {} AND l.token = {} AND {}",
             self.leases(),
             hex(name),
-            leader.token
+            leader.token,
+            self.holding("l")
         );
         let mut rows = self.query(sql).await?;
         let Some(mut row) = rows.pop() else {

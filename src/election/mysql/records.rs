@@ -22,8 +22,9 @@ impl MySql {
             "(r.expires_at IS NULL OR r.expires_at > NOW(6))
              AND (r.lease_token IS NULL OR EXISTS (
                  SELECT 1 FROM {} h WHERE h.name = r.lease_name AND h.token = r.lease_token
-                     AND h.holder IS NOT NULL AND h.expires_at > NOW(6)))",
-            self.leases()
+                     AND {}))",
+            self.leases(),
+            self.holding("h")
         )
     }
 
@@ -184,16 +185,17 @@ impl Handover for MySql {
         .await
     }
 
-    /// Frees the row only while it holds `leader.token` (and has not run out on the server's
-    /// clock), and its fence row, in one transaction.
+    /// Frees the row only while it holds `leader.token` and counts as held (`holding`), and
+    /// its fence row, in one transaction.
     async fn remove_claim(&self, leader: &Leader) -> Result<bool, StoreError> {
         let Some(name) = self.name_of(leader) else {
             return Ok(false);
         };
         let sql = self.freeing_sql(
             &format!(
-                "token = {} AND holder IS NOT NULL AND expires_at > NOW(6)",
-                leader.token
+                "token = {} AND {}",
+                leader.token,
+                self.holding(&self.leases())
             ),
             name,
             leader.token,

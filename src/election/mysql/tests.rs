@@ -833,3 +833,48 @@ async fn a_waiter_takes_a_released_row_within_a_retry_period() {
     let took = won.duration_since(released);
     assert!(took < Duration::from_millis(900), "handed over in {took:?}");
 }
+
+/// A held slot whose state record says `held_for_ms` counts as held past its `expires_at`, as
+/// on PostgreSQL: `status` shows it and `release` (a removal by its token) reaches it; the same
+/// row without that record counts as held only until its `expires_at`.
+#[tokio::test]
+async fn a_held_slot_is_shown_and_removable_past_its_expiry() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let a = candidate(&url, "a", TTL);
+    let token = leads(&a).await.unwrap();
+    let state = br#"{"held_for_ms":60000}"#.to_vec();
+    assert!(
+        a.put_on_lease_fenced(&leading(token), "state/jobs", state)
+            .await
+            .unwrap()
+    );
+    assert!(
+        a.hold_claim(&leading(token), Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    db.sql("UPDATE leader_exec.leader_exec_leases SET expires_at = NOW(6) - INTERVAL 1 DAY");
+    let reader = MySql::reader(
+        target_of(&url),
+        "/leader-exec/",
+        "jobs",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let seen = reader.read_election().await.unwrap();
+    let leader = seen.leader().expect("a held slot is shown").clone();
+    assert_eq!(leader.token, token);
+    assert!(reader.read_record("state/jobs").await.unwrap().is_some());
+    assert!(reader.remove_claim(&leader).await.unwrap());
+    assert!(reader.read_election().await.unwrap().holders.is_empty());
+
+    // Without the record: held only until expires_at.
+    let b = candidate(&url, "b", TTL);
+    let token = leads(&b).await.unwrap();
+    db.sql("UPDATE leader_exec.leader_exec_leases SET expires_at = NOW(6) - INTERVAL 1 DAY");
+    assert!(reader.read_election().await.unwrap().holders.is_empty());
+    let gone = Leader { token, ..leader };
+    assert!(!reader.remove_claim(&gone).await.unwrap());
+}
