@@ -878,3 +878,21 @@ async fn a_held_slot_is_shown_and_removable_past_its_expiry() {
     let gone = Leader { token, ..leader };
     assert!(!reader.remove_claim(&gone).await.unwrap());
 }
+
+/// A host of the URL where nothing listens is passed over for the next one.
+#[tokio::test]
+async fn a_host_that_refuses_is_passed_over() {
+    let db = MariaDb::start();
+    let closed = free_port();
+    let both = format!(
+        "mysql://{MARIADB_USER}:{MARIADB_PASSWORD}@127.0.0.1:{closed},127.0.0.1:{}/{MARIADB_DATABASE}",
+        db.port
+    );
+    let started = Instant::now();
+    assert!(leads(&candidate(&both, "a", TTL)).await.is_some());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
