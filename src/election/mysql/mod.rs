@@ -2,7 +2,7 @@
 //! rules every row store shares ([`rows`](super::rows)).
 //!
 //! Not reachable from the command line yet: `any.rs` does not list the store, and the tests of
-//! this folder (`tests.rs`) drive it against a MariaDB the test harness starts. What works and
+//! this folder (`tests/`) drive it against a MariaDB the test harness starts. What works and
 //! what does not is docs/mysql.md.
 //!
 //! Tables (made on first use by `CREATE TABLE IF NOT EXISTS`, in the URL's database), named from
