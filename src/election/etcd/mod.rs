@@ -32,8 +32,6 @@ mod holders;
 pub mod probe;
 pub mod target;
 
-pub use target::Target;
-
 use holders::{MARKERS, Markers, holders_of, marker_prefix, marker_value, markers_ahead_of};
 
 use super::{
