@@ -189,7 +189,7 @@ macro_rules! each {
     };
 }
 
-/// The `match` of [`each!`], one arm a store of the list.
+/// The `match` of `each!`, one arm a store of the list.
 macro_rules! each_arm {
     (($enum:ident, $any:expr, $x:ident => $body:expr) $($folder:ident: $store:ident,)*) => {
         match $any {
