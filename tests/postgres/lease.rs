@@ -101,6 +101,119 @@ fn a_server_clock_step_lets_no_waiter_and_no_fresh_instance_start_beside_the_lea
     assert_one_at_a_time(&history);
 }
 
+/// Long lease, slow renewals: after a renewal the row keeps its `expires_at` for 6 s.
+const SLOW: [&str; 8] = [
+    "--ttl",
+    "30s",
+    "--renew-deadline",
+    "20s",
+    "--retry-period",
+    "6s",
+    "--kill-after",
+    "1s",
+];
+
+/// A server clock stepped ahead makes a leader's row look expired until its next renewal. An
+/// instance with another --max-holders must not start beside the leader then, in either
+/// direction: N = 1 holding and N = 3 joining, or N = 3 holding a slot row and N = 1 joining
+/// for the free row `NAME`. A `--no-wait` joiner stands by (124), or is refused (125) once the
+/// leader's renewal makes its row look live again; a waiting joiner is refused then too; no
+/// joiner's command ever starts.
+#[test]
+fn a_server_clock_step_lets_no_instance_with_another_max_holders_start_beside_the_leader() {
+    let (pg, clock) = Postgres::start_with_faketime();
+    let scratch = Scratch::new();
+    let endpoint = Store::endpoint(&pg);
+    let args = |lease: &'static str, n: &'static str, more: &[&'static str]| {
+        let mut args = vec!["--endpoints", endpoint.as_str(), "--lease", lease];
+        args.extend(SLOW);
+        args.extend(["--max-holders", n]);
+        args.extend(more);
+        args
+    };
+    let renewals = |row: &str| -> i64 {
+        let sql = format!("SELECT renewals FROM leader_exec_leases WHERE name = '{row}'");
+        pg.psql(&sql).trim().parse().unwrap()
+    };
+    // Steps the server's clock ahead right after `row`'s renewal: its row then looks expired
+    // for a retry period (6 s), until the next renewal.
+    let step_after_renewal = |row: &str, ahead: u32| {
+        let seen = renewals(row);
+        assert!(
+            wait_for(Duration::from_secs(10), || renewals(row) > seen),
+            "{row} was not renewed"
+        );
+        std::fs::write(clock.path(), format!("+{ahead}\n")).unwrap();
+        let expired =
+            format!("SELECT expires_at < now() FROM leader_exec_leases WHERE name = '{row}'");
+        assert_eq!(pg.psql(&expired).trim(), "t", "the clock did not step");
+    };
+    let go = |name: &str| scratch.path(&format!("go-{name}"));
+    let job = |name: &str| waiting_job(&scratch, name, &go(name));
+    let started = |name: &str| {
+        scratch
+            .history()
+            .iter()
+            .any(|r| r.kind == "start" && r.name == name)
+    };
+    // Within two retry periods and slack: a waiter looks again every retry period.
+    let stands_by_or_is_refused = |mut joiner: Instance, name: &str| {
+        let code = joiner.wait(Duration::from_secs(20));
+        assert!(
+            matches!(code, Some(124 | 125)),
+            "{name}: {code:?}: {}",
+            joiner.stderr()
+        );
+        assert!(!started(name), "{name} started: {:#?}", scratch.history());
+    };
+
+    // N = 1 holds "one"; the clock steps; N = 3 joins, with --no-wait and waiting.
+    let mut a = Instance::start(&args("one", "1", &[]), &job("a"));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    step_after_renewal("one", 60);
+    let c = Instance::start(&args("one", "3", &["--no-wait"]), &job("c"));
+    let d = Instance::start(&args("one", "2", &[]), &job("d"));
+    stands_by_or_is_refused(c, "c");
+    // The waiting one is refused once a's renewal makes its row look live again.
+    stands_by_or_is_refused(d, "d");
+    std::fs::write(clock.path(), "+0\n").unwrap();
+
+    // N = 3 holds "three" with a slot row only (the row NAME released); the clock steps; N = 1
+    // joins for the free row NAME.
+    let mut b1 = Instance::start(&args("three", "3", &[]), &job("b1"));
+    scratch
+        .wait_record("start", "b1", Duration::from_secs(10))
+        .expect("b1 started");
+    let mut b2 = Instance::start(&args("three", "3", &[]), &job("b2"));
+    scratch
+        .wait_record("start", "b2", Duration::from_secs(10))
+        .expect("b2 started");
+    std::fs::write(go("b1"), "").unwrap();
+    assert_eq!(b1.wait(Duration::from_secs(10)), Some(0), "{}", b1.stderr());
+    step_after_renewal("three/2", 120);
+    let e = Instance::start(&args("three", "1", &["--no-wait"]), &job("e"));
+    stands_by_or_is_refused(e, "e");
+
+    // The leaders ran throughout, alone.
+    assert!(a.running(), "{}", a.stderr());
+    assert!(b2.running(), "{}", b2.stderr());
+    std::fs::write(clock.path(), "+0\n").unwrap();
+    for (name, instance) in [("a", &mut a), ("b2", &mut b2)] {
+        std::fs::write(go(name), "").unwrap();
+        assert_eq!(
+            instance.wait(Duration::from_secs(10)),
+            Some(0),
+            "{name}: {}",
+            instance.stderr()
+        );
+    }
+    let history = scratch.history();
+    let starts = history.iter().filter(|r| r.kind == "start").count();
+    assert_eq!(starts, 3, "{history:#?}");
+}
+
 /// A crashed holder's row is taken over only after the taker has itself seen it unchanged for a
 /// full TTL: a waiter that watched the holder takes over about a TTL after the holder's last
 /// renewal; one started after the crash a TTL after its own start, however long ago the holder's

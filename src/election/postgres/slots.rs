@@ -38,10 +38,18 @@
 //! `FOR KEY SHARE` fence on `NAME` (slot 1's row) delays none of it, only a change of that
 //! row's holder or token (see `fence_index`).
 //!
-//! A mismatch: a held row of the name that has not expired on the server's clock, or a live
-//! waiter row, with another `max_holders` answers `Mismatch` under the same lock, and nothing
-//! is taken (the row `NAME`, when missing, is made free: no holder). The server's clock only
-//! decides whether instances with another N are still there, never who holds.
+//! Another N: a held row of the name that another `max_holders` wrote keeps everything of the
+//! name out — no slot is taken and `NAME`'s `max_holders` stays — until this instance has
+//! seen it unchanged for a full TTL on its own boot clock ([`Sighting`], the takeover rule),
+//! whatever the server's clock says of its `expires_at`: a server clock stepped ahead (or set
+//! back while that holder took its row) makes a live holder's row look expired, and judging
+//! by it would start a command of this N beside one of another. A row so seen is gone: one
+//! of this N's slots is taken over, any other is freed (holder NULL, under the same
+//! conditions), in the same transaction. The server's clock answers only the question whether
+//! to refuse: a held row that has not expired on it, or a live waiter row, with another
+//! `max_holders` answers `Mismatch` under the same lock, and nothing is taken (the row `NAME`,
+//! when missing, is made free: no holder). A stepped clock can thus make an instance wait, or
+//! refuse it, where it need not; it can never let it start.
 //!
 //! Herd-free: a release notifies the first waiter in line only; a waiter may take a free slot
 //! while fewer live waiters stand ahead of it than slots are free, and one that takes a slot
@@ -64,6 +72,29 @@ struct SlotRow {
     row: String,
     /// `None`: the slot row is not there yet (free).
     seen: Option<Row>,
+    /// Held by an instance with another N: nothing is taken until it has ripened.
+    other: bool,
+}
+
+/// A row's `expires_at` in microseconds since the epoch, as SQL (compared, never a time).
+fn expires_us_sql(l: &str) -> String {
+    format!(
+        "(EXTRACT(EPOCH FROM {l}.expires_at) OPERATOR(pg_catalog.*) \
+         1000000::pg_catalog.numeric)::pg_catalog.int8"
+    )
+}
+
+/// Whether the row `l` (columns `slot`, `holder`, `token`, `renewals`, and `expires_us` given
+/// as SQL) is exactly one of the ripe sightings in the relation `ripe`: SQL.
+fn is_ripe(ripe: &str, l: &str, slot: &str, expires_us: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM {ripe} r
+                 WHERE r.slot OPERATOR(pg_catalog.=) {l}.{slot}
+                   AND r.holder OPERATOR(pg_catalog.=) {l}.holder
+                   AND r.token OPERATOR(pg_catalog.=) {l}.token
+                   AND r.renewals OPERATOR(pg_catalog.=) {l}.renewals
+                   AND r.expires_us OPERATOR(pg_catalog.=) {expires_us})"
+    )
 }
 
 /// A string as an SQL literal of type `pg_catalog.text` that means the same whatever
@@ -73,14 +104,6 @@ fn literal(text: &str) -> String {
         "E'{}'::pg_catalog.text",
         text.replace('\\', "\\\\").replace('\'', "''")
     )
-}
-
-fn literal_opt(text: Option<&str>) -> String {
-    text.map_or_else(|| "NULL::pg_catalog.text".to_owned(), literal)
-}
-
-fn number_opt(n: Option<i64>) -> String {
-    n.map_or_else(|| "NULL::pg_catalog.int8".to_owned(), int8)
 }
 
 impl Postgres {
@@ -109,7 +132,61 @@ impl Postgres {
         )
     }
 
-    /// A live holder or waiter of this name with another N than `n`: its N (at most one row).
+    /// Every row this instance sights, as an SQL relation `(k, slot, present, holder, token,
+    /// renewals, expires_us, ttl_ms, other)`: its `n` slot rows (a missing one as not present),
+    /// then every held slot row beyond them that instances with another N hold (`k` above any
+    /// slot's). `other`: held with another N than `n`.
+    fn sighted_sql(&self, n: u32) -> String {
+        let name = literal(&self.shared.name);
+        let slots = self.slot_rows_sql(n);
+        let (l_us, o_us) = (expires_us_sql("l"), expires_us_sql("o"));
+        let n = int8(i64::from(n));
+        format!(
+            "(SELECT s.k, s.slot, l.name IS NOT NULL AS present, l.holder, l.token, l.renewals,
+                     {l_us} AS expires_us, l.ttl_ms,
+                     COALESCE(l.holder IS NOT NULL
+                              AND l.max_holders OPERATOR(pg_catalog.<>) {n}, false) AS other
+              FROM {slots} s LEFT JOIN {leases} l ON l.name OPERATOR(pg_catalog.=) s.slot
+              UNION ALL
+              SELECT 1001, o.name, true, o.holder, o.token, o.renewals, {o_us}, o.ttl_ms, true
+              FROM {leases} o
+              WHERE pg_catalog.starts_with(o.name, {name} OPERATOR(pg_catalog.||) '/'::pg_catalog.text)
+                AND o.holder IS NOT NULL AND o.max_holders OPERATOR(pg_catalog.<>) {n}
+                AND NOT EXISTS (SELECT 1 FROM {slots} s2 WHERE s2.slot OPERATOR(pg_catalog.=) o.name))",
+            leases = self.leases(),
+        )
+    }
+
+    /// The rows this instance has seen unchanged for a full TTL, as an SQL relation `(slot,
+    /// holder, token, renewals, expires_us)`: each may be taken over (one of this N's slots)
+    /// or freed (another N's).
+    fn ripe_sql(&self) -> String {
+        let ripe = self.ripe_rows();
+        if ripe.is_empty() {
+            return "(SELECT NULL::pg_catalog.text AS slot, NULL::pg_catalog.text AS holder,
+                            NULL::pg_catalog.int8 AS token, NULL::pg_catalog.int8 AS renewals,
+                            NULL::pg_catalog.int8 AS expires_us WHERE false)"
+                .to_owned();
+        }
+        let rows = ripe
+            .iter()
+            .map(|(row, seen)| {
+                format!(
+                    "SELECT {} AS slot, {} AS holder, {} AS token, {} AS renewals, {} AS expires_us",
+                    literal(row),
+                    literal(&seen.holder),
+                    int8(seen.token),
+                    int8(seen.renewals),
+                    int8(seen.expires_us)
+                )
+            })
+            .collect::<Vec<_>>();
+        format!("({})", rows.join(" UNION ALL "))
+    }
+
+    /// A live holder or waiter of this name with another N than `n`, live on the server's
+    /// clock: its N (at most one row). That clock decides only whether to refuse (see the
+    /// module's header); an expired-looking row of another N still keeps everything out.
     fn theirs_sql(&self, n: u32, waiter: i64) -> String {
         let name = literal(&self.shared.name);
         format!(
@@ -144,17 +221,17 @@ impl Postgres {
         let tokens = quote_literal(&self.qualified(&shared.tokens));
         let channel = literal(&shared.channel);
         let theirs = self.theirs_sql(n, waiter);
-        let slots = self.slot_rows_sql(n);
-        let ripe = self.ripe_slot();
-        let (r_row, r) = match &ripe {
-            Some((row, s)) => (Some(row.as_str()), Some(s)),
-            None => (None, None),
+        let sighted = self.sighted_sql(n);
+        let ripe = self.ripe_sql();
+        let l_us = expires_us_sql("l");
+        // Held by another N and not seen unchanged for a full TTL: keeps everything out.
+        let unripe_other = |c: &str| {
+            format!(
+                "{c}.other AND NOT {}",
+                is_ripe(&ripe, c, "slot", &format!("{c}.expires_us"))
+            )
         };
-        let r_row = literal_opt(r_row);
-        let r_holder = literal_opt(r.map(|s| s.holder.as_str()));
-        let r_token = number_opt(r.map(|s| s.token));
-        let r_renewals = number_opt(r.map(|s| s.renewals));
-        let r_expires = number_opt(r.map(|s| s.expires_us));
+        let blocked = unripe_other("c");
         let next_channel = waiter_channel_sql("nx.id", &shared.base);
         let high = self.high_sql();
         // A new token is above every token any row of this name has had, and drawn from the
@@ -165,8 +242,8 @@ impl Postgres {
         );
         let (ttl, n, waiter) = (int8(ttl), int8(i64::from(n)), int8(waiter));
         let expiry = expiry_sql(&ttl);
-        let expires_us = "(EXTRACT(EPOCH FROM l.expires_at) OPERATOR(pg_catalog.*) \
-                          1000000::pg_catalog.numeric)::pg_catalog.int8";
+        let l_ripe = is_ripe("ripe", "l", "name", &l_us);
+        let c_ripe = is_ripe("ripe", "c", "slot", "c.expires_us");
         let mut sql = String::new();
         // The row NAME, free, for a new name: what the lock is taken on.
         let _ = write!(
@@ -179,30 +256,29 @@ impl Postgres {
              SELECT 'lock'::pg_catalog.text FROM {leases} WHERE name OPERATOR(pg_catalog.=) {name} FOR NO KEY UPDATE;
              UPDATE {leases} SET max_holders = {n}
              WHERE name OPERATOR(pg_catalog.=) {name} AND max_holders OPERATOR(pg_catalog.<>) {n}
-                 AND NOT EXISTS ({theirs});"
+                 AND NOT EXISTS ({theirs})
+                 AND NOT EXISTS (SELECT 1 FROM {sighted} c WHERE {blocked});"
         );
         let _ = write!(
             sql,
-            "WITH cur AS (
-                 SELECT s.k, s.slot, l.name IS NOT NULL AS present, l.holder, l.token,
-                        l.renewals, {expires_us} AS expires_us, l.ttl_ms
-                 FROM {slots} s LEFT JOIN {leases} l ON l.name OPERATOR(pg_catalog.=) s.slot),
+            "WITH ripe AS {ripe},
+             cur AS (SELECT * FROM {sighted} x),
              theirs AS ({theirs}),
-             free AS (SELECT pg_catalog.count(*) AS f FROM cur WHERE holder IS NULL),
+             others AS (SELECT 1 FROM cur c WHERE {blocked}),
+             free AS (SELECT pg_catalog.count(*) AS f FROM cur
+                      WHERE k OPERATOR(pg_catalog.<=) {n} AND holder IS NULL),
              ahead AS (SELECT pg_catalog.count(*) AS a FROM {waiters} w
                        WHERE w.name OPERATOR(pg_catalog.=) {name}
                        AND ({waiter} OPERATOR(pg_catalog.=) 0::pg_catalog.int8
                             OR w.id OPERATOR(pg_catalog.<) {waiter})
                        AND w.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()),
              pick AS (
-                 SELECT slot, present, holder IS NULL AS was_free FROM cur
-                 WHERE NOT EXISTS (SELECT 1 FROM theirs)
-                   AND ((holder IS NULL AND (SELECT a FROM ahead) OPERATOR(pg_catalog.<) (SELECT f FROM free))
-                        OR (slot OPERATOR(pg_catalog.=) {r_row} AND holder OPERATOR(pg_catalog.=) {r_holder}
-                            AND token OPERATOR(pg_catalog.=) {r_token}
-                            AND renewals OPERATOR(pg_catalog.=) {r_renewals}
-                            AND expires_us OPERATOR(pg_catalog.=) {r_expires}))
-                 ORDER BY holder IS NULL DESC, k LIMIT 1),
+                 SELECT c.slot, c.present, c.holder IS NULL AS was_free FROM cur c
+                 WHERE c.k OPERATOR(pg_catalog.<=) {n}
+                   AND NOT EXISTS (SELECT 1 FROM theirs) AND NOT EXISTS (SELECT 1 FROM others)
+                   AND ((c.holder IS NULL AND (SELECT a FROM ahead) OPERATOR(pg_catalog.<) (SELECT f FROM free))
+                        OR {c_ripe})
+                 ORDER BY c.holder IS NULL DESC, c.token, c.k LIMIT 1),
              upd AS (
                  UPDATE {leases} l SET holder = {ident},
                      token = {next},
@@ -211,11 +287,15 @@ impl Postgres {
                      ttl_ms = {ttl}, max_holders = {n}
                  FROM pick
                  WHERE l.name OPERATOR(pg_catalog.=) pick.slot AND pick.present
-                   AND (l.holder IS NULL
-                        OR (l.holder OPERATOR(pg_catalog.=) {r_holder} AND l.token OPERATOR(pg_catalog.=) {r_token}
-                            AND l.renewals OPERATOR(pg_catalog.=) {r_renewals}
-                            AND {expires_us} OPERATOR(pg_catalog.=) {r_expires}))
+                   AND (l.holder IS NULL OR {l_ripe})
                  RETURNING l.name, l.token),
+             freed AS (
+                 UPDATE {leases} l SET holder = NULL, expires_at = pg_catalog.now()
+                 WHERE (l.name OPERATOR(pg_catalog.=) {name}
+                        OR pg_catalog.starts_with(l.name, {name} OPERATOR(pg_catalog.||) '/'::pg_catalog.text))
+                   AND l.max_holders OPERATOR(pg_catalog.<>) {n} AND {l_ripe}
+                   AND NOT EXISTS (SELECT 1 FROM pick WHERE pick.slot OPERATOR(pg_catalog.=) l.name)
+                 RETURNING 1),
              ins AS (
                  INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms, max_holders)
                  SELECT slot, {ident}, {next},
@@ -241,8 +321,9 @@ impl Postgres {
              SELECT 'slot'::pg_catalog.text, c.slot, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms,
                     (SELECT name FROM won), (SELECT token FROM won),
                     (SELECT max_holders FROM theirs LIMIT 1),
-                    (SELECT pg_catalog.count(*) FROM told), (SELECT pg_catalog.count(*) FROM next), c.present
-             FROM cur c ORDER BY c.k;"
+                    (SELECT pg_catalog.count(*) FROM told), (SELECT pg_catalog.count(*) FROM next), c.present,
+                    c.other, (SELECT pg_catalog.count(*) FROM freed)
+             FROM cur c ORDER BY c.k, c.slot;"
         );
         // The row NAME keeps the name's highest token (for an instance with N = 1, whose
         // acquisition reads that row alone), also when nothing was taken here: tokens of slot
@@ -260,7 +341,7 @@ impl Postgres {
         let rows: Vec<&tokio_postgres::SimpleQueryRow> = messages
             .iter()
             .filter_map(|m| match m {
-                SimpleQueryMessage::Row(row) if row.len() == 13 && row.get(0) == Some("slot") => {
+                SimpleQueryMessage::Row(row) if row.len() == 15 && row.get(0) == Some("slot") => {
                     Some(row)
                 }
                 _ => None,
@@ -298,6 +379,7 @@ impl Postgres {
                     expires_us: number(r, 5).unwrap_or(0),
                     ttl_ms: number(r, 6).unwrap_or(0),
                 }),
+                other: r.get(13) == Some("t"),
             })
             .collect::<Vec<_>>();
         let (holder, wait) = self.sight_slots(&slots, received);
@@ -305,11 +387,14 @@ impl Postgres {
     }
 
     /// Notes every slot row as read at `received`; returns the oldest holder seen (lowest token)
-    /// and how long until one slot may be taken (zero: one is free or ripe).
+    /// and how long until one slot may be taken (zero: one is free or ripe). A row held by
+    /// another N keeps everything out until it has ripened, and every such row must: the wait
+    /// is then at least the longest of theirs.
     fn sight_slots(&self, slots: &[SlotRow], received: Duration) -> (Option<String>, Duration) {
         let mut sightings = self.shared.slot_sightings.lock().expect("not poisoned");
         let before = std::mem::take(&mut *sightings);
         let mut wait: Option<Duration> = None;
+        let mut blocked = Duration::ZERO;
         let mut oldest: Option<(i64, String)> = None;
         let now = BootClock.now();
         for slot in slots {
@@ -340,32 +425,44 @@ impl Postgres {
                 _ => received,
             };
             let left = (since + seen.ttl).saturating_sub(now);
-            wait = Some(wait.map_or(left, |w| w.min(left)));
+            if slot.other {
+                blocked = blocked.max(left);
+            } else {
+                wait = Some(wait.map_or(left, |w| w.min(left)));
+            }
             sightings.insert(slot.row.clone(), (seen, since));
         }
-        (oldest.map(|(_, h)| h), wait.unwrap_or(Duration::ZERO))
+        (
+            oldest.map(|(_, h)| h),
+            wait.unwrap_or(Duration::ZERO).max(blocked),
+        )
     }
 
-    /// A slot row this waiter has seen unchanged for its full TTL: it may be taken over.
-    fn ripe_slot(&self) -> Option<(String, Sighting)> {
+    /// The rows this instance has seen unchanged for their full TTL, the oldest (lowest token)
+    /// first: one of this N's slots may be taken over, another N's freed.
+    fn ripe_rows(&self) -> Vec<(String, Sighting)> {
         let sightings = self.shared.slot_sightings.lock().expect("not poisoned");
         let now = BootClock.now();
-        sightings
+        let mut ripe = sightings
             .iter()
             .filter(|(_, (seen, since))| now >= *since + seen.ttl)
-            .min_by_key(|(_, (seen, _))| seen.token)
             .map(|(row, (seen, _))| (row.clone(), seen.clone()))
+            .collect::<Vec<_>>();
+        ripe.sort_by_key(|(_, seen)| seen.token);
+        ripe
     }
 
-    /// The first waiter's look at every slot row (no lock): how long until one may be taken.
+    /// The first waiter's look at every slot row, and at every row another N holds (no
+    /// lock): how long until one may be taken. A row of another N that looks live on the
+    /// server's clock answers zero: the attempt that follows refuses this instance.
     pub(super) async fn look_slots(&self) -> Result<Duration, StoreError> {
         let sql = format!(
-            "SELECT s.slot, l.name IS NOT NULL, l.holder, l.token, l.renewals,
-                    (EXTRACT(EPOCH FROM l.expires_at) OPERATOR(pg_catalog.*) 1000000::pg_catalog.numeric)::pg_catalog.int8,
-                    l.ttl_ms
-             FROM {slots} s LEFT JOIN {leases} l ON l.name OPERATOR(pg_catalog.=) s.slot ORDER BY s.k",
-            slots = self.slot_rows_sql(self.shared.max_holders),
-            leases = self.leases(),
+            "SELECT c.slot, c.present, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms, c.other,
+                    c.other AND c.expires_us OPERATOR(pg_catalog.>)
+                        (EXTRACT(EPOCH FROM pg_catalog.now()) OPERATOR(pg_catalog.*)
+                         1000000::pg_catalog.numeric)::pg_catalog.int8
+             FROM {sighted} c ORDER BY c.k, c.slot",
+            sighted = self.sighted_sql(self.shared.max_holders),
         );
         let rows = self
             .request(|c| async move { unnamed::query(&c, &sql, &[]).await })
@@ -382,9 +479,17 @@ impl Postgres {
                     expires_us: r.get(5),
                     ttl_ms: r.get(6),
                 }),
+                other: r.get(7),
             })
             .collect::<Vec<_>>();
-        Ok(self.sight_slots(&slots, received).1)
+        let wait = self.sight_slots(&slots, received).1;
+        if rows
+            .iter()
+            .any(|r| r.get::<_, Option<bool>>(8) == Some(true))
+        {
+            return Ok(Duration::ZERO);
+        }
+        Ok(wait)
     }
 
     /// Releases the row this instance holds (`NAME`, or a slot row `NAME/k` with several
@@ -521,6 +626,7 @@ mod tests {
                 expires_us: 1_000_000,
                 ttl_ms: 1_000,
             }),
+            other: false,
         }
     }
 
@@ -550,8 +656,9 @@ mod tests {
             BootClock.now(),
         );
         assert_eq!(wait, Duration::ZERO);
-        let (row, ripe) = pg.ripe_slot().expect("ripe");
-        assert_eq!((row.as_str(), ripe.token), ("l", 7));
+        let ripe = pg.ripe_rows();
+        let ripe = ripe.iter().map(|(row, s)| (row.as_str(), s.token));
+        assert_eq!(ripe.collect::<Vec<_>>(), [("l", 7), ("l/3", 8)]);
         // Every row renewed: nothing ripe, a full TTL to go.
         let (_, wait) = pg.sight_slots(
             &[
@@ -562,7 +669,7 @@ mod tests {
             BootClock.now(),
         );
         assert!(wait > Duration::from_secs(59), "{wait:?}");
-        assert!(pg.ripe_slot().is_none());
+        assert!(pg.ripe_rows().is_empty());
         // A slot not there yet is free.
         let (_, wait) = pg.sight_slots(
             &[
@@ -570,6 +677,7 @@ mod tests {
                 SlotRow {
                     row: "l/2".into(),
                     seen: None,
+                    other: false,
                 },
             ],
             BootClock.now(),
@@ -577,11 +685,42 @@ mod tests {
         assert_eq!(wait, Duration::ZERO);
     }
 
+    /// A row another N holds keeps a free slot from being taken until it has ripened, however
+    /// its `expires_at` looks (the look carries no server clock); ripe, it is among the rows
+    /// the next attempt frees.
+    #[test]
+    fn a_row_of_another_n_keeps_a_free_slot_until_it_has_ripened() {
+        let pg = backend();
+        let other = |renewals| SlotRow {
+            other: true,
+            ..held("l/4", "x", 5, renewals)
+        };
+        let free = SlotRow {
+            row: "l/2".into(),
+            seen: None,
+            other: false,
+        };
+        let (_, wait) = pg.sight_slots(&[held("l", "a", 7, 1), free, other(1)], BootClock.now());
+        assert!(wait > Duration::from_secs(59), "{wait:?}");
+        assert!(pg.ripe_rows().is_empty());
+        // Seen unchanged for its TTL: ripe, nothing keeps the free slot.
+        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
+        pg.sight_slots(&[other(2)], long_ago);
+        let free = SlotRow {
+            row: "l/2".into(),
+            seen: None,
+            other: false,
+        };
+        let (_, wait) = pg.sight_slots(&[free, other(2)], BootClock.now());
+        assert_eq!(wait, Duration::ZERO);
+        let ripe = pg.ripe_rows();
+        assert_eq!(ripe.len(), 1);
+        assert_eq!((ripe[0].0.as_str(), ripe[0].1.renewals), ("l/4", 2));
+    }
+
     #[test]
     fn literals_mean_the_same_whatever_the_server_says() {
         assert_eq!(literal(r"it's \n"), r"E'it''s \\n'::pg_catalog.text");
-        assert_eq!(literal_opt(None), "NULL::pg_catalog.text");
-        assert_eq!(number_opt(Some(-5)), "'-5'::pg_catalog.int8");
         assert_eq!(clamp_n(0), 1);
         assert_eq!(clamp_n(5000), 1000);
         assert_eq!(lease_of_row("a/2"), "a");
