@@ -53,9 +53,10 @@ pub fn a_leader_cut_off_from_the_store_stops_its_command_before_the_next_one_sta
     let term = scratch
         .wait_record("term", "a", Duration::from_secs(10))
         .expect("a's command got no signal");
-    // The last renewal before the cut was sent at most one retry period earlier; the deadline
-    // counts from that send.
-    let earliest = cut + ns(RENEW_DEADLINE) - ns(RETRY_PERIOD);
+    // The deadline counts from the send of the last renewal that was answered. Renewals are
+    // sent one retry period apart, and the one in flight at the cut may be lost with it, so the
+    // last answered one was sent at most two retry periods before the cut.
+    let earliest = cut + ns(RENEW_DEADLINE) - 2 * ns(RETRY_PERIOD);
     assert!(
         term.time() >= earliest,
         "stepped down {} ms early",
@@ -102,7 +103,8 @@ pub fn a_leader_behind_a_black_hole_sigkills_a_term_ignoring_group_in_time<S: St
     });
     let dead = now_ns();
     assert!(gone, "a's group survived");
-    let earliest = frozen + ns(RENEW_DEADLINE) - ns(RETRY_PERIOD) + ns(KILL_AFTER);
+    // As above: the last answered renewal was sent at most two retry periods before the freeze.
+    let earliest = frozen + ns(RENEW_DEADLINE) - 2 * ns(RETRY_PERIOD) + ns(KILL_AFTER);
     assert!(
         dead >= earliest,
         "killed {} ms before the grace was over",

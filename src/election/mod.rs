@@ -24,7 +24,8 @@
 //!    was sent; a ZooKeeper session, with the timeout negotiated on the current connection, runs
 //!    out only that long after the last request the server heard; a PostgreSQL row that was not
 //!    released is taken over only after the taker has seen it unchanged for a full TTL on its own
-//!    CLOCK_BOOTTIME, which begins after the holder's last renewal committed. No store's wall
+//!    CLOCK_BOOTTIME, which begins after the holder's last renewal committed (the rule of every
+//!    row store, argued once in [`rows`]). No store's wall
 //!    clock decides a takeover.
 //! 2. **The local deadline counts from the send instant.** A renewal answered "alive" proves the
 //!    claim until at least its send instant + TTL; the leader's deadline is that send instant +
@@ -80,6 +81,7 @@ pub mod etcd;
 pub mod fake;
 pub mod flags;
 pub mod postgres;
+pub mod rows;
 pub mod zookeeper;
 
 use std::fmt;

@@ -1,5 +1,6 @@
-//! The line of waiters: listening for releases, acquiring the row, looking at the line and
-//! sighting a crashed holder or a dead waiter ahead for a full TTL before taking over.
+//! The line of waiters on PostgreSQL: listening for releases, acquiring the row, looking at the
+//! line. The sightings of a crashed holder and of a dead waiter ahead, and the wait for a turn,
+//! are `rows/`'s (`rows/sighting.rs`, `rows/line.rs`); the statements that keep them are here.
 
 use super::*;
 
@@ -162,16 +163,16 @@ impl Postgres {
     /// One attempt to acquire, in one statement: the conditional UPDATE, and the row as it was
     /// (when the attempt failed). `Ok(None)`: no row yet. A released row (holder NULL) is taken
     /// at once by the first in line — by an instance not in line yet only when nobody is — and a
-    /// held one only as [`Sighting`] says: when this waiter has seen it unchanged for a full TTL,
+    /// held one only as `Sighting` says: when this waiter has seen it unchanged for a full TTL,
     /// and only if it is still exactly that.
     ///
-    /// First in line: no live waiter row ahead (none at all for an instance not in line). So a
-    /// leader that handed over and campaigns again (`--recampaign`), or a newcomer, never takes
-    /// a released row from a waiter that polls rather than listens (behind pgbouncer) and has
-    /// not looked yet; the line is first come, first served, as on etcd and ZooKeeper. A waiter
-    /// row counts as live until its `expires_at` on the server's clock, which its owner renews
-    /// every look: that clock decides only the order of the line (a stepped clock may let one
-    /// instance go ahead of a dead-looking one), never who holds the lease row.
+    /// First in line (`rows/line.rs`): no live waiter row ahead (none at all for an instance not in
+    /// line). So a leader that handed over and campaigns again (`--recampaign`), or a newcomer,
+    /// never takes a released row from a waiter that polls rather than listens (behind pgbouncer)
+    /// and has not looked yet; the line is first come, first served, as on etcd and ZooKeeper. A
+    /// waiter row counts as live until its `expires_at` on the server's clock, which its owner
+    /// renews every look: that clock decides only the order of the line (a stepped clock may let
+    /// one instance go ahead of a dead-looking one), never who holds the lease row.
     ///
     /// The row says which `--max-holders` its last users had (`max_holders`): only a row that
     /// says 1 is taken here (instances with N above 1 set it, under the lock `slots.rs` takes,
@@ -188,7 +189,7 @@ impl Postgres {
         let waiter = shared.waiter.load(Ordering::SeqCst);
         let left_line = self.left_line(waiter);
         // What may be taken over: the sighting, once seen for its full TTL.
-        let ripe = self.ripe();
+        let ripe = shared.sightings.ripe(BootClock.now());
         // The statement names only the conditions this attempt can meet: a waiter row ahead
         // (`id < $5`) only for a waiter in line, the sighting's takeover only when one is ripe
         // (its parameters would be NULLs, which match nothing). On a new backend every
@@ -257,16 +258,16 @@ impl Postgres {
         let received = BootClock.now();
         Ok(row.map(|row| match row.get::<_, Option<i64>>(0) {
             Some(token) => {
-                *shared.sighting.lock().expect("not poisoned") = None;
+                shared.sightings.forget_one();
                 // Its waiter row went in the same statement.
                 shared.waiter.store(0, Ordering::SeqCst);
                 (Attempt::Won(token), 1)
             }
             None => {
-                let seen = Row::from(&row, 2);
+                let seen = lease_row(&row, 2);
                 let attempt = Attempt::Held {
                     holder: seen.holder.clone(),
-                    wait: self.sight(&seen, received),
+                    wait: shared.sightings.sight(&seen, received, BootClock.now()),
                 };
                 (attempt, row.get(7))
             }
@@ -285,7 +286,8 @@ impl Postgres {
         // UPDATE only where one does, so at most one of them takes anything, in either order;
         // a newcomer whose row exists pays one token number of the sequence (a gap: tokens
         // only ever need to grow).
-        let newcomer = self.shared.waiter.load(Ordering::SeqCst) == 0 && self.ripe().is_none();
+        let newcomer = self.shared.waiter.load(Ordering::SeqCst) == 0
+            && self.shared.sightings.ripe(BootClock.now()).is_none();
         let (acquired, inserted) = if newcomer {
             let (acquired, inserted) = tokio::join!(self.acquire(), self.insert_new());
             let acquired = acquired?;
@@ -329,42 +331,6 @@ impl Postgres {
         Ok(attempt)
     }
 
-    /// The sighting this waiter may take over now: seen unchanged for its full TTL.
-    pub(super) fn ripe(&self) -> Option<Sighting> {
-        let sighting = self.shared.sighting.lock().expect("not poisoned");
-        let (seen, since) = sighting.as_ref()?;
-        (BootClock.now() >= *since + seen.ttl).then(|| seen.clone())
-    }
-
-    /// Notes the row as read by a request whose answer arrived at `received` (boot clock), and
-    /// returns how long until it may be taken: zero when it is free or has been seen unchanged
-    /// for its full TTL.
-    pub(super) fn sight(&self, row: &Row, received: Duration) -> Duration {
-        let mut sighting = self.shared.sighting.lock().expect("not poisoned");
-        let Some(holder) = row.holder.clone() else {
-            *sighting = None;
-            return Duration::ZERO;
-        };
-        let seen = Sighting {
-            holder,
-            token: row.token,
-            renewals: row.renewals,
-            expires_us: row.expires_us,
-            ttl: self
-                .shared
-                .ttl
-                .max(Duration::from_millis(row.ttl_ms.max(0) as u64)),
-        };
-        // A sighting first made now counts from now; one seen before keeps its first instant.
-        let since = match sighting.as_ref() {
-            Some((before, since)) if *before == seen => *since,
-            _ => received,
-        };
-        let ripe_at = since + seen.ttl;
-        *sighting = Some((seen, since));
-        ripe_at.saturating_sub(BootClock.now())
-    }
-
     /// The row, for a waiter: read (no lock), noted as a sighting; how long until it may be
     /// taken (zero: free, gone, or seen unchanged for a full TTL).
     pub(super) async fn look(&self) -> Result<Duration, StoreError> {
@@ -378,7 +344,10 @@ impl Postgres {
             .await?;
         let received = BootClock.now();
         Ok(match row {
-            Some(row) => self.sight(&Row::from(&row, 0), received),
+            Some(row) => {
+                let row = lease_row(&row, 0);
+                self.shared.sightings.sight(&row, received, BootClock.now())
+            }
             None => Duration::ZERO,
         })
     }
@@ -479,7 +448,7 @@ impl Postgres {
             .far_back
             .store(row.get::<_, i64>(1) >= LISTENING_PLACES, Ordering::SeqCst);
         shared.waiter.store(row.get(0), Ordering::SeqCst);
-        *shared.ahead.lock().expect("not poisoned") = None;
+        shared.line.forget();
         Ok(())
     }
 
@@ -487,7 +456,7 @@ impl Postgres {
     /// the row just ahead of it and the lease row. Returns whether its own row is still there
     /// (an UPDATE, never an upsert: a look that arrives late, after the row was deleted, puts
     /// nothing back), the row ahead (none: this waiter is first), how many are ahead (up to
-    /// `LISTENING_PLACES`) and how long until the lease row may be taken ([`Postgres::sight`]).
+    /// `LISTENING_PLACES`) and how long until the lease row may be taken ([`Sightings::sight`]).
     pub(super) async fn poll_line(
         &self,
     ) -> Result<(bool, Option<AheadSighting>, i64, Duration), StoreError> {
@@ -528,45 +497,17 @@ impl Postgres {
             )
             .await?;
         let received = BootClock.now();
-        let ahead = row.get::<_, Option<i64>>(1).map(|id| AheadSighting {
-            id,
-            renewals: row.get(2),
-            ttl: shared
-                .ttl
-                .max(Duration::from_millis(row.get::<_, i64>(3).max(0) as u64)),
-        });
+        let ahead = row
+            .get::<_, Option<i64>>(1)
+            .map(|id| shared.line.ahead(id, row.get(2), row.get(3)));
         let wait = match row.get::<_, Option<i64>>(5) {
-            Some(_) => self.sight(&Row::from(&row, 4), received),
+            Some(_) => {
+                let lease = lease_row(&row, 4);
+                shared.sightings.sight(&lease, received, BootClock.now())
+            }
             None => Duration::ZERO,
         };
         Ok((row.get::<_, i64>(0) > 0, ahead, row.get(9), wait))
-    }
-
-    /// Notes the waiter row ahead as seen at `received`; how long until it counts as dead
-    /// (zero: seen unchanged for its full TTL on this waiter's boot clock).
-    pub(super) fn sight_ahead(&self, seen: AheadSighting, received: Duration) -> Duration {
-        let mut ahead = self.shared.ahead.lock().expect("not poisoned");
-        let since = match ahead.as_ref() {
-            Some((before, since)) if *before == seen => *since,
-            _ => received,
-        };
-        let dead_at = since + seen.ttl;
-        *ahead = Some((seen, since));
-        dead_at.saturating_sub(BootClock.now())
-    }
-
-    /// Deletes a dead waiter row ahead, only if it is still exactly as seen.
-    pub(super) async fn skip_dead(&self, dead: &AheadSighting) -> Result<(), StoreError> {
-        let sql = format!(
-            "DELETE FROM {} WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.=) $2
-                 AND renewals OPERATOR(pg_catalog.=) $3",
-            self.qualified(&self.shared.waiters)
-        );
-        let a = (self.shared.name.clone(), dead.id, dead.renewals);
-        self.request(|c| async move { unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2]).await })
-            .await?;
-        *self.shared.ahead.lock().expect("not poisoned") = None;
-        Ok(())
     }
 
     /// Waits for a release heard after `seen`, or until `until`, whichever first. Returns the
@@ -588,5 +529,68 @@ impl Postgres {
                 _ = tokio::time::sleep_until(until) => return *rx.borrow(),
             }
         }
+    }
+}
+
+/// A waiter in PostgreSQL's line: told of a release by a NOTIFY on its own channel (when it
+/// listens), looking at the line in one statement every --retry-period.
+impl Waiter for Postgres {
+    fn line(&self) -> &Line {
+        &self.shared.line
+    }
+
+    fn max_holders(&self) -> u32 {
+        self.shared.max_holders
+    }
+
+    /// One that does not listen (behind pgbouncer, `leader_exec_listen=off`) hears nothing,
+    /// and looks every --retry-period (`poll`) like every waiter.
+    async fn heard(&self, seen: i64, wait: Duration) -> i64 {
+        let until = tokio::time::Instant::now() + wait.min(self.shared.poll);
+        self.wait_heard(seen, until).await.free
+    }
+
+    async fn look_at_line(&self) -> Result<Look, StoreError> {
+        let shared = &self.shared;
+        let (mine, ahead, places, lease_wait) = self.poll_line().await?;
+        let received = BootClock.now();
+        if !mine {
+            // Taken for dead by the waiter behind (this process was paused for a TTL, say):
+            // back in line, at the back, on a new channel.
+            shared.waiter.store(0, Ordering::SeqCst);
+            self.join_line().await?;
+            self.ensure_listener().await?;
+            let heard = shared.heard.borrow().free;
+            return Ok(Look::Again { heard });
+        }
+        if places < LISTENING_PLACES && shared.far_back.swap(false, Ordering::SeqCst) {
+            // Moved up into the listening places: LISTEN, then look again, so that a
+            // release between that look and the LISTEN is not missed.
+            self.ensure_listener().await?;
+            let heard = shared.heard.borrow().free;
+            return Ok(Look::Again { heard });
+        }
+        Ok(Look::Line {
+            ahead,
+            lease_wait,
+            received,
+        })
+    }
+
+    async fn look_at_slots(&self) -> Result<Duration, StoreError> {
+        self.look_slots().await
+    }
+
+    /// Deletes a dead waiter row ahead, only if it is still exactly as seen.
+    async fn skip_dead(&self, dead: &AheadSighting) -> Result<(), StoreError> {
+        let sql = format!(
+            "DELETE FROM {} WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.=) $2
+                 AND renewals OPERATOR(pg_catalog.=) $3",
+            self.qualified(&self.shared.waiters)
+        );
+        let a = (self.shared.name.clone(), dead.id, dead.renewals);
+        self.request(|c| async move { unnamed::execute(&c, &sql, &[&a.0, &a.1, &a.2]).await })
+            .await?;
+        Ok(())
     }
 }

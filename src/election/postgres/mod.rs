@@ -34,25 +34,28 @@
 //!   for `status` (kept while the lease row holds `lease_token`), written fenced.
 //!
 //! Acquire: a conditional UPDATE, then for a new name an INSERT … ON CONFLICT DO NOTHING. A
-//! released row (holder NULL) is taken at once; a held row only once the taker has itself seen
-//! it unchanged — holder, token, renewals and expires_at — for a full TTL on its boot clock, and
-//! only by an UPDATE conditional on exactly that (see [`Sighting`]). Renew: UPDATE … WHERE name,
-//! holder and token match (no clock in the condition), bumping `renewals`; no row, or no table,
-//! is a certain loss. Release: holder NULL, expires_at = now(), and in the same statement a
+//! released row (holder NULL) is taken at once; a held row only once the taker has itself seen it
+//! unchanged — holder, token, renewals and expires_at — for a full TTL on its boot clock, and only
+//! by an UPDATE conditional on exactly that: the takeover rule of every row store, with the proof
+//! that no wall clock decides it, in [`rows`](super::rows) (`Sighting`). Renew: UPDATE … WHERE
+//! name, holder and token match (no clock in the condition), bumping `renewals`; no row, or no
+//! table, is a certain loss. Release: holder NULL, expires_at = now(), and in the same statement a
 //! NOTIFY to the first waiter in line (and one on the table's channel).
 //!
 //! Waiters stand in line: each joins with a waiter row; the first few (`LISTENING_PLACES`) LISTEN
-//! on a channel of their own (`w<id>_<p>`), from before their first attempt in line (an
-//! instance joins the line only once an attempt found the row held) or from when they
-//! moved up that far. A release notifies only the first waiter (lowest id), which tries at once;
-//! the others sleep on, so a handover costs the same few statements with any
-//! number of waiters (measured in `tests/postgres/mod.rs`). Every waiter looks at the line every
-//! `--retry-period` (one statement: renews its own row, reads the one just ahead and the lease
-//! row). One that has seen the row ahead unchanged for a full TTL on its boot clock deletes it as
-//! dead (see [`AheadSighting`]); the first waiter takes a released row it finds, and a crashed
-//! holder's row once seen unchanged for a full TTL (see [`Sighting`]). A withdrawn waiter deletes
-//! its row (and wakes the next one if the lease row is free); a winner's acquisition deletes it.
-//! The table's own channel carries `free`/`taken` for `watch` (and waiters of older versions).
+//! on a channel of their own (`w<id>_<p>`), from before their first attempt in line (an instance
+//! joins the line only once an attempt found the row held) or from when they moved up that far. A
+//! release notifies only the first waiter (lowest id), which tries at once; the others sleep on, so
+//! a handover costs the same few statements with any number of waiters (measured in
+//! `tests/postgres/mod.rs`). Every waiter looks at the line every `--retry-period` (one statement:
+//! renews its own row, reads the one just ahead and the lease row). One that has seen the row ahead
+//! unchanged for a full TTL on its boot clock deletes it as dead (see [`AheadSighting`]); the first
+//! waiter takes a released row it finds, and a crashed holder's row once seen unchanged for a full
+//! TTL (see `Sighting`). The line's policy and the wait for a turn are `rows/line.rs`'s
+//! ([`line::wait_turn`](super::rows::line::wait_turn)); the statements, LISTEN and NOTIFY are this
+//! folder's. A withdrawn waiter deletes its row (and wakes the next one if the lease row is free);
+//! a winner's acquisition deletes it. The table's own channel carries `free`/`taken` for `watch`
+//! (and waiters of older versions).
 //!
 //! Every statement runs under `statement_timeout` and `lock_timeout` shorter than
 //! `--retry-period` (startup `options`, which pgbouncer drops), and every request under a
@@ -90,6 +93,10 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{AsyncMessage, Client, Config, SimpleQueryMessage, Socket};
 
 use crate::clock::{BootClock, Clock};
+
+use super::rows::line::{AheadSighting, Line, Look, Waiter, wait_turn};
+use super::rows::slots::{clamp_n, lease_of_row};
+use super::rows::{Row, Sightings};
 
 mod line;
 mod session;
@@ -244,7 +251,7 @@ enum Attempt {
     Won(i64),
     Held {
         holder: Option<String>,
-        /// How long until this waiter may take the row over (see [`Sighting`]).
+        /// How long until this waiter may take the row over (see `Sighting`).
         wait: Duration,
     },
     /// Live holders or waiters of the name use another `--max-holders` (theirs): nothing was
@@ -300,7 +307,7 @@ struct Shared {
     /// Whether this waiter stands behind the listening places (it does not LISTEN yet).
     far_back: AtomicBool,
     /// The waiter row just ahead of this one as last seen, and since when (see [`AheadSighting`]).
-    ahead: Mutex<Option<(AheadSighting, Duration)>>,
+    line: Line,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     listener: tokio::sync::Mutex<Option<Listening>>,
     heard: watch::Sender<Heard>,
@@ -330,67 +337,15 @@ struct Shared {
     /// The token sequence, the guard function and its trigger: `<p>_tokens`, `<p>_guard`.
     tokens: String,
     guard: String,
-    /// This instance's own TTL: a taker waits at least this long (and at least the holder's).
-    ttl: Duration,
-    /// The held row as this waiter last saw it, and since when (see [`Sighting`]).
-    sighting: Mutex<Option<(Sighting, Duration)>>,
+    /// The held row (with `--max-holders` above 1, each held slot row) as this waiter last saw
+    /// it, and since when (see `Sighting`); this instance's own TTL is the least it waits.
+    sightings: Sightings,
     /// `--max-holders` (1 for a reader, which holds nothing).
     max_holders: u32,
     /// The row this instance holds (with `--max-holders` above 1 a slot row, `NAME/k`; the
     /// lease row `NAME` otherwise), valid while `held` is not 0: what its renewals, fenced
     /// writes and release name.
     held_row: Mutex<String>,
-    /// With `--max-holders` above 1, the first waiter's sighting of each held slot row (see
-    /// [`Sighting`]), by row name.
-    slot_sightings: Mutex<std::collections::HashMap<String, (Sighting, Duration)>>,
-}
-
-/// An unreleased lease row as a waiter saw it. The row is taken over only when the taker has
-/// seen exactly this for a full TTL on its own boot clock, and only by an UPDATE conditional on
-/// exactly this: the server's wall clock (`expires_at <= now()`) decides nothing, so a step of
-/// it can neither hand the row to a waiter nor take it from its leader.
-///
-/// Why that is safe: every successful renewal bumps `renewals`, and each acquisition takes a
-/// new, greater `token`; neither ever goes back, so a row that shows the same sighting at two
-/// instants showed it all along in between. The holder's last renewal that wrote this sighting
-/// was sent before the server ran our read, so before we had its answer: counting the TTL from
-/// the arrival of that answer (the conservative instant, later than our send instant by one
-/// round trip) counts from after the holder's send instant. The holder stops its command within
-/// `--renew-deadline` + `--kill-after` < TTL of that send instant unless a later renewal
-/// succeeded, and a later renewal changes the sighting, which defeats our conditional UPDATE.
-/// `expires_at` is part of the sighting so that a renewal by an older leader-exec (which does not
-/// bump `renewals`) also counts as a change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Sighting {
-    holder: String,
-    token: i64,
-    renewals: i64,
-    /// `expires_at` in microseconds since the epoch (compared, never used as a time).
-    expires_us: i64,
-    /// The TTL the holder wrote (its own): the taker waits the longer of it and its own.
-    ttl: Duration,
-}
-
-/// The waiter row just ahead of this waiter's, as this waiter saw it. Seen unchanged for a full
-/// TTL on this waiter's boot clock (its owner bumps `renewals` every --retry-period), it is dead:
-/// this waiter deletes it (only if still exactly that) and moves up. Waiter rows decide only the
-/// order of attempts, never who may take the lease row: a live waiter wrongly skipped (paused for
-/// a TTL) loses its place, not safety, and joins again at the back at its next look.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct AheadSighting {
-    id: i64,
-    renewals: i64,
-    /// The longer of its owner's TTL and this waiter's.
-    ttl: Duration,
-}
-
-/// The lease row as a waiter reads it.
-struct Row {
-    holder: Option<String>,
-    token: i64,
-    renewals: i64,
-    expires_us: i64,
-    ttl_ms: i64,
 }
 
 /// The columns `Row` is read from, in its order.
@@ -419,15 +374,14 @@ fn expiry_sql(ms: &str) -> String {
     )
 }
 
-impl Row {
-    fn from(row: &tokio_postgres::Row, at: usize) -> Row {
-        Row {
-            holder: row.get(at),
-            token: row.get(at + 1),
-            renewals: row.get(at + 2),
-            expires_us: row.get(at + 3),
-            ttl_ms: row.get(at + 4),
-        }
+/// The lease row read from the columns [`ROW_COLUMNS`] put at `at` and after.
+fn lease_row(row: &tokio_postgres::Row, at: usize) -> Row {
+    Row {
+        holder: row.get(at),
+        token: row.get(at + 1),
+        renewals: row.get(at + 2),
+        expires_us: row.get(at + 3),
+        ttl_ms: row.get(at + 4),
     }
 }
 
@@ -520,7 +474,7 @@ impl Postgres {
                 base,
                 waiter: AtomicI64::new(0),
                 far_back: AtomicBool::new(false),
-                ahead: Mutex::new(None),
+                line: Line::new(timing.ttl),
                 client: tokio::sync::Mutex::new(None),
                 listener: tokio::sync::Mutex::new(None),
                 heard,
@@ -535,10 +489,8 @@ impl Postgres {
                 schema: OnceLock::new(),
                 tokens,
                 guard,
-                ttl: timing.ttl,
-                sighting: Mutex::new(None),
+                sightings: Sightings::new(timing.ttl),
                 held_row: Mutex::new(name.to_owned()),
-                slot_sightings: Mutex::new(std::collections::HashMap::new()),
                 max_holders,
             }),
         })
@@ -579,12 +531,6 @@ impl Postgres {
         let row = key.strip_prefix(&format!("{}/", self.shared.leases))?;
         (lease_of_row(row) == self.shared.name).then(|| row.to_owned())
     }
-}
-
-/// The lease name a row belongs to: the row `NAME` itself, or slot row `NAME/k` (lease names
-/// never contain '/': validate.rs).
-fn lease_of_row(row: &str) -> &str {
-    row.split_once('/').map_or(row, |(name, _)| name)
 }
 
 impl Postgres {
@@ -725,66 +671,6 @@ mod tests {
         );
         assert_eq!(tables("/").unwrap().0, "leader_exec_leases");
         assert!(tables(&format!("/{}/", "x".repeat(56))).is_err());
-    }
-
-    fn backend(ttl: Duration) -> Postgres {
-        let target = Target {
-            config: Config::new(),
-            tls: None,
-            shown: "postgres://test".into(),
-            listen: false,
-        };
-        let timing = PgTiming {
-            ttl,
-            retry_period: Duration::from_millis(300),
-            connect_timeout: Duration::from_secs(1),
-        };
-        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing, 1).unwrap()
-    }
-
-    fn row(holder: Option<&str>, token: i64, renewals: i64, ttl_ms: i64) -> Row {
-        Row {
-            holder: holder.map(str::to_owned),
-            token,
-            renewals,
-            expires_us: 1_000_000,
-            ttl_ms,
-        }
-    }
-
-    #[test]
-    fn a_held_row_ripens_only_after_a_full_ttl_of_being_seen_unchanged() {
-        let pg = backend(Duration::from_secs(60));
-        let now = BootClock.now();
-        // First seen now: a full TTL to go, nothing to take yet.
-        let wait = pg.sight(&row(Some("a"), 7, 3, 60_000), now);
-        assert!(wait > Duration::from_secs(59), "{wait:?}");
-        assert!(pg.ripe().is_none());
-        // Seen again unchanged: the window keeps its first instant.
-        let again = pg.sight(&row(Some("a"), 7, 3, 60_000), now + Duration::from_secs(30));
-        assert!(again <= wait, "{again:?} after {wait:?}");
-        // Renewed (the count moved), or taken over (the token moved): counted afresh.
-        let renewed = pg.sight(&row(Some("a"), 7, 4, 60_000), BootClock.now());
-        assert!(renewed > Duration::from_secs(59), "{renewed:?}");
-        // The holder's longer TTL counts.
-        let longer = pg.sight(&row(Some("b"), 8, 0, 120_000), BootClock.now());
-        assert!(longer > Duration::from_secs(119), "{longer:?}");
-        // A released row is free at once.
-        assert_eq!(
-            pg.sight(&row(None, 8, 1, 120_000), BootClock.now()),
-            Duration::ZERO
-        );
-        // A sighting first made a full TTL ago is ripe: exactly it may be taken over.
-        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
-        assert_eq!(
-            pg.sight(&row(Some("c"), 9, 5, 1_000), long_ago),
-            Duration::ZERO
-        );
-        let ripe = pg.ripe().expect("ripe");
-        assert_eq!(
-            (ripe.holder.as_str(), ripe.token, ripe.renewals),
-            ("c", 9, 5)
-        );
     }
 
     #[test]

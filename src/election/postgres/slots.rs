@@ -1,12 +1,12 @@
-//! `--max-holders` N above 1: N slot rows per lease name.
+//! `--max-holders` N above 1 on PostgreSQL: N slot rows per lease name.
 //!
-//! Slot 1 is the lease row `NAME` itself; slot k (2 ≤ k ≤ N) is the row `NAME/k` in the same
-//! table (a lease name never contains '/', so no other name's row can be one, and `status --all`
-//! folds them into their name). Each slot row is a lease row like any other: one holder, its
-//! token from `<p>_tokens`, renewed by (row, holder, token) without a clock, released with holder
-//! NULL, taken over only as [`Sighting`] says. Every row carries `max_holders`, the N of the
-//! instance that last acquired it (1 for rows made before, or by N = 1); every waiter row the N
-//! of its owner.
+//! Slot 1 is the lease row `NAME` itself; slot k (2 ≤ k ≤ N) is the row `NAME/k` in the same table,
+//! as every row store names them (`rows/slots.rs`: a lease name never contains '/', so no other
+//! name's row can be one, and `status --all` folds them into their name). Each slot row is a lease
+//! row like any other: one holder, its token from `<p>_tokens`, renewed by (row, holder, token)
+//! without a clock, released with holder NULL, taken over only as `Sighting` says. Every row
+//! carries `max_holders`, the N of the instance that last acquired it (1 for rows made before, or
+//! by N = 1); every waiter row the N of its owner.
 //!
 //! An acquisition is one simple-query message holding one transaction (implicit: it commits at
 //! its end and rolls back on any error, and the server runs it through without waiting for the
@@ -38,21 +38,22 @@
 //! `FOR KEY SHARE` fence on `NAME` (slot 1's row) delays none of it, only a change of that
 //! row's holder or token (see `fence_index`).
 //!
-//! Another N: a held row of the name that another `max_holders` wrote keeps everything of the
-//! name out — no slot is taken and `NAME`'s `max_holders` stays — until this instance has
-//! seen it unchanged for a full TTL on its own boot clock ([`Sighting`], the takeover rule),
-//! whatever the server's clock says of its `expires_at`: a server clock stepped ahead (or set
-//! back while that holder took its row) makes a live holder's row look expired, and judging
-//! by it would start a command of this N beside one of another. A row so seen is gone: one
-//! of this N's slots is taken over, any other is freed (holder NULL, under the same
-//! conditions), in the same transaction. The server's clock answers only the question whether
-//! to refuse: a held row that has not expired on it, or a live waiter row, with another
-//! `max_holders` answers `Mismatch` under the same lock, and nothing is taken (the row `NAME`,
-//! when missing, is made free: no holder). A stepped clock can thus make an instance wait, or
-//! refuse it, where it need not; it can never let it start.
+//! Another N: a held row of the name that another `max_holders` wrote keeps everything of the name
+//! out — no slot is taken and `NAME`'s `max_holders` stays — until this instance has seen it
+//! unchanged for a full TTL on its own boot clock (`Sighting`, the takeover rule; the sightings of
+//! every slot row are [`Sightings::sight_slots`]'s), whatever the server's clock says of its
+//! `expires_at`: a server clock stepped ahead (or set back while that holder took its row) makes a
+//! live holder's row look expired, and judging by it would start a command of this N beside one of
+//! another. A row so seen is gone: one of this N's slots is taken over, any other is freed (holder
+//! NULL, under the same conditions), in the same transaction. The server's clock answers only the
+//! question whether to refuse: a held row that has not expired on it, or a live waiter row, with
+//! another `max_holders` answers `Mismatch` under the same lock, and nothing is taken (the row
+//! `NAME`, when missing, is made free: no holder). A stepped clock can thus make an instance wait,
+//! or refuse it, where it need not; it can never let it start.
 //!
 //! Herd-free: a release notifies the first waiter in line only; a waiter may take a free slot
-//! while fewer live waiters stand ahead of it than slots are free, and one that takes a slot
+//! while fewer live waiters stand ahead of it than slots are free (the line's rule,
+//! `rows/line.rs`, decided here in the acquiring transaction), and one that takes a slot
 //! while others stay free wakes the next waiter (one NOTIFY). The first waiter looks at every
 //! slot row each --retry-period for a crashed holder to take over.
 //!
@@ -65,16 +66,8 @@
 
 use std::fmt::Write as _;
 
+use super::super::rows::slots::SlotRow;
 use super::*;
-
-/// One slot row as the decision statement or a look returns it.
-struct SlotRow {
-    row: String,
-    /// `None`: the slot row is not there yet (free).
-    seen: Option<Row>,
-    /// Held by an instance with another N: nothing is taken until it has ripened.
-    other: bool,
-}
 
 /// A row's `expires_at` in microseconds since the epoch, as SQL (compared, never a time).
 fn expires_us_sql(l: &str) -> String {
@@ -161,7 +154,7 @@ impl Postgres {
     /// holder, token, renewals, expires_us)`: each may be taken over (one of this N's slots)
     /// or freed (another N's).
     fn ripe_sql(&self) -> String {
-        let ripe = self.ripe_rows();
+        let ripe = self.shared.sightings.ripe_rows(BootClock.now());
         if ripe.is_empty() {
             return "(SELECT NULL::pg_catalog.text AS slot, NULL::pg_catalog.text AS holder,
                             NULL::pg_catalog.int8 AS token, NULL::pg_catalog.int8 AS renewals,
@@ -261,8 +254,8 @@ impl Postgres {
         );
         let _ = write!(
             sql,
-            "WITH ripe AS {ripe},
-             cur AS (SELECT * FROM {sighted} x),
+            "WITH cur AS (SELECT * FROM {sighted} x),
+             ripe AS {ripe},
              theirs AS ({theirs}),
              others AS (SELECT 1 FROM cur c WHERE {blocked}),
              free AS (SELECT pg_catalog.count(*) AS f FROM cur
@@ -358,8 +351,7 @@ impl Postgres {
         if let (Some(row), Some(token)) = (first.get(7), number(first, 8)) {
             *shared.held_row.lock().expect("not poisoned") = row.to_owned();
             shared.held.store(token, Ordering::SeqCst);
-            shared.slot_sightings.lock().expect("not poisoned").clear();
-            *shared.sighting.lock().expect("not poisoned") = None;
+            shared.sightings.forget();
             // Its waiter row went in the same transaction.
             shared.waiter.store(0, Ordering::SeqCst);
             return Ok(Attempt::Won(token));
@@ -382,74 +374,10 @@ impl Postgres {
                 other: r.get(13) == Some("t"),
             })
             .collect::<Vec<_>>();
-        let (holder, wait) = self.sight_slots(&slots, received);
+        let (holder, wait) = shared
+            .sightings
+            .sight_slots(&slots, received, BootClock.now());
         Ok(Attempt::Held { holder, wait })
-    }
-
-    /// Notes every slot row as read at `received`; returns the oldest holder seen (lowest token)
-    /// and how long until one slot may be taken (zero: one is free or ripe). A row held by
-    /// another N keeps everything out until it has ripened, and every such row must: the wait
-    /// is then at least the longest of theirs.
-    fn sight_slots(&self, slots: &[SlotRow], received: Duration) -> (Option<String>, Duration) {
-        let mut sightings = self.shared.slot_sightings.lock().expect("not poisoned");
-        let before = std::mem::take(&mut *sightings);
-        let mut wait: Option<Duration> = None;
-        let mut blocked = Duration::ZERO;
-        let mut oldest: Option<(i64, String)> = None;
-        let now = BootClock.now();
-        for slot in slots {
-            let Some(row) = &slot.seen else {
-                wait = Some(Duration::ZERO);
-                continue;
-            };
-            let Some(holder) = row.holder.clone() else {
-                wait = Some(Duration::ZERO);
-                continue;
-            };
-            if oldest.as_ref().is_none_or(|(t, _)| row.token < *t) {
-                oldest = Some((row.token, holder.clone()));
-            }
-            let seen = Sighting {
-                holder,
-                token: row.token,
-                renewals: row.renewals,
-                expires_us: row.expires_us,
-                ttl: self
-                    .shared
-                    .ttl
-                    .max(Duration::from_millis(row.ttl_ms.max(0) as u64)),
-            };
-            // As `sight`: one seen before unchanged keeps its first instant.
-            let since = match before.get(&slot.row) {
-                Some((earlier, since)) if *earlier == seen => *since,
-                _ => received,
-            };
-            let left = (since + seen.ttl).saturating_sub(now);
-            if slot.other {
-                blocked = blocked.max(left);
-            } else {
-                wait = Some(wait.map_or(left, |w| w.min(left)));
-            }
-            sightings.insert(slot.row.clone(), (seen, since));
-        }
-        (
-            oldest.map(|(_, h)| h),
-            wait.unwrap_or(Duration::ZERO).max(blocked),
-        )
-    }
-
-    /// The rows this instance has seen unchanged for their full TTL, the oldest (lowest token)
-    /// first: one of this N's slots may be taken over, another N's freed.
-    fn ripe_rows(&self) -> Vec<(String, Sighting)> {
-        let sightings = self.shared.slot_sightings.lock().expect("not poisoned");
-        let now = BootClock.now();
-        let mut ripe = sightings
-            .iter()
-            .filter(|(_, (seen, since))| now >= *since + seen.ttl)
-            .map(|(row, (seen, _))| (row.clone(), seen.clone()))
-            .collect::<Vec<_>>();
-        ripe.sort_by_key(|(_, seen)| seen.token);
-        ripe
     }
 
     /// The first waiter's look at every slot row, and at every row another N holds (no
@@ -457,11 +385,11 @@ impl Postgres {
     /// server's clock answers zero: the attempt that follows refuses this instance.
     pub(super) async fn look_slots(&self) -> Result<Duration, StoreError> {
         let sql = format!(
-            "SELECT c.slot, c.present, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms, c.other,
-                    c.other AND c.expires_us OPERATOR(pg_catalog.>)
+            "SELECT s.slot, s.present, s.holder, s.token, s.renewals, s.expires_us, s.ttl_ms, s.other,
+                    s.other AND s.expires_us OPERATOR(pg_catalog.>)
                         (EXTRACT(EPOCH FROM pg_catalog.now()) OPERATOR(pg_catalog.*)
                          1000000::pg_catalog.numeric)::pg_catalog.int8
-             FROM {sighted} c ORDER BY c.k, c.slot",
+             FROM {sighted} s ORDER BY s.k, s.slot",
             sighted = self.sighted_sql(self.shared.max_holders),
         );
         let rows = self
@@ -482,7 +410,9 @@ impl Postgres {
                 other: r.get(7),
             })
             .collect::<Vec<_>>();
-        let wait = self.sight_slots(&slots, received).1;
+        let wait = (self.shared.sightings)
+            .sight_slots(&slots, received, BootClock.now())
+            .1;
         if rows
             .iter()
             .any(|r| r.get::<_, Option<bool>>(8) == Some(true))
@@ -592,138 +522,12 @@ impl Postgres {
     }
 }
 
-/// A `max_holders` column's value as N (untrusted: anything out of range reads as its bound).
-pub(super) fn clamp_n(n: i64) -> u32 {
-    u32::try_from(n.clamp(1, 1000)).unwrap_or(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn backend() -> Postgres {
-        let target = Target {
-            config: Config::new(),
-            tls: None,
-            shown: "postgres://test".into(),
-            listen: false,
-        };
-        let timing = PgTiming {
-            ttl: Duration::from_secs(60),
-            retry_period: Duration::from_millis(300),
-            connect_timeout: Duration::from_secs(1),
-        };
-        Postgres::new(target, "/leader-exec/", "l", "me".into(), timing, 3).unwrap()
-    }
-
-    fn held(row: &str, holder: &str, token: i64, renewals: i64) -> SlotRow {
-        SlotRow {
-            row: row.into(),
-            seen: Some(Row {
-                holder: Some(holder.into()),
-                token,
-                renewals,
-                expires_us: 1_000_000,
-                ttl_ms: 1_000,
-            }),
-            other: false,
-        }
-    }
-
-    /// Each slot row ripens on its own: seen unchanged for a full TTL; a renewal of one starts
-    /// its count afresh and leaves the others' alone; a free or missing slot is free at once.
-    #[test]
-    fn slot_rows_ripen_each_on_its_own() {
-        let pg = backend();
-        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
-        let (oldest, wait) = pg.sight_slots(
-            &[
-                held("l", "a", 7, 1),
-                held("l/2", "b", 9, 1),
-                held("l/3", "c", 8, 1),
-            ],
-            long_ago,
-        );
-        assert_eq!(oldest.as_deref(), Some("a"));
-        assert_eq!(wait, Duration::ZERO);
-        // Seen again: b renewed (its count afresh), a and c unchanged (ripe, the oldest first).
-        let (_, wait) = pg.sight_slots(
-            &[
-                held("l", "a", 7, 1),
-                held("l/2", "b", 9, 2),
-                held("l/3", "c", 8, 1),
-            ],
-            BootClock.now(),
-        );
-        assert_eq!(wait, Duration::ZERO);
-        let ripe = pg.ripe_rows();
-        let ripe = ripe.iter().map(|(row, s)| (row.as_str(), s.token));
-        assert_eq!(ripe.collect::<Vec<_>>(), [("l", 7), ("l/3", 8)]);
-        // Every row renewed: nothing ripe, a full TTL to go.
-        let (_, wait) = pg.sight_slots(
-            &[
-                held("l", "a", 7, 2),
-                held("l/2", "b", 9, 3),
-                held("l/3", "c", 8, 2),
-            ],
-            BootClock.now(),
-        );
-        assert!(wait > Duration::from_secs(59), "{wait:?}");
-        assert!(pg.ripe_rows().is_empty());
-        // A slot not there yet is free.
-        let (_, wait) = pg.sight_slots(
-            &[
-                held("l", "a", 7, 2),
-                SlotRow {
-                    row: "l/2".into(),
-                    seen: None,
-                    other: false,
-                },
-            ],
-            BootClock.now(),
-        );
-        assert_eq!(wait, Duration::ZERO);
-    }
-
-    /// A row another N holds keeps a free slot from being taken until it has ripened, however
-    /// its `expires_at` looks (the look carries no server clock); ripe, it is among the rows
-    /// the next attempt frees.
-    #[test]
-    fn a_row_of_another_n_keeps_a_free_slot_until_it_has_ripened() {
-        let pg = backend();
-        let other = |renewals| SlotRow {
-            other: true,
-            ..held("l/4", "x", 5, renewals)
-        };
-        let free = SlotRow {
-            row: "l/2".into(),
-            seen: None,
-            other: false,
-        };
-        let (_, wait) = pg.sight_slots(&[held("l", "a", 7, 1), free, other(1)], BootClock.now());
-        assert!(wait > Duration::from_secs(59), "{wait:?}");
-        assert!(pg.ripe_rows().is_empty());
-        // Seen unchanged for its TTL: ripe, nothing keeps the free slot.
-        let long_ago = BootClock.now().saturating_sub(Duration::from_secs(61));
-        pg.sight_slots(&[other(2)], long_ago);
-        let free = SlotRow {
-            row: "l/2".into(),
-            seen: None,
-            other: false,
-        };
-        let (_, wait) = pg.sight_slots(&[free, other(2)], BootClock.now());
-        assert_eq!(wait, Duration::ZERO);
-        let ripe = pg.ripe_rows();
-        assert_eq!(ripe.len(), 1);
-        assert_eq!((ripe[0].0.as_str(), ripe[0].1.renewals), ("l/4", 2));
-    }
-
     #[test]
     fn literals_mean_the_same_whatever_the_server_says() {
         assert_eq!(literal(r"it's \n"), r"E'it''s \\n'::pg_catalog.text");
-        assert_eq!(clamp_n(0), 1);
-        assert_eq!(clamp_n(5000), 1000);
-        assert_eq!(lease_of_row("a/2"), "a");
-        assert_eq!(lease_of_row("a"), "a");
     }
 }

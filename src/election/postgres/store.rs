@@ -68,73 +68,10 @@ impl Campaign for Postgres {
     }
 
     async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
-        let shared = &self.shared;
-        let mut seen = ahead.revision;
-        // Until the first look at the line this waiter may be first: the lease row's own wait.
-        let mut wait = ahead.expires_in.unwrap_or_default();
-        loop {
-            // A release wakes only the first waiter in line (its own channel), which then tries
-            // at once. Every waiter looks at the line every --retry-period anyway (renewing its
-            // own row): the first one also reads the lease row, so that a holder that crashed
-            // is taken over once this waiter has seen its row unchanged for a full TTL, and a
-            // release whose notification was lost (or never sent: leader_exec_listen=off) is
-            // found within a retry period. Waiters behind the first sleep through releases.
-            let heard = self
-                .wait_heard(seen, tokio::time::Instant::now() + wait.min(shared.poll))
-                .await;
-            if heard.free > seen {
-                return Ok(());
-            }
-            seen = heard.free;
-            let (mine, ahead, places, lease_wait) = self.poll_line().await?;
-            let received = BootClock.now();
-            if !mine {
-                // Taken for dead by the waiter behind (this process was paused for a TTL, say):
-                // back in line, at the back, on a new channel.
-                shared.waiter.store(0, Ordering::SeqCst);
-                self.join_line().await?;
-                self.ensure_listener().await?;
-                seen = shared.heard.borrow().free;
-                wait = Duration::ZERO;
-                continue;
-            }
-            if places < LISTENING_PLACES && shared.far_back.swap(false, Ordering::SeqCst) {
-                // Moved up into the listening places: LISTEN, then look again, so that a
-                // release between that look and the LISTEN is not missed.
-                self.ensure_listener().await?;
-                seen = shared.heard.borrow().free;
-                wait = Duration::ZERO;
-                continue;
-            }
-            match ahead {
-                None => {
-                    *shared.ahead.lock().expect("not poisoned") = None;
-                    // With N above 1, the first waiter looks at every slot row.
-                    let lease_wait = match shared.max_holders {
-                        1 => lease_wait,
-                        _ => self.look_slots().await?,
-                    };
-                    // First in line: the lease row is free, gone, or ripe for a takeover.
-                    if lease_wait.is_zero() {
-                        return Ok(());
-                    }
-                    wait = lease_wait;
-                }
-                Some(ahead) => {
-                    // Not first: the lease row is the first waiter's to take. The one just
-                    // ahead, seen unchanged for a full TTL, is dead: skip it and look again, so
-                    // that a dead waiter delays the line by a TTL at most (each in a row of
-                    // dead ones by another).
-                    let left = self.sight_ahead(ahead.clone(), received);
-                    if left.is_zero() {
-                        self.skip_dead(&ahead).await?;
-                        wait = Duration::ZERO;
-                    } else {
-                        wait = left;
-                    }
-                }
-            }
-        }
+        // The wait for a turn is every row store's (`rows/line.rs`); what this waiter hears and
+        // reads, PostgreSQL's (`impl Waiter`, line.rs). Until the first look at the line this
+        // waiter may be first: the lease row's own wait.
+        wait_turn(self, ahead.revision, ahead.expires_in.unwrap_or_default()).await
     }
 
     async fn key_gone(&self, _candidacy: &Candidacy) {
@@ -278,7 +215,7 @@ impl Read for Postgres {
             });
             let election = &mut elections[i];
             if row == name {
-                election.max_holders = slots::clamp_n(r.get(5));
+                election.max_holders = clamp_n(r.get(5));
                 election.candidates += r.get::<_, i64>(4);
             }
             let holder: Option<String> = r.get(1);
