@@ -546,21 +546,30 @@ pub fn resign_ends_one_holders_hold_at_least<S: Store>() {
     let c_token = token_of(&scratch, "c");
     assert!(c_token > b_token);
     assert!(a.running(), "{}", a.stderr());
-    let status = status_json(&endpoint, "rh");
-    let holders: Vec<(i64, &str)> = status["holders"]
-        .as_array()
-        .expect("holders")
-        .iter()
-        .map(|h| {
-            (
-                h["token"].as_i64().unwrap(),
-                h["command"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
-    assert_eq!(
-        holders,
-        [(a_token, "holding"), (c_token, "running")],
+    // c's state record is written a moment after its command started.
+    let holders = |status: &Value| -> Vec<(i64, String)> {
+        status["holders"]
+            .as_array()
+            .expect("holders")
+            .iter()
+            .map(|h| {
+                (
+                    h["token"].as_i64().unwrap(),
+                    h["command"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    };
+    let expected = [
+        (a_token, "holding".to_owned()),
+        (c_token, "running".to_owned()),
+    ];
+    let mut status = Value::Null;
+    assert!(
+        wait_for(TEN, || {
+            status = status_json(&endpoint, "rh");
+            holders(&status) == expected
+        }),
         "{status}"
     );
 

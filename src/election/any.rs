@@ -385,8 +385,12 @@ impl Campaign for AnyStore {
         each!(self, store => store.check_turn(candidacy).await)
     }
 
-    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
-        each!(self, store => store.predecessor_gone(ahead).await)
+    async fn predecessor_gone(
+        &self,
+        candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Result<(), StoreError> {
+        each!(self, store => store.predecessor_gone(candidacy, ahead).await)
     }
 
     async fn turn_on_wake(

@@ -195,7 +195,11 @@ impl Campaign for Fake {
         answer(self.next(|s| &mut s.check_turn, Ok(leading)))
     }
 
-    async fn predecessor_gone(&self, _ahead: &Ahead) -> Result<(), StoreError> {
+    async fn predecessor_gone(
+        &self,
+        _candidacy: &Candidacy,
+        _ahead: &Ahead,
+    ) -> Result<(), StoreError> {
         // Look again soon: the script decides what the next look says.
         tokio::time::sleep(Duration::from_millis(100)).await;
         Ok(())

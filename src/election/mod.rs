@@ -159,9 +159,10 @@ pub struct Ahead {
     /// claim over. A holder that crashed sends nothing, so the waiter tries again once this has
     /// run out.
     pub expires_in: Option<Duration>,
-    /// With `--max-holders` N > 1, for the first waiter behind N holders: every holder's key
-    /// (bytes as the store holds them), any of which leaving lets this waiter hold; empty
-    /// otherwise (the waiter waits for `key` alone). What the store watches is its own affair:
+    /// With `--max-holders` N > 1, for the first waiter behind N holders (etcd: with N = 1 too,
+    /// for the waiter whose one key ahead is the leader's): every holder's key (bytes as the
+    /// store holds them), any of which leaving lets this waiter hold; empty otherwise (the
+    /// waiter waits for `key` alone). What the store watches is its own affair:
     /// only the store that answered reads it, in [`Campaign::predecessor_gone`].
     pub holders: Vec<Vec<u8>>,
 }
@@ -352,10 +353,14 @@ pub trait Campaign {
     /// One atomic look at the line.
     fn check_turn(&self, candidacy: &Candidacy) -> impl Future<Output = Result<Turn, StoreError>>;
 
-    /// Completes when the candidate ahead may be gone (its key deleted after the answer that
-    /// named it, a release announced, its lease run out). Waking too early is allowed (the
-    /// caller looks again); missing a handover is not.
-    fn predecessor_gone(&self, ahead: &Ahead) -> impl Future<Output = Result<(), StoreError>>;
+    /// Completes when the candidate ahead of `candidacy` may be gone (its key deleted after the
+    /// answer that named it, a release announced, its lease run out). Waking too early is
+    /// allowed (the caller looks again); missing a handover is not.
+    fn predecessor_gone(
+        &self,
+        candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> impl Future<Output = Result<(), StoreError>>;
 
     /// Called once `predecessor_gone(ahead)` completed without error: where that wake-up alone
     /// proves the candidacy may take its turn (every other fact `check_turn` would read again
@@ -599,7 +604,7 @@ pub async fn wait_for_turn<B: Campaign, C: crate::clock::Clock>(
                     predecessor = %crate::escape::escape(&ahead.key),
                     "waiting for the candidate ahead to go"
                 );
-                if let Err(e) = backend.predecessor_gone(&ahead).await {
+                if let Err(e) = backend.predecessor_gone(candidacy, &ahead).await {
                     tracing::debug!(error = %e, "watching the candidate ahead failed; looking again");
                     tokio::time::sleep(backoff).await;
                     continue;

@@ -1,11 +1,11 @@
 //! etcd's own side of an election: the key and lease id a command sees, `etcdctl elect` as an
 //! observer and as a competitor on the same prefix, a dead member first in the endpoint list,
-//! and the leader's key deleted behind its back.
+//! and the leader's key deleted behind its back, with the first waiter's own.
 
 use std::process::Command;
 use std::time::Duration;
 
-use crate::faults::a_deleted_claim_kills_its_command_at_once;
+use crate::faults::{STOPPABLE, a_deleted_claim_kills_its_command_at_once};
 use crate::harness::*;
 
 #[test]
@@ -150,4 +150,47 @@ fn deleting_the_leaders_key_kills_its_command_at_once() {
         let out = etcd.ctl(&["del", "--prefix", "/leader-exec/deleted/"]);
         assert!(out.status.success());
     });
+}
+
+/// The first waiter leads on the leader's delete without reading the line again, but only while
+/// its own key stands: the whole election deleted in one transaction (`etcdctl del --prefix`,
+/// both keys at one revision, the leader's first among the events) is no turn. The waiter
+/// starts its command only after it has campaigned again with a new key: a token above its
+/// first place.
+#[test]
+fn a_waiter_whose_key_goes_with_the_leaders_does_not_lead_on_that_delete() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let endpoint = etcd.endpoint();
+    let args = lease_args(&endpoint, "both");
+    let mut a = Instance::start(&args, &scratch.job("a", STOPPABLE));
+    scratch
+        .wait_record("start", "a", Duration::from_secs(10))
+        .expect("a started");
+    let mut b = Instance::start(&args, &scratch.job("b", "sleep 30"));
+    crate::holders::waits_in_line(&etcd, "both", 2, &b);
+    // Its watch on the leader's key and its own is in place.
+    std::thread::sleep(Duration::from_millis(300));
+    let out = etcd.ctl(&["get", "--prefix", "/leader-exec/both/", "-w", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("etcdctl's json");
+    let place = json["kvs"]
+        .as_array()
+        .expect("two keys")
+        .iter()
+        .map(|kv| kv["create_revision"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    let out = etcd.ctl(&["del", "--prefix", "/leader-exec/both/"]);
+    assert!(out.status.success());
+    assert_eq!(a.wait(Duration::from_secs(10)), Some(75), "{}", a.stderr());
+    let started = scratch.wait_record("start", "b", Duration::from_secs(15));
+    let log = b.stderr();
+    assert!(
+        !log.contains(&format!("elected token={place}")),
+        "b led with its deleted key (place {place}): {log}"
+    );
+    let started = started.unwrap_or_else(|| panic!("b never started: {log}"));
+    assert!(started.token() > place, "place {place}: {log}");
+    b.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(b.wait(Duration::from_secs(10)).is_some());
 }

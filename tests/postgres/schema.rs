@@ -2,7 +2,8 @@
 //! another role owns or may create objects in is refused before anything is read or made
 //! there; another role's objects left in a safe one never run (every name leader-exec sends is
 //! qualified with pg_catalog: the `postgres_hostile` store entry runs the whole store-independent
-//! list that way); a table another role owns is refused before the first run reads it; and an
+//! list that way); a table another role owns is refused before the first run reads it, and a
+//! schema or table given away later before a run's attempt (sent with the checks) runs; and an
 //! advisory lock any role can take does not hold up a first run.
 
 use std::process::{Child, Command, Stdio};
@@ -104,6 +105,47 @@ fn a_schema_another_role_owns_or_may_create_in_is_refused_before_anything_is_mad
         lead(&endpoint, "s"),
         &["may create objects in schema public"],
     );
+}
+
+#[test]
+fn a_schema_or_table_given_away_after_the_first_run_is_refused_before_the_attempt_runs() {
+    let pg = Postgres::start();
+    let endpoint = Store::endpoint(&pg);
+    // The tables made and complete: later starts check them in the message of their first
+    // attempt, which must stop before the attempt.
+    let (code, _, stderr) = lead(&endpoint, "given");
+    assert_eq!(code, 0, "{stderr}");
+    let row = "SELECT token, renewals FROM leader_exec_leases WHERE name = 'given'";
+    let before = pg.psql(row);
+    pg.psql("CREATE ROLE mallory LOGIN; CREATE SCHEMA mallorys AUTHORIZATION mallory");
+    // The schema opened to everyone.
+    pg.psql("GRANT CREATE ON SCHEMA public TO PUBLIC");
+    refused(
+        lead(&endpoint, "given"),
+        &["role PUBLIC may create objects in schema public"],
+    );
+    assert_eq!(pg.psql(row), before, "the attempt ran");
+    pg.psql("REVOKE CREATE ON SCHEMA public FROM PUBLIC");
+    // The leases table given to mallory, who adds a trigger that makes it a superuser as soon
+    // as a superuser writes a row (a trigger runs as whoever writes).
+    pg.psql(
+        "ALTER TABLE leader_exec_leases OWNER TO mallory; SET ROLE mallory;
+         CREATE FUNCTION mallorys.escalate() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN EXECUTE 'ALTER ROLE mallory SUPERUSER'; RETURN NEW; END $$;
+         CREATE TRIGGER grab BEFORE INSERT OR UPDATE ON leader_exec_leases
+             FOR EACH ROW EXECUTE FUNCTION mallorys.escalate();
+         RESET ROLE",
+    );
+    refused(
+        lead(&endpoint, "given"),
+        &["table public.leader_exec_leases", "owned by role mallory"],
+    );
+    assert_eq!(
+        pg.psql("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'"),
+        "f\n",
+        "mallory became a superuser"
+    );
+    assert_eq!(pg.psql(row), before, "the attempt ran");
 }
 
 #[test]

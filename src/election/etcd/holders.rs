@@ -124,7 +124,8 @@ impl Etcd {
     }
 
     /// The first waiter's wake-up (`Campaign::turn_on_wake`, N > 1): one of the N holders ahead
-    /// was deleted, and the waiter takes at once, without reading the line again.
+    /// was deleted, and the waiter takes at once, without reading the line again. With N = 1
+    /// the first waiter leads on the wake-up itself (why: wake.rs).
     ///
     /// Why that is safe: the look that answered `ahead` found, at its revision R, this key not
     /// taken, exactly N keys ahead of it, all taken, each with this N (else `Mismatch`), and
@@ -141,8 +142,16 @@ impl Etcd {
         candidacy: &Candidacy,
         ahead: &Ahead,
     ) -> Option<Result<Turn, StoreError>> {
-        if self.max_holders <= 1 || ahead.holders.is_empty() {
+        if ahead.holders.is_empty() {
             return None;
+        }
+        if self.max_holders <= 1 {
+            // The leader left while this candidacy's key stood, and nothing else was ahead:
+            // `leader_left` (wake.rs) completes only then, and that is the proof. The instant the
+            // caller pairs with it only caps the deadline this lease's renewals already bound.
+            return Some(Ok(Turn::Leading {
+                token: candidacy.place,
+            }));
         }
         Some(self.take(candidacy).await)
     }

@@ -24,13 +24,14 @@ use std::time::Duration;
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, LeaseClient, LeaseKeepAliveStream,
     LeaseKeeper, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType,
-    WatchOptions,
+    WatchOptions, WatchStream,
 };
 
 mod held;
 mod holders;
 pub mod probe;
 pub mod target;
+mod wake;
 
 use holders::{MARKERS, Markers, holders_of, marker_prefix, marker_value, markers_ahead_of};
 
@@ -148,6 +149,8 @@ pub struct Etcd {
     /// `PREFIX ".holders/" NAME "/"`: where a candidate with `--max-holders` N > 1 writes N.
     marker_prefix: String,
     identity: String,
+    /// The watch that woke this candidacy, cancelled a moment later (wake.rs).
+    parked: wake::Parked,
     ttl_seconds: i64,
     /// `--max-holders` (1 for a reader, which holds nothing).
     max_holders: u32,
@@ -174,6 +177,7 @@ impl Etcd {
             marker_prefix: marker_prefix(&election_prefix),
             election_prefix,
             identity,
+            parked: wake::Parked::default(),
             // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
             ttl_seconds: i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX),
         }
@@ -238,48 +242,6 @@ impl Etcd {
             place: token,
             token: 0,
         })
-    }
-
-    /// Completes when `key` is deleted after `revision`; errors when the watch breaks.
-    async fn deleted_after(&self, key: &[u8], revision: i64) -> Result<(), StoreError> {
-        let options = WatchOptions::new()
-            .with_start_revision(revision + 1)
-            .with_filters([WatchFilterType::NoPut]);
-        self.first_event(key, options, |e| e.event_type() == EventType::Delete)
-            .await
-    }
-
-    /// Watches with `options` until an event matches `wanted`; errors when the watch breaks.
-    async fn first_event(
-        &self,
-        key: &[u8],
-        options: WatchOptions,
-        wanted: impl Fn(&etcd_client::Event) -> bool,
-    ) -> Result<(), StoreError> {
-        let mut stream = self
-            .client
-            .watch_client()
-            .watch(key, Some(options))
-            .await
-            .map_err(classify)?;
-        loop {
-            match stream.message().await.map_err(classify)? {
-                Some(response) => {
-                    if response.events().iter().any(&wanted) {
-                        return Ok(());
-                    }
-                    if response.canceled() {
-                        // Compacted past `revision`, or the member lost its leader: the caller
-                        // reads the current state again.
-                        return Err(StoreError::Transient(format!(
-                            "watch canceled: {}",
-                            response.cancel_reason()
-                        )));
-                    }
-                }
-                None => return Err(StoreError::Transient("watch stream closed".into())),
-            }
-        }
     }
 }
 
@@ -361,17 +323,18 @@ impl Campaign for Etcd {
         // Own key, the nearest key ahead and the markers ahead, read at one revision: if the key
         // is there and nothing is ahead, this candidacy leads as of that revision.
         //
-        // With one leader this look stays on the handover path after the wake-up (the one
-        // request a waiter makes there; N > 1 takes without it, see `take_on_wake`): a waiter
-        // watches only the key just ahead, so that key's delete says nothing of keys further
-        // ahead (it may have withdrawn while an older one still leads), nor of this candidacy's
-        // own key (deleted by an operator, seen on another stream). One read at one revision
-        // answers both, as etcd's own recipe reads again (`waitDeletes`).
+        // With one leader this look stays on the handover path after the wake-up of a waiter
+        // further back: it watches only the key just ahead, so that key's delete says nothing
+        // of keys further ahead (it may have withdrawn while an older one still leads), nor of
+        // this candidacy's own key (deleted by an operator, seen on another stream). One read
+        // at one revision answers both, as etcd's own recipe reads again (`waitDeletes`). The
+        // first waiter, whose one key ahead is the leader's, leads on that key's delete alone
+        // (its watch holds its own key too, wake.rs); hence the two nearest keys ahead.
         let ahead = GetOptions::new()
             .with_prefix()
             .with_max_create_revision(candidacy.place - 1)
             .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1)
+            .with_limit(2)
             .with_keys_only();
         let (revision, [own, ahead, markers]) = read_together(
             &self.client,
@@ -412,12 +375,23 @@ impl Campaign for Etcd {
                 key: kv.key().to_vec(),
                 revision,
                 expires_in: None,
-                holders: Vec::new(),
+                // The leader, alone ahead: its leaving lets this candidacy lead (wake.rs).
+                holders: match ahead.kvs() {
+                    [leader] => vec![leader.key().to_vec()],
+                    _ => Vec::new(),
+                },
             }),
         })
     }
 
-    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+    async fn predecessor_gone(
+        &self,
+        candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Result<(), StoreError> {
+        if !ahead.holders.is_empty() && self.max_holders <= 1 {
+            return self.leader_left(candidacy, ahead).await;
+        }
         if !ahead.holders.is_empty() {
             // The first waiter behind N holders: any holder leaving (its key deleted after the
             // revision the holders were read at) lets it hold. One watch on the election range,
@@ -433,16 +407,20 @@ impl Campaign for Etcd {
                         && e.kv()
                             .is_some_and(|kv| holders.iter().any(|h| h == kv.key()))
                 })
-                .await;
+                .await
+                .map(drop);
         }
         if self.max_holders > 1 {
             // A later waiter (or one whose predecessor has not taken its place yet): the
             // predecessor's take (a put of its key) or its leaving (a delete) is the only
             // change that can let this one move up; either wakes it.
             let options = WatchOptions::new().with_start_revision(ahead.revision + 1);
-            return self.first_event(&ahead.key, options, |_| true).await;
+            return self
+                .first_event(&ahead.key, options, |_| true)
+                .await
+                .map(drop);
         }
-        self.deleted_after(&ahead.key, ahead.revision).await
+        self.predecessor_deleted(ahead).await
     }
 
     async fn turn_on_wake(
@@ -471,7 +449,9 @@ impl Campaign for Etcd {
                     _ => return Ok(()),
                 }
                 let revision = header_revision(response.header())?;
-                self.deleted_after(candidacy.key.as_bytes(), revision).await
+                self.deleted_after(candidacy.key.as_bytes(), revision)
+                    .await
+                    .map(drop)
             };
             match attempt.await {
                 Ok(()) => return,
@@ -487,6 +467,8 @@ impl Campaign for Etcd {
         let Some(lease_id) = candidacy.lease_id else {
             return Ok(());
         };
+        // Its watches go first, so that etcd sends none of them the delete (wake.rs).
+        self.parked.cancel();
         match self.client.lease_client().revoke(lease_id).await {
             Ok(_) => Ok(()),
             // Already expired: nothing left to release.
@@ -564,6 +546,7 @@ impl Read for Etcd {
             .with_start_revision(revision + 1);
         self.first_event(self.election_prefix.as_bytes(), options, |_| true)
             .await
+            .map(drop)
     }
 
     async fn list_elections(&self, prefix: &str) -> Result<Vec<Election>, StoreError> {
@@ -757,7 +740,7 @@ impl Handover for Etcd {
                     .is_some_and(|kv| super::is_request_for(kv.value(), token))
             });
             match first.await {
-                Ok(()) => return,
+                Ok(_) => return,
                 Err(e) => {
                     tracing::debug!(error = %e, "watching for handover requests failed; trying again");
                     backoff.sleep().await;
@@ -788,6 +771,7 @@ impl Handover for Etcd {
                         .is_some_and(|kv| super::is_request_for(kv.value(), token))
                 })
                 .await
+                .map(drop)
             };
             match attempt.await {
                 Ok(()) => return,

@@ -187,53 +187,9 @@ impl Postgres {
     pub(super) async fn acquire(&self) -> Result<Option<(Attempt, i64)>, StoreError> {
         let shared = &self.shared;
         let waiter = shared.waiter.load(Ordering::SeqCst);
-        let left_line = self.left_line(waiter);
         // What may be taken over: the sighting, once seen for its full TTL.
         let ripe = shared.sightings.ripe(BootClock.now());
-        // The statement names only the conditions this attempt can meet: a waiter row ahead
-        // (`id < $5`) only for a waiter in line, the sighting's takeover only when one is ripe
-        // (its parameters would be NULLs, which match nothing). On a new backend every
-        // condition is planned on cold catalog caches; one left out is one not paid for, and
-        // the rows it could take are the same.
-        let ahead = match waiter {
-            0 => "",
-            _ => " AND w.id OPERATOR(pg_catalog.<) $5",
-        };
-        let takeover = match ripe {
-            None => "",
-            Some(_) => {
-                "
-                     OR (holder OPERATOR(pg_catalog.=) $6 AND token OPERATOR(pg_catalog.=) $7
-                         AND renewals OPERATOR(pg_catalog.=) $8
-                         AND (EXTRACT(EPOCH FROM expires_at) OPERATOR(pg_catalog.*) 1000000::pg_catalog.numeric)::pg_catalog.int8
-                             OPERATOR(pg_catalog.=) $9)"
-            }
-        };
-        let update = format!(
-            "WITH won AS (
-                 UPDATE {leases}
-                 SET holder = $2,
-                     token = GREATEST(token OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
-                                      top_token OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
-                                      pg_catalog.nextval({tokens}::pg_catalog.regclass)),
-                     renewals = renewals OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
-                     expires_at = {expiry}, ttl_ms = $3
-                 WHERE name OPERATOR(pg_catalog.=) $1 AND max_holders OPERATOR(pg_catalog.=) 1::pg_catalog.int8
-                     AND ((holder IS NULL
-                         AND NOT EXISTS (SELECT 1 FROM {waiters} w
-                                         WHERE w.name OPERATOR(pg_catalog.=) $1{ahead}
-                                           AND w.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())){takeover})
-                 RETURNING token),
-             told AS (SELECT pg_catalog.pg_notify($4, {taken}) FROM won){left_line}
-             SELECT (SELECT token FROM won), (SELECT pg_catalog.count(*) FROM told),
-                    {ROW_COLUMNS}, max_holders
-             FROM {leases} WHERE name OPERATOR(pg_catalog.=) $1",
-            leases = self.leases(),
-            waiters = self.qualified(&shared.waiters),
-            tokens = quote_literal(&self.qualified(&shared.tokens)),
-            expiry = expiry_sql("$3"),
-            taken = TAKEN,
-        );
+        let update = self.acquire_sql(waiter, ripe.is_some());
         let a = (
             shared.name.clone(),
             shared.identity.clone(),
@@ -272,6 +228,57 @@ impl Postgres {
                 (attempt, row.get(7))
             }
         }))
+    }
+
+    /// The acquiring `UPDATE` for a waiter `waiter` (0: not in line), with the takeover of a
+    /// ripe sighting or without: [`acquire`](Self::acquire)'s parameters.
+    pub(super) fn acquire_sql(&self, waiter: i64, ripe: bool) -> String {
+        let shared = &self.shared;
+        // The statement names only the conditions this attempt can meet: a waiter row ahead
+        // (`id < $5`) only for a waiter in line, the sighting's takeover only when one is ripe
+        // (its parameters would be NULLs, which match nothing). On a new backend every
+        // condition is planned on cold catalog caches; one left out is one not paid for, and
+        // the rows it could take are the same.
+        let left_line = self.left_line(waiter);
+        let ahead = match waiter {
+            0 => "",
+            _ => " AND w.id OPERATOR(pg_catalog.<) $5",
+        };
+        let takeover = match ripe {
+            false => "",
+            true => {
+                "
+                     OR (holder OPERATOR(pg_catalog.=) $6 AND token OPERATOR(pg_catalog.=) $7
+                         AND renewals OPERATOR(pg_catalog.=) $8
+                         AND (EXTRACT(EPOCH FROM expires_at) OPERATOR(pg_catalog.*) 1000000::pg_catalog.numeric)::pg_catalog.int8
+                             OPERATOR(pg_catalog.=) $9)"
+            }
+        };
+        format!(
+            "WITH won AS (
+                 UPDATE {leases}
+                 SET holder = $2,
+                     token = GREATEST(token OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                                      top_token OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                                      pg_catalog.nextval({tokens}::pg_catalog.regclass)),
+                     renewals = renewals OPERATOR(pg_catalog.+) 1::pg_catalog.int8,
+                     expires_at = {expiry}, ttl_ms = $3
+                 WHERE name OPERATOR(pg_catalog.=) $1 AND max_holders OPERATOR(pg_catalog.=) 1::pg_catalog.int8
+                     AND ((holder IS NULL
+                         AND NOT EXISTS (SELECT 1 FROM {waiters} w
+                                         WHERE w.name OPERATOR(pg_catalog.=) $1{ahead}
+                                           AND w.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())){takeover})
+                 RETURNING token),
+             told AS (SELECT pg_catalog.pg_notify($4, {taken}) FROM won){left_line}
+             SELECT (SELECT token FROM won), (SELECT pg_catalog.count(*) FROM told),
+                    {ROW_COLUMNS}, max_holders
+             FROM {leases} WHERE name OPERATOR(pg_catalog.=) $1",
+            leases = self.leases(),
+            waiters = self.qualified(&shared.waiters),
+            tokens = quote_literal(&self.qualified(&shared.tokens)),
+            expiry = expiry_sql("$3"),
+            taken = TAKEN,
+        )
     }
 
     /// One attempt on the lease row, a new row for a new name included; a win is noted as
@@ -372,18 +379,7 @@ impl Postgres {
     pub(super) async fn insert_new(&self) -> Result<Option<i64>, StoreError> {
         let shared = &self.shared;
         let waiter = shared.waiter.load(Ordering::SeqCst);
-        let insert = format!(
-            "WITH won AS (
-                 INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms)
-                 VALUES ($1, $2, pg_catalog.nextval({tokens}::pg_catalog.regclass), {expiry}, $3)
-                 ON CONFLICT (name) DO NOTHING
-                 RETURNING token){left_line}
-             SELECT token, pg_catalog.pg_notify($4, {TAKEN})::pg_catalog.text FROM won",
-            expiry = expiry_sql("$3"),
-            leases = self.leases(),
-            tokens = quote_literal(&self.qualified(&shared.tokens)),
-            left_line = self.left_line(waiter),
-        );
+        let insert = self.insert_sql(waiter);
         let a = (
             shared.name.clone(),
             shared.identity.clone(),
@@ -401,6 +397,24 @@ impl Postgres {
             shared.waiter.store(0, Ordering::SeqCst);
         }
         Ok(token)
+    }
+
+    /// The `INSERT` of a new name's row for a waiter `waiter` (0: not in line):
+    /// [`insert_new`](Self::insert_new)'s parameters, the first four of
+    /// [`acquire`](Self::acquire)'s.
+    pub(super) fn insert_sql(&self, waiter: i64) -> String {
+        format!(
+            "WITH won AS (
+                 INSERT INTO {leases} (name, holder, token, expires_at, ttl_ms)
+                 VALUES ($1, $2, pg_catalog.nextval({tokens}::pg_catalog.regclass), {expiry}, $3)
+                 ON CONFLICT (name) DO NOTHING
+                 RETURNING token){left_line}
+             SELECT token, pg_catalog.pg_notify($4, {TAKEN})::pg_catalog.text FROM won",
+            expiry = expiry_sql("$3"),
+            leases = self.leases(),
+            tokens = quote_literal(&self.qualified(&self.shared.tokens)),
+            left_line = self.left_line(waiter),
+        )
     }
 
     /// The fence shared by every fenced write: the lease row still holds this candidacy's token,

@@ -101,6 +101,7 @@ use super::rows::{Row, Sightings};
 mod line;
 mod session;
 mod slots;
+mod start;
 mod store;
 pub mod target;
 mod tls;
@@ -322,6 +323,9 @@ struct Shared {
     poll: Duration,
     /// The token this instance holds, 0 while it holds none (shared with its keeper).
     held: AtomicI64,
+    /// A token the campaign's first session won in the round trip of its checks
+    /// (`Postgres::check_and_try`), for the candidacy's first `check_turn`; 0: none.
+    early: AtomicI64,
     schema_ready: Mutex<bool>,
     /// A start without any check (no session check, no look at the tables, no read-write
     /// round trip): the floor the checks are measured against. Only in a build with the
@@ -483,6 +487,7 @@ impl Postgres {
                 probe,
                 poll: timing.retry_period.max(Duration::from_millis(100)),
                 held: AtomicI64::new(0),
+                early: AtomicI64::new(0),
                 schema_ready: Mutex::new(unchecked),
                 unchecked,
                 read_write_in_check,

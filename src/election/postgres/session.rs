@@ -91,11 +91,22 @@ impl Postgres {
         }
         *slot = None;
         let (client, encrypted) = self.open_unchecked(false).await?;
-        if self.shared.unchecked {
-            let client = Arc::new(client);
-            *slot = Some(client.clone());
-            return Ok(client);
+        if !self.shared.unchecked {
+            self.check_new(&client, encrypted).await?;
         }
+        let client = Arc::new(client);
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Checks a new session, and the tables unless this process has found them ready: what
+    /// every session goes through before it is used (save the campaign's first, whose checks
+    /// ride with its first attempt: `check_and_try`).
+    pub(super) async fn check_new(
+        &self,
+        client: &Client,
+        encrypted: bool,
+    ) -> Result<(), StoreError> {
         // The session check and the look at the tables (with their ownership check) in one
         // round trip: tokio-postgres pipelines requests issued concurrently on one client. The
         // look names the schema the check pins (`current_schema()`, which the pin keeps), so it
@@ -107,13 +118,13 @@ impl Postgres {
         let look = async {
             match ready {
                 true => None,
-                false => Some(self.look_at_tables(&client).await),
+                false => Some(self.look_at_tables(client).await),
             }
         };
         let limit = self.shared.request_timeout * 4 + Duration::from_secs(1);
         let (checked, looked) = tokio::time::timeout(
             limit,
-            futures_util::future::join(self.check_session(&client, encrypted), look),
+            futures_util::future::join(self.check_session(client, encrypted), look),
         )
         .await
         .map_err(|_| {
@@ -124,11 +135,9 @@ impl Postgres {
         })?;
         checked?;
         if let Some(looked) = looked {
-            self.ensure_schema(&client, looked?).await?;
+            self.ensure_schema(client, looked?).await?;
         }
-        let client = Arc::new(client);
-        *slot = Some(client.clone());
-        Ok(client)
+        Ok(())
     }
 
     /// Runs one request on the shared session under the request timer; a session that timed
@@ -183,14 +192,7 @@ impl Postgres {
         // or the URL gives (a schema of another role's may come before pg_catalog there): every
         // name in it is qualified (see the module's "SQL"); `found` differs from the table in the
         // first schema when that one is missing (its oid NULL, compared as 0) or another.
-        let pin = match shared.schema.get() {
-            Some(schema) => format!("SET search_path = {}", quote_ident(schema)),
-            None => "SELECT pg_catalog.set_config('search_path'::pg_catalog.text,
-                                                  pg_catalog.quote_ident(s), false)
-                     FROM (SELECT pg_catalog.current_schema()::pg_catalog.text AS s) AS first
-                     WHERE s IS NOT NULL"
-                .to_owned(),
-        };
+        let pin = self.pin_sql();
         // With one host, libpq's read-write answer rides here (see `Postgres::new`).
         let read_only = if shared.read_write_in_check {
             ", pg_catalog.current_setting('transaction_read_only'::pg_catalog.text)"
@@ -274,6 +276,26 @@ impl Postgres {
         // operator, function and type is qualified with pg_catalog instead). Table names are
         // qualified as well (`qualified`): a pooler in transaction mode does not keep a
         // session's SET.
+        self.warn_cleartext(encrypted);
+        Ok(())
+    }
+
+    /// The pin of `search_path`: to the schema this process already uses, or (first session) to
+    /// the first schema of the session's own `search_path` (nothing when it names none).
+    pub(super) fn pin_sql(&self) -> String {
+        match self.shared.schema.get() {
+            Some(schema) => format!("SET search_path = {}", quote_ident(schema)),
+            None => "SELECT pg_catalog.set_config('search_path'::pg_catalog.text,
+                                                  pg_catalog.quote_ident(s), false)
+                     FROM (SELECT pg_catalog.current_schema()::pg_catalog.text AS s) AS first
+                     WHERE s IS NOT NULL"
+                .to_owned(),
+        }
+    }
+
+    /// Once per process: a warning when a password went out without TLS.
+    pub(super) fn warn_cleartext(&self, encrypted: bool) {
+        let shared = &self.shared;
         let config = &shared.target.config;
         let on_network = !config.get_hostaddrs().is_empty()
             || config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
@@ -289,7 +311,6 @@ impl Postgres {
                 shared.target.shown
             );
         }
-        Ok(())
     }
 
     /// The schema of the relation `oid` (the table the session check found through
@@ -363,101 +384,9 @@ impl Postgres {
             &high,
             &fence,
         ];
-        let row = unnamed::query_one(
-            client,
-            "WITH RECURSIVE mine(oid) AS (
-                 SELECT pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text))::pg_catalog.oid
-                 UNION
-                 SELECT m.roleid FROM pg_catalog.pg_auth_members m
-                 JOIN mine ON m.member OPERATOR(pg_catalog.=) mine.oid
-             ),
-             me(oid) AS (SELECT pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text))::pg_catalog.oid),
-             s AS (SELECT COALESCE($1, pg_catalog.current_schema()::pg_catalog.text) AS name),
-             k AS (
-                 SELECT s.name, pg_catalog.to_regnamespace(q)::pg_catalog.oid AS ns,
-                        pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
-                            OPERATOR(pg_catalog.||) pg_catalog.quote_ident($2))::pg_catalog.oid AS l,
-                        pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
-                            OPERATOR(pg_catalog.||) pg_catalog.quote_ident($6))::pg_catalog.oid AS w,
-                        pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
-                            OPERATOR(pg_catalog.||) pg_catalog.quote_ident($10))::pg_catalog.oid AS f,
-                        pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
-                            OPERATOR(pg_catalog.||) pg_catalog.quote_ident($3)) IS NOT NULL
-                            AND pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
-                                OPERATOR(pg_catalog.||) pg_catalog.quote_ident($4)) IS NOT NULL AS rest
-                 FROM s, LATERAL (SELECT pg_catalog.quote_ident(s.name) AS q) AS quoted
-             ),
-             writers(rank, how, role) AS (
-                 SELECT 0, 'owns'::pg_catalog.text, n.nspowner
-                 FROM pg_catalog.pg_namespace n, k WHERE n.oid OPERATOR(pg_catalog.=) k.ns
-                 UNION ALL
-                 SELECT 1, 'may create objects in'::pg_catalog.text, a.grantee
-                 FROM pg_catalog.pg_namespace n, k, pg_catalog.aclexplode(n.nspacl) a
-                 WHERE n.oid OPERATOR(pg_catalog.=) k.ns
-                   AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'::pg_catalog.text
-             ),
-             judged AS (
-                 SELECT w.rank, w.how, w.role,
-                        CASE WHEN w.role OPERATOR(pg_catalog.=) pg_catalog.to_regrole('pg_database_owner'::pg_catalog.text)::pg_catalog.oid
-                             THEN (SELECT d.datdba FROM pg_catalog.pg_database d
-                                   WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-                             ELSE w.role END AS acting
-                 FROM writers w
-             ),
-             foreign_writer AS (
-                 SELECT j.how,
-                        CASE WHEN j.role OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'::pg_catalog.text
-                             ELSE pg_catalog.pg_get_userbyid(j.role)::pg_catalog.text END AS who
-                 FROM judged j
-                 WHERE j.role OPERATOR(pg_catalog.=) 0::pg_catalog.oid
-                    OR NOT (j.acting OPERATOR(pg_catalog.=) ANY (SELECT oid FROM mine WHERE oid IS NOT NULL)
-                            OR COALESCE(pg_catalog.pg_has_role(j.acting, (SELECT oid FROM me),
-                                                               'MEMBER'::pg_catalog.text), false))
-                 ORDER BY j.rank LIMIT 1
-             ),
-             ours AS (
-                 SELECT c.oid, c.relowner FROM pg_catalog.pg_class c, k
-                 WHERE c.relnamespace OPERATOR(pg_catalog.=) k.ns
-                   AND c.relname OPERATOR(pg_catalog.>=) $8::pg_catalog.name
-                   AND ($9::pg_catalog.text IS NULL OR c.relname OPERATOR(pg_catalog.<) $9::pg_catalog.name)
-                   AND pg_catalog.starts_with(c.relname::pg_catalog.text, $7)
-             )
-             SELECT k.rest AND k.l IS NOT NULL AND k.w IS NOT NULL
-                    AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a
-                         WHERE NOT a.attisdropped
-                           AND ((a.attrelid OPERATOR(pg_catalog.=) k.l
-                                 AND (a.attname OPERATOR(pg_catalog.=) 'renewals'::pg_catalog.name
-                                      OR a.attname OPERATOR(pg_catalog.=) 'max_holders'::pg_catalog.name
-                                      OR a.attname OPERATOR(pg_catalog.=) 'top_token'::pg_catalog.name))
-                                OR (a.attrelid OPERATOR(pg_catalog.=) k.w
-                                    AND a.attname OPERATOR(pg_catalog.=) 'max_holders'::pg_catalog.name)))
-                        OPERATOR(pg_catalog.=) 4::pg_catalog.int8
-                    AND EXISTS (SELECT FROM pg_catalog.pg_index i
-                                WHERE i.indexrelid OPERATOR(pg_catalog.=) k.f
-                                  AND i.indrelid OPERATOR(pg_catalog.=) k.l AND i.indisunique)
-                    AND EXISTS (SELECT FROM pg_catalog.pg_trigger t
-                                WHERE t.tgrelid OPERATOR(pg_catalog.=) k.l
-                                  AND t.tgname OPERATOR(pg_catalog.=) $5::pg_catalog.name),
-                    EXISTS (SELECT FROM ours o
-                            WHERE o.relowner OPERATOR(pg_catalog.<>) ALL (SELECT oid FROM mine WHERE oid IS NOT NULL))
-                    OR EXISTS (SELECT FROM pg_catalog.pg_proc p
-                               WHERE p.pronamespace OPERATOR(pg_catalog.=) k.ns
-                                 AND p.proname OPERATOR(pg_catalog.>=) $8::pg_catalog.name
-                                 AND ($9::pg_catalog.text IS NULL OR p.proname OPERATOR(pg_catalog.<) $9::pg_catalog.name)
-                                 AND pg_catalog.starts_with(p.proname::pg_catalog.text, $7)
-                                 AND p.proowner OPERATOR(pg_catalog.<>) ALL (SELECT oid FROM mine WHERE oid IS NOT NULL))
-                    OR EXISTS (SELECT FROM pg_catalog.pg_trigger t
-                               JOIN ours o ON o.oid OPERATOR(pg_catalog.=) t.tgrelid
-                               JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
-                               WHERE NOT t.tgisinternal
-                                 AND p.proowner OPERATOR(pg_catalog.<>) ALL (SELECT oid FROM mine WHERE oid IS NOT NULL)),
-                    k.name, (SELECT how FROM foreign_writer), (SELECT who FROM foreign_writer),
-                    CURRENT_USER::pg_catalog.text
-             FROM k",
-            &params,
-        )
-        .await
-        .map_err(classify)?;
+        let row = unnamed::query_one(client, LOOK, &params)
+            .await
+            .map_err(classify)?;
         use crate::escape::escape_str;
         let unsafe_schema = match (
             row.get::<_, Option<String>>(3),
@@ -823,7 +752,7 @@ impl Postgres {
 
 impl Postgres {
     /// The table prefix (`<p>_`): what every name of leader-exec's objects starts with.
-    fn prefix(&self) -> String {
+    pub(super) fn prefix(&self) -> String {
         let leases = &self.shared.leases;
         leases.strip_suffix("leases").unwrap_or(leases).to_owned()
     }
@@ -877,3 +806,98 @@ fn lost_a_catalog_race(error: &tokio_postgres::Error) -> bool {
         || code == Some(&SqlState::DUPLICATE_FUNCTION)
         || error_text(error).contains("tuple concurrently updated")
 }
+
+/// The start's one look at the schema and the tables ([`Postgres::look_at_tables`]): whether
+/// the tables are complete, whether another role owns an object the ownership check covers, the
+/// schema's name, and (for an unsafe schema) how and which role makes it so, and the connecting
+/// role. Parameters, all text: the schema (NULL: `current_schema()`), the leases, records,
+/// tokens, guard and waiters names, the prefix, its bounds (`name_bounds`), the fence index.
+pub(super) const LOOK: &str = "WITH RECURSIVE mine(oid) AS (
+        SELECT pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text))::pg_catalog.oid
+        UNION
+        SELECT m.roleid FROM pg_catalog.pg_auth_members m
+        JOIN mine ON m.member OPERATOR(pg_catalog.=) mine.oid
+    ),
+    me(oid) AS (SELECT pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text))::pg_catalog.oid),
+    s AS (SELECT COALESCE($1, pg_catalog.current_schema()::pg_catalog.text) AS name),
+    k AS (
+        SELECT s.name, pg_catalog.to_regnamespace(q)::pg_catalog.oid AS ns,
+               pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                   OPERATOR(pg_catalog.||) pg_catalog.quote_ident($2))::pg_catalog.oid AS l,
+               pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                   OPERATOR(pg_catalog.||) pg_catalog.quote_ident($6))::pg_catalog.oid AS w,
+               pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                   OPERATOR(pg_catalog.||) pg_catalog.quote_ident($10))::pg_catalog.oid AS f,
+               pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                   OPERATOR(pg_catalog.||) pg_catalog.quote_ident($3)) IS NOT NULL
+                   AND pg_catalog.to_regclass(q OPERATOR(pg_catalog.||) '.'::pg_catalog.text
+                       OPERATOR(pg_catalog.||) pg_catalog.quote_ident($4)) IS NOT NULL AS rest
+        FROM s, LATERAL (SELECT pg_catalog.quote_ident(s.name) AS q) AS quoted
+    ),
+    writers(rank, how, role) AS (
+        SELECT 0, 'owns'::pg_catalog.text, n.nspowner
+        FROM pg_catalog.pg_namespace n, k WHERE n.oid OPERATOR(pg_catalog.=) k.ns
+        UNION ALL
+        SELECT 1, 'may create objects in'::pg_catalog.text, a.grantee
+        FROM pg_catalog.pg_namespace n, k, pg_catalog.aclexplode(n.nspacl) a
+        WHERE n.oid OPERATOR(pg_catalog.=) k.ns
+          AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'::pg_catalog.text
+    ),
+    judged AS (
+        SELECT w.rank, w.how, w.role,
+               CASE WHEN w.role OPERATOR(pg_catalog.=) pg_catalog.to_regrole('pg_database_owner'::pg_catalog.text)::pg_catalog.oid
+                    THEN (SELECT d.datdba FROM pg_catalog.pg_database d
+                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+                    ELSE w.role END AS acting
+        FROM writers w
+    ),
+    foreign_writer AS (
+        SELECT j.how,
+               CASE WHEN j.role OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'::pg_catalog.text
+                    ELSE pg_catalog.pg_get_userbyid(j.role)::pg_catalog.text END AS who
+        FROM judged j
+        WHERE j.role OPERATOR(pg_catalog.=) 0::pg_catalog.oid
+           OR NOT (j.acting OPERATOR(pg_catalog.=) ANY (SELECT oid FROM mine WHERE oid IS NOT NULL)
+                   OR COALESCE(pg_catalog.pg_has_role(j.acting, (SELECT oid FROM me),
+                                                      'MEMBER'::pg_catalog.text), false))
+        ORDER BY j.rank LIMIT 1
+    ),
+    ours AS (
+        SELECT c.oid, c.relowner FROM pg_catalog.pg_class c, k
+        WHERE c.relnamespace OPERATOR(pg_catalog.=) k.ns
+          AND c.relname OPERATOR(pg_catalog.>=) $8::pg_catalog.name
+          AND ($9::pg_catalog.text IS NULL OR c.relname OPERATOR(pg_catalog.<) $9::pg_catalog.name)
+          AND pg_catalog.starts_with(c.relname::pg_catalog.text, $7)
+    )
+    SELECT k.rest AND k.l IS NOT NULL AND k.w IS NOT NULL
+           AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute a
+                WHERE NOT a.attisdropped
+                  AND ((a.attrelid OPERATOR(pg_catalog.=) k.l
+                        AND (a.attname OPERATOR(pg_catalog.=) 'renewals'::pg_catalog.name
+                             OR a.attname OPERATOR(pg_catalog.=) 'max_holders'::pg_catalog.name
+                             OR a.attname OPERATOR(pg_catalog.=) 'top_token'::pg_catalog.name))
+                       OR (a.attrelid OPERATOR(pg_catalog.=) k.w
+                           AND a.attname OPERATOR(pg_catalog.=) 'max_holders'::pg_catalog.name)))
+               OPERATOR(pg_catalog.=) 4::pg_catalog.int8
+           AND EXISTS (SELECT FROM pg_catalog.pg_index i
+                       WHERE i.indexrelid OPERATOR(pg_catalog.=) k.f
+                         AND i.indrelid OPERATOR(pg_catalog.=) k.l AND i.indisunique)
+           AND EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                       WHERE t.tgrelid OPERATOR(pg_catalog.=) k.l
+                         AND t.tgname OPERATOR(pg_catalog.=) $5::pg_catalog.name),
+           EXISTS (SELECT FROM ours o
+                   WHERE o.relowner OPERATOR(pg_catalog.<>) ALL (SELECT oid FROM mine WHERE oid IS NOT NULL))
+           OR EXISTS (SELECT FROM pg_catalog.pg_proc p
+                      WHERE p.pronamespace OPERATOR(pg_catalog.=) k.ns
+                        AND p.proname OPERATOR(pg_catalog.>=) $8::pg_catalog.name
+                        AND ($9::pg_catalog.text IS NULL OR p.proname OPERATOR(pg_catalog.<) $9::pg_catalog.name)
+                        AND pg_catalog.starts_with(p.proname::pg_catalog.text, $7)
+                        AND p.proowner OPERATOR(pg_catalog.<>) ALL (SELECT oid FROM mine WHERE oid IS NOT NULL))
+           OR EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                      JOIN ours o ON o.oid OPERATOR(pg_catalog.=) t.tgrelid
+                      JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+                      WHERE NOT t.tgisinternal
+                        AND p.proowner OPERATOR(pg_catalog.<>) ALL (SELECT oid FROM mine WHERE oid IS NOT NULL)),
+           k.name, (SELECT how FROM foreign_writer), (SELECT who FROM foreign_writer),
+           CURRENT_USER::pg_catalog.text
+    FROM k";

@@ -11,10 +11,11 @@ impl Campaign for Postgres {
         // keep it alive while this candidacy waits behind it).
         self.shared.held.store(0, Ordering::SeqCst);
         // Only the shared session, checked (a primary, the schema, its ownership) and the tables
-        // made: what the acquiring statement needs to be valid and safe to run. The place in
+        // made: what the acquiring statement needs to be valid and safe to run; a new session's
+        // checks carry the first attempt in their round trip (`check_and_try`). The place in
         // line and the listening session come with the first attempt that finds the row held
-        // (`check_turn`), so that an uncontended start costs one session and two round trips.
-        self.client().await?;
+        // (`check_turn`), so that an uncontended start costs one session and one round trip.
+        self.check_and_try().await?;
         Ok(Candidacy {
             lease_id: None,
             key: self.row_key(),
@@ -35,6 +36,13 @@ impl Campaign for Postgres {
         let held = shared.held.load(Ordering::SeqCst);
         if candidacy.token != 0 && held == candidacy.token {
             return Ok(Turn::Leading { token: held });
+        }
+        // Won with the campaign's checks (and not given up since: a new campaign clears both):
+        // proven from the instant the campaign began, the one its candidacy's deadline counts
+        // from, which came before the message that won it.
+        let early = shared.early.swap(0, Ordering::SeqCst);
+        if early != 0 && held == early {
+            return Ok(Turn::Leading { token: early });
         }
         if shared.waiter.load(Ordering::SeqCst) == 0 {
             // Not in line yet (a new candidacy, or one taken for dead by the waiter behind):
@@ -67,7 +75,11 @@ impl Campaign for Postgres {
         }))
     }
 
-    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+    async fn predecessor_gone(
+        &self,
+        _candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Result<(), StoreError> {
         // The wait for a turn is every row store's (`rows/line.rs`); what this waiter hears and
         // reads, PostgreSQL's (`impl Waiter`, line.rs). Until the first look at the line this
         // waiter may be first: the lease row's own wait.

@@ -155,7 +155,11 @@ impl Campaign for ZooKeeper {
     /// answers with (the node's data version above 0): W looks again at once. Only a holder
     /// touches its node, and a holder's successor is at most N from the front, so in a line of
     /// leader-exec instances this never finds a touched predecessor twice in a row.
-    async fn predecessor_gone(&self, ahead: &Ahead) -> Result<(), StoreError> {
+    async fn predecessor_gone(
+        &self,
+        _candidacy: &Candidacy,
+        ahead: &Ahead,
+    ) -> Result<(), StoreError> {
         let watch = async {
             let Some(client) = self.session_of() else {
                 return Ok(());
