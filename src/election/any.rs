@@ -3,24 +3,200 @@
 //! [`Connection::open_reader`] open it as an [`AnyStore`], which implements every store trait by
 //! handing each call to the store inside.
 //!
-//! Only this file (and the `mod` lines of mod.rs) lists the stores.
+//! Every store has one shape, [`Door`], and one line in the list `with_stores!` below; the enums
+//! and every delegation in this file are generated from that list. Only the list (and the `mod`
+//! lines of mod.rs) names the stores.
 
+use std::fmt;
 use std::time::Duration;
 
-use super::etcd::{self, Etcd};
 use super::flags::{self, StoreFlags};
-use super::postgres::{self, Postgres};
-use super::zookeeper::{self, ZooKeeper};
 use super::{
     Ahead, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
-    LeaseTiming, Observation, RawRecord, Read, Records, Renewal, Scope, StoreError, Turn,
+    LeaseTiming, Observation, RawRecord, Read, Records, Renewal, Scope, Store, StoreError, Turn,
 };
 use crate::exit::Failure;
 use crate::redact::redact_password;
 
+/// The stores, one line each: `FOLDER: TYPE`, the store's module under `src/election/` and its
+/// type, which implements [`Door`] (and so every store trait). Adding a store is one line here.
+///
+/// The order is the order the schemes of `--endpoints` are tried in and listed in messages. The
+/// first store is also the one an endpoint without a scheme means (etcd, as `etcdctl` reads
+/// `--endpoints`): `--endpoints` names it unless an endpoint has a scheme of another.
+///
+/// `with_stores!(callback!(ARGS))` expands to `callback! { (ARGS) etcd: Etcd, … }`, the pattern
+/// of the tests' store list (tests/stores.rs).
+macro_rules! with_stores {
+    ($callback:ident ! $args:tt) => {
+        $callback! { $args
+            etcd: Etcd,
+            postgres: Postgres,
+            zookeeper: ZooKeeper,
+        }
+    };
+}
+
 /// Where the run form and the subcommands look when neither `--endpoints` nor the environment
 /// names a store: a local etcd.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
+
+/// One store's shape, as the door sees it: the schemes of `--endpoints` that select it, its own
+/// check of what they and the TLS and credential flags say, and its two constructors. Each store
+/// implements it in its `target.rs`.
+pub trait Door: Store + Sized {
+    /// The store's name in messages, as [`Describe::store_name`] gives it.
+    const NAME: &'static str;
+    /// The schemes that select it (lower case, without `://`), as messages list them; the first
+    /// is the one suggested for a typo of the store's name.
+    const SCHEMES: &'static [&'static str];
+    /// Other spellings of a scheme that select it, which messages do not list (`postgresql`).
+    const SPELLINGS: &'static [&'static str];
+    /// How a scheme that is none of these but means this store begins: the store's name or a
+    /// common short form of it (`zookeeper://`, `pgsql://`), refused with its first scheme
+    /// suggested. Without these, a typo would be pointed to the scheme nearest in spelling.
+    const ALIASES: &'static [&'static str];
+    /// What `--endpoints` and the TLS and credential flags say for this store, checked.
+    type Target: Clone + fmt::Debug;
+
+    /// Checks the endpoints (one at least has one of [`Door::SCHEMES`], or for the first store
+    /// of the list, none has another store's), reads the TLS files and the credentials. Bad input
+    /// is refused with one line naming the flag, never echoing a password; a list that mixes
+    /// stores is refused here. Nothing is contacted.
+    fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Self::Target, Failure>;
+
+    /// Opens the store for a candidate of `open.scope`'s election, whose lease must cover
+    /// `open.timing`.
+    fn candidate(target: &Self::Target, open: Open) -> impl Future<Output = Result<Self, Failure>>;
+
+    /// Opens the store for reading and administration (`status`, `watch`, `check`, `resign`,
+    /// `status --all`): it campaigns for nothing and holds no lease.
+    fn reader(target: &Self::Target, open: Open) -> impl Future<Output = Result<Self, Failure>>;
+}
+
+/// What a store is opened with, as a candidate ([`Door::candidate`]) or a reader
+/// ([`Door::reader`]).
+#[derive(Clone, Debug)]
+pub struct Open {
+    /// Which election. A reader of every election under the prefix (`status --all`) has an empty
+    /// lease, which no election has (validate.rs refuses an empty `--lease`).
+    pub scope: Scope,
+    /// The candidate's identity; empty for a reader.
+    pub identity: String,
+    /// What the candidate's lease must cover. Zero for a reader, which holds no lease: each
+    /// store bounds a reader's requests by the connect timeout instead.
+    pub timing: LeaseTiming,
+    /// `--connect-timeout`: bounds the first contact.
+    pub connect_timeout: Duration,
+    /// `--max-holders` N; 1 for a reader.
+    pub max_holders: u32,
+}
+
+/// A store's entry in [`DOORS`]: its [`Door`] constants, and its `parse` giving its own variant
+/// of [`Target`].
+struct Doorway {
+    name: &'static str,
+    schemes: &'static [&'static str],
+    spellings: &'static [&'static str],
+    aliases: &'static [&'static str],
+    parse: fn(Vec<String>, StoreFlags) -> Result<Target, Failure>,
+}
+
+impl Doorway {
+    /// Whether `scheme` (lower case) selects this store.
+    fn takes(&self, scheme: &str) -> bool {
+        self.schemes
+            .iter()
+            .chain(self.spellings)
+            .any(|s| *s == scheme)
+    }
+}
+
+/// The enums of every store, the table of their doors and what opens each, from the list.
+macro_rules! declare_stores {
+    (() $($folder:ident: $store:ident,)*) => {
+        /// What `--endpoints` names, checked by its store; nothing contacted yet.
+        #[derive(Clone, Debug)]
+        enum Target {
+            $($store(Box<<super::$folder::$store as Door>::Target>),)*
+        }
+
+        /// An open store, whichever it is. Boxed: the stores differ in size by kilobytes.
+        pub enum AnyStore {
+            $($store(Box<super::$folder::$store>),)*
+        }
+
+        /// The keeper of whichever store (boxed, as the store is).
+        pub enum AnyKeeper {
+            $($store(Box<<super::$folder::$store as Campaign>::Keeper>),)*
+        }
+
+        /// Every store's door, in the list's order.
+        const DOORS: &[Doorway] = &[$(Doorway {
+            name: <super::$folder::$store as Door>::NAME,
+            schemes: <super::$folder::$store as Door>::SCHEMES,
+            spellings: <super::$folder::$store as Door>::SPELLINGS,
+            aliases: <super::$folder::$store as Door>::ALIASES,
+            parse: |endpoints, args| {
+                let target = <super::$folder::$store as Door>::parse(endpoints, args)?;
+                Ok(Target::$store(Box::new(target)))
+            },
+        },)*];
+
+        impl Target {
+            /// Opens the store this names, as a reader or for a candidate.
+            async fn open(&self, open: Open, reader: bool) -> Result<AnyStore, Failure> {
+                Ok(match self {
+                    $(Target::$store(target) => AnyStore::$store(Box::new(if reader {
+                        <super::$folder::$store as Door>::reader(target, open).await?
+                    } else {
+                        <super::$folder::$store as Door>::candidate(target, open).await?
+                    })),)*
+                })
+            }
+
+            #[cfg(test)]
+            fn store_name(&self) -> &'static str {
+                match self {
+                    $(Target::$store(_) => <super::$folder::$store as Door>::NAME,)*
+                }
+            }
+        }
+
+        impl AnyStore {
+            /// The keeper of `candidacy`'s claim, in the variant of this store.
+            fn keeper_of(&self, candidacy: &Candidacy) -> AnyKeeper {
+                match self {
+                    $(AnyStore::$store(store) => {
+                        AnyKeeper::$store(Box::new(store.keeper(candidacy)))
+                    })*
+                }
+            }
+        }
+    };
+}
+
+with_stores!(declare_stores!());
+
+/// `$body` with `$x` bound to the store inside `$any`, an [`AnyStore`] (or after `AnyKeeper:`,
+/// to the keeper inside an [`AnyKeeper`]), whichever it is.
+macro_rules! each {
+    (AnyKeeper: $any:expr, $x:ident => $body:expr) => {
+        with_stores!(each_arm!(AnyKeeper, $any, $x => $body))
+    };
+    ($any:expr, $x:ident => $body:expr) => {
+        with_stores!(each_arm!(AnyStore, $any, $x => $body))
+    };
+}
+
+/// The `match` of `each!`, one arm a store of the list.
+macro_rules! each_arm {
+    (($enum:ident, $any:expr, $x:ident => $body:expr) $($folder:ident: $store:ident,)*) => {
+        match $any {
+            $($enum::$store($x) => $body,)*
+        }
+    };
+}
 
 /// The store `--endpoints` names, checked by that store; nothing contacted yet.
 #[derive(Clone, Debug)]
@@ -30,52 +206,47 @@ pub struct Connection {
     target: Target,
 }
 
-/// The schemes `--endpoints` takes, and the store each selects.
-const SCHEMES: [(&str, &str); 5] = [
-    ("http", "etcd"),
-    ("https", "etcd"),
-    ("postgres", "PostgreSQL"),
-    ("postgresql", "PostgreSQL"),
-    ("zk", "ZooKeeper"),
-];
+/// The scheme of an endpoint, lower case, if it has one.
+fn scheme_of(endpoint: &str) -> Option<String> {
+    let (scheme, _) = endpoint.split_once("://")?;
+    Some(scheme.to_ascii_lowercase())
+}
 
-/// The refusal of an endpoint whose `SCHEME://` is none of [`SCHEMES`], naming the nearest one.
+/// The refusal of an endpoint whose `SCHEME://` is none of any store's, naming the nearest one.
 /// Without it, a typo (`postgre://`, `zookeeper://`) falls through to etcd, whose message
 /// suggests only the etcd form.
 fn unknown_scheme(endpoint: &str) -> Option<String> {
     let (scheme, _) = endpoint.split_once("://")?;
     let lower = scheme.to_ascii_lowercase();
-    if SCHEMES.iter().any(|(known, _)| *known == lower) {
+    if DOORS.iter().any(|door| door.takes(&lower)) {
         return None;
     }
     // A store's own name, or a common short form of it, means that store.
-    let (nearest, store) = if lower.starts_with("zoo") || lower.starts_with("zk") {
-        SCHEMES[4]
-    } else if ["pg", "postg", "psql"].iter().any(|p| lower.starts_with(p)) {
-        SCHEMES[2]
-    } else if lower.starts_with("etcd") {
-        SCHEMES[0]
-    } else {
-        *SCHEMES
+    let alias = |door: &&Doorway| door.aliases.iter().any(|a| lower.starts_with(a));
+    let (nearest, store) = match DOORS.iter().find(alias) {
+        Some(door) => (door.schemes[0], door.name),
+        None => DOORS
             .iter()
+            .flat_map(|door| {
+                let known = door.schemes.iter().chain(door.spellings);
+                known.map(|scheme| (*scheme, door.name))
+            })
             .min_by_key(|(known, _)| crate::escape::edit_distance(&lower, known))
-            .expect("not empty")
+            .expect("not empty"),
     };
+    let listed: Vec<String> = DOORS
+        .iter()
+        .map(|door| {
+            let schemes: Vec<String> = door.schemes.iter().map(|s| format!("{s}://")).collect();
+            format!("{} ({})", schemes.join(" and "), door.name)
+        })
+        .collect();
     Some(format!(
-        "--endpoints: '{}' has the unknown scheme {}://; did you mean {nearest}:// ({store})? The schemes are http:// and https:// (etcd), postgres:// (PostgreSQL), zk:// (ZooKeeper)",
+        "--endpoints: '{}' has the unknown scheme {}://; did you mean {nearest}:// ({store})? The schemes are {}",
         redact_password(endpoint).escape_debug(),
-        scheme.escape_debug()
+        scheme.escape_debug(),
+        listed.join(", ")
     ))
-}
-
-#[derive(Clone, Debug)]
-enum Target {
-    /// No scheme, `http://`, `https://`.
-    Etcd(Box<etcd::Target>),
-    /// `postgres://` or `postgresql://`.
-    Postgres(Box<postgres::Target>),
-    /// `zk://HOST:PORT[,HOST:PORT…][/chroot]`.
-    ZooKeeper(Box<zookeeper::Target>),
 }
 
 impl Connection {
@@ -123,19 +294,14 @@ impl Connection {
             return Err(Failure::usage(refusal));
         }
         let connect_timeout = args.connect_timeout;
-        let target = if endpoints
-            .iter()
-            .any(|e| postgres::target::is_postgres_url(e))
-        {
-            Target::Postgres(Box::new(postgres::target::parse(endpoints, args)?))
-        } else if endpoints
-            .iter()
-            .any(|e| zookeeper::target::is_zookeeper_url(e))
-        {
-            Target::ZooKeeper(Box::new(zookeeper::target::parse(endpoints, args)?))
-        } else {
-            Target::Etcd(Box::new(etcd::Target::parse(endpoints, args)?))
+        // The first store after the first that takes an endpoint's scheme checks the list (and
+        // refuses it if it mixes stores); a list none of them takes is the first store's.
+        let takes = |door: &&Doorway| {
+            let mut schemes = endpoints.iter().filter_map(|e| scheme_of(e));
+            schemes.any(|scheme| door.takes(&scheme))
         };
+        let door = DOORS[1..].iter().find(takes).unwrap_or(&DOORS[0]);
+        let target = (door.parse)(endpoints, args)?;
         Ok(warn(Connection {
             connect_timeout,
             target,
@@ -150,51 +316,14 @@ impl Connection {
         timing: LeaseTiming,
         max_holders: u32,
     ) -> Result<AnyStore, Failure> {
-        let connect_timeout = self.connect_timeout;
-        let usage = |e: StoreError| Failure::usage(e.to_string());
-        Ok(match &self.target {
-            Target::Etcd(target) => AnyStore::Etcd(Box::new(
-                Etcd::new(
-                    etcd::target::open(target).await?,
-                    &target.endpoints,
-                    scope.election_prefix(),
-                    identity,
-                    timing.ttl,
-                    max_holders,
-                )
-                .over_tls(target.tls.is_some()),
-            )),
-            Target::Postgres(target) => AnyStore::Postgres(
-                Postgres::new(
-                    (**target).clone(),
-                    &scope.prefix,
-                    &scope.lease,
-                    identity,
-                    postgres::PgTiming {
-                        ttl: timing.ttl,
-                        retry_period: timing.retry_period,
-                        connect_timeout,
-                    },
-                    max_holders,
-                )
-                .map_err(usage)?,
-            ),
-            Target::ZooKeeper(target) => AnyStore::ZooKeeper(Box::new(
-                ZooKeeper::new(
-                    (**target).clone(),
-                    &scope.prefix,
-                    &scope.lease,
-                    identity,
-                    zookeeper::ZkTiming {
-                        ttl: timing.ttl,
-                        needed: timing.needed,
-                        connect_timeout,
-                    },
-                    max_holders,
-                )
-                .map_err(usage)?,
-            )),
-        })
+        let open = Open {
+            scope: scope.clone(),
+            identity,
+            timing,
+            connect_timeout: self.connect_timeout,
+            max_holders,
+        };
+        self.target.open(open, false).await
     }
 
     /// Opens the store for reading and administration (`status`, `watch`, `check`, `resign`):
@@ -205,30 +334,25 @@ impl Connection {
         prefix: &str,
         scope: Option<&Scope>,
     ) -> Result<AnyStore, Failure> {
-        let lease = scope.map_or("", |s| s.lease.as_str());
-        let usage = |e: StoreError| Failure::usage(e.to_string());
-        Ok(match &self.target {
-            Target::Etcd(target) => AnyStore::Etcd(Box::new(
-                Etcd::reader(
-                    etcd::target::open(target).await?,
-                    &target.endpoints,
-                    scope.map_or_else(|| prefix.to_owned(), Scope::election_prefix),
-                )
-                .over_tls(target.tls.is_some()),
-            )),
-            Target::Postgres(target) => AnyStore::Postgres(
-                Postgres::reader((**target).clone(), prefix, lease, self.connect_timeout)
-                    .map_err(usage)?,
-            ),
-            Target::ZooKeeper(target) => AnyStore::ZooKeeper(Box::new(
-                ZooKeeper::reader((**target).clone(), prefix, lease, self.connect_timeout)
-                    .map_err(usage)?,
-            )),
-        })
+        let open = Open {
+            scope: Scope {
+                lease: scope.map_or_else(String::new, |s| s.lease.clone()),
+                prefix: prefix.to_owned(),
+            },
+            identity: String::new(),
+            timing: LeaseTiming {
+                ttl: Duration::ZERO,
+                retry_period: Duration::ZERO,
+                needed: Duration::ZERO,
+            },
+            connect_timeout: self.connect_timeout,
+            max_holders: 1,
+        };
+        self.target.open(open, true).await
     }
 
     #[cfg(test)]
-    pub fn into_zookeeper(self) -> Option<zookeeper::Target> {
+    pub fn into_zookeeper(self) -> Option<super::zookeeper::Target> {
         match self.target {
             Target::ZooKeeper(target) => Some(*target),
             _ => None,
@@ -236,48 +360,13 @@ impl Connection {
     }
 }
 
-/// An open store, whichever it is.
-pub enum AnyStore {
-    /// Boxed, as ZooKeeper is: the stores differ in size by kilobytes.
-    Etcd(Box<Etcd>),
-    Postgres(Postgres),
-    ZooKeeper(Box<ZooKeeper>),
-}
-
-/// The keeper of whichever store.
-pub enum AnyKeeper {
-    /// Boxed, as the store is.
-    Etcd(Box<<Etcd as Campaign>::Keeper>),
-    Postgres(<Postgres as Campaign>::Keeper),
-    ZooKeeper(<ZooKeeper as Campaign>::Keeper),
-}
-
-/// `$body` with `$store` bound to the store inside `$any`, whichever it is.
-macro_rules! each {
-    ($any:expr, $store:ident => $body:expr) => {
-        match $any {
-            AnyStore::Etcd($store) => $body,
-            AnyStore::Postgres($store) => $body,
-            AnyStore::ZooKeeper($store) => $body,
-        }
-    };
-}
-
 impl Keeper for AnyKeeper {
     async fn renew(&mut self) -> Result<Renewal, StoreError> {
-        match self {
-            AnyKeeper::Etcd(keeper) => keeper.renew().await,
-            AnyKeeper::Postgres(keeper) => keeper.renew().await,
-            AnyKeeper::ZooKeeper(keeper) => keeper.renew().await,
-        }
+        each!(AnyKeeper: self, keeper => keeper.renew().await)
     }
 
     fn reset(&mut self) {
-        match self {
-            AnyKeeper::Etcd(keeper) => keeper.reset(),
-            AnyKeeper::Postgres(keeper) => keeper.reset(),
-            AnyKeeper::ZooKeeper(keeper) => keeper.reset(),
-        }
+        each!(AnyKeeper: self, keeper => keeper.reset())
     }
 }
 
@@ -289,11 +378,7 @@ impl Campaign for AnyStore {
     }
 
     fn keeper(&self, candidacy: &Candidacy) -> AnyKeeper {
-        match self {
-            AnyStore::Etcd(store) => AnyKeeper::Etcd(Box::new(store.keeper(candidacy))),
-            AnyStore::Postgres(store) => AnyKeeper::Postgres(store.keeper(candidacy)),
-            AnyStore::ZooKeeper(store) => AnyKeeper::ZooKeeper(store.keeper(candidacy)),
-        }
+        self.keeper_of(candidacy)
     }
 
     async fn check_turn(&self, candidacy: &Candidacy) -> Result<Turn, StoreError> {
@@ -440,11 +525,7 @@ mod tests {
 
     fn store_of(endpoints: &str) -> Result<&'static str, String> {
         match Connection::parse(flags(&["--endpoints", endpoints])) {
-            Ok(connection) => Ok(match connection.target {
-                Target::Etcd(_) => "etcd",
-                Target::Postgres(_) => "PostgreSQL",
-                Target::ZooKeeper(_) => "ZooKeeper",
-            }),
+            Ok(connection) => Ok(connection.target.store_name()),
             Err(failure) => Err(failure.to_string()),
         }
     }
@@ -472,6 +553,13 @@ mod tests {
             );
             assert!(!refused.contains("hunter2"), "{refused}");
         }
+        // The list of schemes, from the store list, in its order.
+        assert_eq!(
+            store_of("postgre://db/ops").unwrap_err(),
+            "--endpoints: 'postgre://db/ops' has the unknown scheme postgre://; did you mean \
+             postgres:// (PostgreSQL)? The schemes are http:// and https:// (etcd), postgres:// \
+             (PostgreSQL), zk:// (ZooKeeper)"
+        );
     }
 
     /// The scheme of `--endpoints` picks the store; what no other store claims is etcd's.

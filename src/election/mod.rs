@@ -54,14 +54,15 @@
 //!
 //! A new (fourth) store touches, file by file:
 //! - `src/election/NEW/mod.rs` (and more files beside it as it grows): a type implementing
-//!   [`Campaign`], [`Read`], [`Records`], [`Handover`] and [`Describe`], a [`Keeper`], and two
-//!   constructors: one for a candidate (with [`LeaseTiming`]) and a reader.
-//! - `src/election/NEW/target.rs`: `is_NEW_url` and `parse(endpoints, StoreFlags)`, refusing
-//!   bad input with one line naming the flag, never echoing a password.
-//! - `src/election/mod.rs`: one `pub mod NEW;` line.
-//! - `src/election/any.rs`: one variant in `Target`, `AnyStore` and `AnyKeeper`, one arm in
-//!   `Connection::parse`, `open`, `open_reader`, the `each!` macro, `AnyStore::keeper` and
-//!   `AnyKeeper`'s two methods; a case in `the_scheme_picks_the_store`.
+//!   [`Campaign`], [`Read`], [`Records`], [`Handover`] and [`Describe`], and a [`Keeper`].
+//! - `src/election/NEW/target.rs`: the type's [`any::Door`]: its schemes, `parse(endpoints,
+//!   StoreFlags)` refusing bad input with one line naming the flag, never echoing a password, and
+//!   a candidate and a reader constructor from one [`any::Open`] (scope, identity,
+//!   [`LeaseTiming`], connect timeout, N).
+//! - `src/election/any.rs`: one line in its store list, `with_stores!`, from which the enums, the
+//!   scheme table and every delegation are generated; a case in `the_scheme_picks_the_store`.
+//! - `src/election/mod.rs`: one `pub mod NEW;` line (written out, not generated from the list:
+//!   rustfmt finds a module's files only through a `mod` line it can read).
 //! - `tests/harness/NEW.rs` (with its two lines in `tests/harness/mod.rs`): one `Store` impl that
 //!   starts the server on free loopback ports;
 //!   `tests/stores.rs`: one entry in `with_stores!` (the integration tests' store-independent

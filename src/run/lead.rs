@@ -23,12 +23,6 @@ use crate::records::occurrence::Record;
 use crate::records::published;
 use crate::signals;
 
-/// How long after the command's start its leader's state record is written (for `status`).
-/// A command's first milliseconds are its exec, dynamic loading and own start-up: a write sent
-/// at once would have this process and the store (etcd: a raft write) take the CPU from it on a
-/// small machine, on the handover path. `status` shows the record this much later.
-const RECORD_AFTER: Duration = Duration::from_millis(50);
-
 /// Why the command's group ended while the claim was proven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Why {
@@ -128,11 +122,11 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         // never delay a renewal or a step-down.
         let runtime_bound = settings.max_runtime.map(|bound| clock.now() + bound);
         let mut ran_too_long = false;
-        // For `status`: since when it leads, and that the command runs. Written [`RECORD_AFTER`]
-        // past the supervisor's word that the command started (its exec done), never before:
-        // the record is for `status` only, so the handover path ends at the start, and neither
-        // this process nor the store works on the write while the command starts up. It is the
-        // one request a new leader makes after leadership passes (etcd: the watch for `resign`
+        // For `status`: since when it leads, and that the command runs. Written once the
+        // supervisor reports the command started (its exec done), never before: the record is
+        // for `status` only, so the handover path ends at the start, and etcd's work on the
+        // write does not compete with the fork and exec on a small machine. It is the one
+        // request a new leader makes after leadership passes (etcd: the watch for `resign`
         // requests is already in place, see `run`).
         let state = published::State::new(
             candidacy,
@@ -155,9 +149,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
         );
         tokio::pin!(announce);
         let mut announced = false;
-        // When the record is due (set once the command started), and whether that has passed.
-        let mut record_at: Option<Duration> = None;
-        let mut record_due = false;
+        let mut started = false;
         let mut handing_over = false;
         let mut status: Option<ChildStatus> = None;
         // A stop asked for while leading (TERM/INT, a handover): the claim is still proven.
@@ -171,7 +163,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 () = &mut key_gone => break Ended::KeyDeleted,
                 event = self.supervisor.next_event() => match event {
                     Ok(Event::Started(pid)) => {
-                        record_at = Some(clock.now() + RECORD_AFTER);
+                        started = true;
                         self.report.emit(super::Event::Started { token: candidacy.token, pid });
                     }
                     Ok(Event::SpawnFailed { errno, message }) => {
@@ -263,8 +255,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                     stop = Some(Stop::begin(self.supervisor, settings.kill_signal, clock.now(), settings.timing.kill_after, Looks::AfterSigkill, candidacy.token));
                     self.report.emit(super::Event::MaxRuntime { token: candidacy.token, signal: settings.kill_signal });
                 }
-                _ = sleep_until_some(&clock, record_at), if !record_due => record_due = true,
-                () = &mut announce, if record_due && !announced => announced = true,
+                () = &mut announce, if started && !announced => announced = true,
                 // A new verdict for `status`: one write at a time, so a later verdict is never
                 // overwritten by an earlier one. A write is an arm like the first: nothing
                 // waits for it, and it is dropped with this loop on every way out.

@@ -33,8 +33,6 @@ pub mod probe;
 pub mod target;
 mod wake;
 
-pub use target::Target;
-
 use holders::{MARKERS, Markers, holders_of, marker_prefix, marker_value, markers_ahead_of};
 
 use super::{

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
+use super::super::any::{Door, Open};
 use super::super::flags::{self, Credentials, StoreFlags};
 use super::super::{Reach, StartError, StoreError, first_contact};
-use super::classify;
+use super::{Etcd, classify};
 use crate::exit::Failure;
 use crate::redact::{redact_password, shown_endpoints};
 
@@ -105,6 +106,43 @@ impl Target {
             tls,
             credentials,
         })
+    }
+}
+
+impl Door for Etcd {
+    const NAME: &'static str = "etcd";
+    const SCHEMES: &'static [&'static str] = &["http", "https"];
+    const SPELLINGS: &'static [&'static str] = &[];
+    const ALIASES: &'static [&'static str] = &["etcd"];
+    type Target = Target;
+
+    fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure> {
+        Target::parse(endpoints, args)
+    }
+
+    async fn candidate(target: &Target, open: Open) -> Result<Etcd, Failure> {
+        let client = self::open(target).await?;
+        let election_prefix = open.scope.election_prefix();
+        let etcd = Etcd::new(
+            client,
+            &target.endpoints,
+            election_prefix,
+            open.identity,
+            open.timing.ttl,
+            open.max_holders,
+        );
+        Ok(etcd.over_tls(target.tls.is_some()))
+    }
+
+    async fn reader(target: &Target, open: Open) -> Result<Etcd, Failure> {
+        let client = self::open(target).await?;
+        // An empty lease is every election under the prefix (`status --all`).
+        let prefix = if open.scope.lease.is_empty() {
+            open.scope.prefix
+        } else {
+            open.scope.election_prefix()
+        };
+        Ok(Etcd::reader(client, &target.endpoints, prefix).over_tls(target.tls.is_some()))
     }
 }
 
