@@ -9,14 +9,14 @@ use clap::{Args, Parser};
 use crate::durations::parse_duration;
 use crate::telemetry::logging::LogFormat;
 
-const ABOUT: &str =
-    "Run a command on exactly one host at a time, elected through etcd, PostgreSQL or ZooKeeper";
+const ABOUT: &str = "Run a command on exactly one host at a time, elected through etcd, PostgreSQL, ZooKeeper or MySQL/MariaDB";
 
 const LONG_ABOUT: &str = "\
-Run a command on exactly one host at a time, elected through etcd, PostgreSQL or ZooKeeper.
+Run a command on exactly one host at a time, elected through etcd, PostgreSQL, ZooKeeper or \
+MySQL/MariaDB.
 
 Every host runs the same line. Each instance campaigns for the named lease in the store (etcd, \
-PostgreSQL or ZooKeeper, chosen by the scheme of --endpoints); exactly one \
+PostgreSQL, ZooKeeper or MySQL/MariaDB, chosen by the scheme of --endpoints); exactly one \
 wins and runs COMMAND with a fencing token in $LEADER_TOKEN, the others wait their turn (or exit \
 at once with --no-wait). The leader renews its lease every --retry-period. The moment it can no \
 longer prove that it still leads (no renewal succeeded for --renew-deadline, the lease expired, \
@@ -576,7 +576,7 @@ pub struct RunArgs {
 
     /// Run COMMAND at most once for this occurrence, e.g. "statements:$(date +%F)".
     ///
-    /// The leader records the occurrence in the store (etcd, PostgreSQL or ZooKeeper; fenced by
+    /// The leader records the occurrence in the store (any of them; fenced by
     /// its token) before starting COMMAND
     /// and its outcome afterwards. A later leader with the same ID does not run a done
     /// occurrence (exit 0), runs a failed one again, and applies --if-unfinished to one that an
@@ -601,7 +601,7 @@ pub struct RunArgs {
     )]
     pub if_unfinished: crate::records::occurrence::IfUnfinished,
 
-    /// How long occurrence records are kept in the store (etcd, PostgreSQL or ZooKeeper);
+    /// How long occurrence records are kept in the store (any of them);
     /// afterwards they are deleted, or treated as absent until they are.
     #[arg(long, value_name = "DUR", default_value = "7days", value_parser = parse_duration, allow_hyphen_values = true, requires = "occurrence")]
     pub occurrence_retention: Duration,
@@ -685,7 +685,7 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 #[command(next_help_heading = "Store connection")]
 pub struct StoreArgs {
-    /// etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq's form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
+    /// etcd endpoints, comma-separated; or one postgres:// (postgresql://) URL in libpq's form to use PostgreSQL; or one zk://HOST:PORT[,HOST:PORT...][/chroot] URL to use ZooKeeper; or one mysql://USER@HOST:PORT[,HOST:PORT...]/DATABASE (mariadb://) URL, with ssl-mode and ssl-ca as the mysql client spells them, to use MySQL or MariaDB [env: LEADER_EXEC_ENDPOINTS, then ETCDCTL_ENDPOINTS] [default: http://127.0.0.1:2379]
     #[arg(long, value_name = "URL[,URL]", value_delimiter = ',', global = true)]
     pub endpoints: Vec<String>,
 
@@ -693,7 +693,7 @@ pub struct StoreArgs {
     #[arg(long, value_name = "DUR", env = "LEADER_EXEC_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true, global = true)]
     pub connect_timeout: Duration,
 
-    /// CA certificate to verify the store's certificate (PEM; etcd and PostgreSQL) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]
+    /// CA certificate to verify the store's certificate (PEM; etcd, PostgreSQL and MySQL) [env: LEADER_EXEC_CACERT, then ETCDCTL_CACERT]
     ///
     /// Without it, https:// endpoints are verified against the system's trust store
     /// (SSL_CERT_FILE and SSL_CERT_DIR, if set, say where it is).
@@ -708,7 +708,7 @@ pub struct StoreArgs {
     #[arg(long, value_name = "FILE", global = true)]
     pub key: Option<PathBuf>,
 
-    /// The store's user (etcd, PostgreSQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]
+    /// The store's user (etcd, PostgreSQL, MySQL; a ZooKeeper digest user), optionally with its password after a colon (the password is never logged) [env: ETCDCTL_USER]
     #[arg(
         long,
         value_name = "NAME[:PASS]",

@@ -1,4 +1,4 @@
-//! leader-exec: run a command on exactly one host at a time, elected through etcd, PostgreSQL or ZooKeeper.
+//! leader-exec: run a command on exactly one host at a time, elected through etcd, PostgreSQL, ZooKeeper or MySQL/MariaDB.
 
 mod app;
 mod assets;

@@ -17,6 +17,8 @@ macro_rules! with_stores {
             etcd: Etcd [chaos ""] [bench];
             postgres: Postgres [chaos "p"] [bench];
             zookeeper: ZooKeeper [chaos "z"] [bench];
+            // MySQL's store on Debian's MariaDB 10.11 (`harness::MariaDb`).
+            mysql: MariaDb [chaos "m"] [bench];
             // PostgreSQL behind pgbouncer in transaction mode (`harness::PgBouncer`). The chaos
             // suite's rows are PostgreSQL's with a pooler in between: it does not run them.
             pgbouncer: PgBouncer [] [bench];

@@ -150,11 +150,11 @@ mod signals;
 mod status_all;
 
 // One folder per store for what only that store has: `etcd_only::…`, `postgres_only::…`,
-// `mariadb_only::…`, `pgbouncer_only::…`, `zookeeper_only::…` (not `etcd::…`: those are the list's on etcd).
+// `mysql_only::…`, `pgbouncer_only::…`, `zookeeper_only::…` (not `etcd::…`: those are the list's on etcd).
 #[path = "etcd/mod.rs"]
 mod etcd_only;
-#[path = "mariadb/mod.rs"]
-mod mariadb_only;
+#[path = "mysql/mod.rs"]
+mod mysql_only;
 #[path = "pgbouncer/mod.rs"]
 mod pgbouncer_only;
 #[path = "postgres/mod.rs"]

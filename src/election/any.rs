@@ -33,6 +33,7 @@ macro_rules! with_stores {
             etcd: Etcd,
             postgres: Postgres,
             zookeeper: ZooKeeper,
+            mysql: MySql,
         }
     };
 }
@@ -573,6 +574,8 @@ mod tests {
             ("postgresql://db1/ops?sslmode=disable", "PostgreSQL"),
             ("zk://a:2181,b:2181/ops", "ZooKeeper"),
             ("ZK://a:2181", "ZooKeeper"),
+            ("mysql://jobs@db1:3306,db2/ops", "MySQL"),
+            ("MariaDB://jobs@db1/ops", "MySQL"),
         ] {
             assert_eq!(store_of(endpoints), Ok(store), "{endpoints}");
         }
@@ -587,6 +590,10 @@ mod tests {
             "zk://b:2181,http://a:2379",
             "zk://b:2181,postgres://u:hunter2@db/ops",
             "http://a:2379,postgres://u:hunter2@db/ops",
+            "mysql://u:hunter2@db/ops,http://a:2379",
+            "http://a:2379,mysql://u:hunter2@db/ops",
+            "zk://b:2181,mariadb://u:hunter2@db/ops",
+            "mysql://u:hunter2@db/ops,postgres://u:hunter2@db/ops",
         ] {
             let message = store_of(endpoints).unwrap_err();
             assert!(
@@ -600,7 +607,12 @@ mod tests {
     /// Every store refuses a zero `--connect-timeout` with the same words.
     #[test]
     fn every_store_refuses_a_zero_connect_timeout() {
-        for endpoints in ["http://a:2379", "postgres://db/ops", "zk://a:2181"] {
+        for endpoints in [
+            "http://a:2379",
+            "postgres://db/ops",
+            "zk://a:2181",
+            "mysql://u@db/ops",
+        ] {
             let mut args = flags(&["--endpoints", endpoints]);
             args.connect_timeout = Duration::ZERO;
             let message = Connection::parse(args).unwrap_err().to_string();

@@ -80,9 +80,6 @@ pub mod etcd;
 #[cfg(test)]
 pub mod fake;
 pub mod flags;
-// Not reachable from the command line yet (docs/mysql.md): built with the unit tests alone,
-// which drive it against a MariaDB the test harness starts.
-#[cfg(test)]
 pub mod mysql;
 pub mod postgres;
 pub mod rows;

@@ -18,6 +18,10 @@ const MARIADBD: &str = "/usr/sbin/mariadbd";
 pub const MARIADB_USER: &str = "leader";
 pub const MARIADB_PASSWORD: &str = "lease-pass-1";
 pub const MARIADB_DATABASE: &str = "leader_exec";
+/// A user without a password for the same database, as the PostgreSQL harness's trust
+/// authentication: the store list's tests (tests/harness/mysql.rs) connect as it, so that every
+/// instance a test starts reaches the server without a secret in its environment.
+pub const MARIADB_OPEN_USER: &str = "jobs";
 
 /// A MariaDB server on a free loopback port (and a Unix socket in its directory, which only the
 /// harness's own `mariadb` client uses, as the server's root); killed when dropped.
@@ -132,7 +136,9 @@ impl MariaDb {
                 db.sql(&format!(
                     "CREATE DATABASE {MARIADB_DATABASE};
                      CREATE USER '{MARIADB_USER}'@'%' IDENTIFIED BY '{MARIADB_PASSWORD}';
-                     GRANT ALL ON {MARIADB_DATABASE}.* TO '{MARIADB_USER}'@'%'"
+                     GRANT ALL ON {MARIADB_DATABASE}.* TO '{MARIADB_USER}'@'%';
+                     CREATE USER '{MARIADB_OPEN_USER}'@'%';
+                     GRANT ALL ON {MARIADB_DATABASE}.* TO '{MARIADB_OPEN_USER}'@'%'"
                 ));
                 return db;
             }

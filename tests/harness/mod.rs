@@ -17,7 +17,7 @@
 //! - `store`: the [`Store`] trait the store-independent tests are generic over, then one room a
 //!   store: `etcd` (one member or a cluster), `postgres`, `pgbouncer` (transaction mode in
 //!   front of PostgreSQL), `pg_hostile` (PostgreSQL under a hostile schema), `mariadb` (a
-//!   MariaDB and a read-only one; not yet in the store list), `zookeeper`,
+//!   MariaDB and a read-only one), `mysql` (MariaDB as the store list's `mysql` entry), `zookeeper`,
 //!   `zookeeper_ensemble`, `curator` (a Curator LeaderLatch participant).
 //!
 //! The harness is also included by the chaos suite (tests/chaos/main.rs) and the benchmarks'
@@ -31,6 +31,7 @@ mod etcd;
 mod history;
 mod instance;
 mod mariadb;
+mod mysql;
 mod pg_hostile;
 mod pgbouncer;
 mod postgres;

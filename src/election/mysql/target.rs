@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
+use super::super::any::{Door, Open};
 use super::super::flags::{self, StoreFlags};
+use super::{MySql, MySqlTiming};
 use crate::exit::Failure;
 use crate::redact::{percent_decode, redact_password};
 
@@ -107,7 +109,7 @@ fn host_port(text: &str) -> Result<(String, u16), Failure> {
 pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure> {
     let url = endpoints.join(",");
     if !is_mysql_url(&endpoints[0])
-        || endpoints.len() > 1 && endpoints[1..].iter().any(|e| is_mysql_url(e))
+        || endpoints.len() > 1 && endpoints[1..].iter().any(|e| e.contains("://"))
     {
         return Err(usage(
             "--endpoints: give one mysql:// URL (several hosts go inside it: mysql://USER@a,b/DATABASE), not a mix of stores",
@@ -230,6 +232,47 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
         ca,
         shown,
     })
+}
+
+impl Door for MySql {
+    const NAME: &'static str = "MySQL";
+    const SCHEMES: &'static [&'static str] = &["mysql", "mariadb"];
+    const SPELLINGS: &'static [&'static str] = &[];
+    const ALIASES: &'static [&'static str] = &["my", "maria"];
+    type Target = Target;
+
+    fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure> {
+        parse(endpoints, args)
+    }
+
+    async fn candidate(target: &Target, open: Open) -> Result<MySql, Failure> {
+        let timing = MySqlTiming {
+            ttl: open.timing.ttl,
+            retry_period: open.timing.retry_period,
+            connect_timeout: open.connect_timeout,
+        };
+        let scope = &open.scope;
+        MySql::new(
+            target.clone(),
+            &scope.prefix,
+            &scope.lease,
+            open.identity,
+            timing,
+            open.max_holders,
+        )
+        .map_err(|e| Failure::usage(e.to_string()))
+    }
+
+    async fn reader(target: &Target, open: Open) -> Result<MySql, Failure> {
+        let scope = &open.scope;
+        MySql::reader(
+            target.clone(),
+            &scope.prefix,
+            &scope.lease,
+            open.connect_timeout,
+        )
+        .map_err(|e| Failure::usage(e.to_string()))
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::harness::{Etcd, Postgres, Store, ZooKeeper, ZooKeeperTree};
+use crate::harness::{Etcd, MARIADB_DATABASE, MariaDb, Postgres, Store, ZooKeeper, ZooKeeperTree};
 
 /// What a store adds to the schedule.
 pub trait Nemesis: Store {
@@ -92,5 +92,58 @@ impl Nemesis for Postgres {
             .status
             .success()
             .then(|| (what.to_owned(), false))
+    }
+}
+
+impl Nemesis for MariaDb {
+    /// Under libfaketime: the schedule steps the server's clock, which must decide no takeover.
+    fn start_nemesis() -> (Self, Option<tempfile::NamedTempFile>) {
+        let (db, clock) = MariaDb::start_with_faketime();
+        (db, Some(clock))
+    }
+
+    /// An attempt to acquire and a place taken in line both begin by making the name's tokens
+    /// row.
+    fn needle(_lease: &str) -> Vec<u8> {
+        b"INSERT INTO `leader_exec_tokens`".to_vec()
+    }
+
+    /// What a hand at the server, a restore or a cleanup script does to the tables, one at a
+    /// time: each of the three rows that remember a token (the tokens row, the lease row, the
+    /// fence row) is gone in turn, and the line with it; the token must still rise, since the
+    /// other rows remember it. A deleted lease row takes a holder's claim from under it.
+    fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)> {
+        let db = MARIADB_DATABASE;
+        let (what, sql, claim) = match rng.u8(..10) {
+            0..=2 => (
+                "mysql: tokens row deleted by hand",
+                format!("DELETE FROM {db}.leader_exec_tokens WHERE name = '{lease}'"),
+                false,
+            ),
+            3 => (
+                "mysql: tokens table truncated",
+                format!("TRUNCATE TABLE {db}.leader_exec_tokens"),
+                false,
+            ),
+            4..=5 => (
+                "mysql: lease row deleted by hand",
+                format!("DELETE FROM {db}.leader_exec_leases WHERE name = '{lease}'"),
+                true,
+            ),
+            6 => (
+                "mysql: fence row deleted by hand",
+                format!("DELETE FROM {db}.leader_exec_fences WHERE name = '{lease}'"),
+                false,
+            ),
+            _ => (
+                "mysql: waiter rows deleted by hand",
+                format!("DELETE FROM {db}.leader_exec_waiters WHERE name = '{lease}'"),
+                false,
+            ),
+        };
+        self.try_sql(&sql)
+            .status
+            .success()
+            .then(|| (what.to_owned(), claim))
     }
 }

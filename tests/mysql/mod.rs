@@ -1,6 +1,6 @@
-//! MariaDB's own tests. So far the harness alone: the store's statements are tested against a
-//! server the same harness starts, in the binary's unit tests (src/election/mysql/), until the
-//! store joins the store list.
+//! What only the MySQL store has, on MariaDB (`mysql_only::…`). The store-independent list runs on
+//! it as `mysql::…`; the store's statements are tested one by one, against a server the same
+//! harness starts, in the binary's unit tests (src/election/mysql/tests/).
 
 use crate::harness::*;
 
