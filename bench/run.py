@@ -2,20 +2,24 @@
 """Benchmarks leader-exec side by side with `etcdctl lock` on one etcd, and writes BENCHMARKS.md.
 
     python3 bench/run.py             # full run of every store: >= 7 runs per scenario and tool; writes
-                                     # bench/POSTGRES.md, bench/ZOOKEEPER.md, bench/PGBOUNCER.md, then
-                                     # BENCHMARKS.md
+                                     # bench/POSTGRES.md, bench/ZOOKEEPER.md, bench/MYSQL.md,
+                                     # bench/PGBOUNCER.md, then BENCHMARKS.md
     python3 bench/run.py --smoke     # one run per scenario, small numbers, writes target/bench/SMOKE.md
                                      # (and target/bench/SMOKE-postgres.md, SMOKE-zookeeper.md,
-                                     # SMOKE-pgbouncer.md for the
+                                     # SMOKE-mysql.md, SMOKE-pgbouncer.md for the
                                      # other stores the store list marks for benchmarks, each
                                      # skipped when that store does not start here)
     python3 bench/run.py --store postgres   # leader-exec on PostgreSQL beside leader-exec on etcd,
                                             # writes bench/POSTGRES.md
     python3 bench/run.py --store zookeeper  # leader-exec on ZooKeeper beside leader-exec on etcd,
                                             # writes bench/ZOOKEEPER.md
+    python3 bench/run.py --store mysql      # leader-exec on MySQL (Debian's MariaDB) beside
+                                            # leader-exec on etcd, writes bench/MYSQL.md
     python3 bench/run.py --store pgbouncer  # leader-exec on PostgreSQL through pgbouncer (transaction
                                             # mode) beside leader-exec on etcd, writes bench/PGBOUNCER.md
     python3 bench/run.py --report-from bench/results.json   # render again, measure nothing
+                                            # (BENCHMARKS.md's each-store table also takes a store
+                                            # measured apart since, e.g. bench/MYSQL.json)
 
 The runner builds leader-exec (`cargo build --release --locked`), the test harness's server
 launcher (`cargo build --example bench-servers`: bench/servers.rs, which starts the stores of the
@@ -51,11 +55,12 @@ import time
 import traceback
 from pathlib import Path
 
-from lib.common import ROOT, BenchError, clean_env
+from lib.common import ROOT, BenchError, Unsupported, clean_env
 from lib.procs import History, machine_busy, wait_exit
 from lib.report import report, report_store, run_times, store_template
 from lib.scenarios import SCENARIOS, STORE_SCENARIOS, Context
-from lib.servers import EtcdApi, Server, benchmarked_stores, build_servers, etcd_expiry_lag
+from lib.servers import (EtcdApi, Server, benchmarked_stores, build_servers, etcd_expiry_lag, servers_binary,
+                         store_list)
 from lib.tools import SCRAPE_RATE, SCRAPED_SCENARIOS, Etcdctl, LeaderExec, ScrapedLeaderExec, StoreLeaderExec
 
 
@@ -150,9 +155,10 @@ def main():
                     help="parent directory of etcd's data dir (default /dev/shm, a tmpfs, when it has room)")
     ap.add_argument("--store",
                     help="measure one store: etcd (leader-exec beside etcdctl lock, writes BENCHMARKS.md) or "
-                    "another store of the store list (tests/stores.rs: postgres, zookeeper, pgbouncer): leader-exec on it "
+                    "another store of the store list (tests/stores.rs: postgres, zookeeper, mysql, pgbouncer): leader-exec on it "
                     "beside leader-exec on etcd, in the scenarios " + ", ".join(STORE_SCENARIOS) + ", writes "
-                    "bench/POSTGRES.md, bench/ZOOKEEPER.md or bench/PGBOUNCER.md. Without --store a run measures every store, the "
+                    "bench/POSTGRES.md, bench/ZOOKEEPER.md, bench/MYSQL.md or bench/PGBOUNCER.md. Without --store a run measures "
+                    "every store, the "
                     "other stores first, and BENCHMARKS.md has them all in one table from that run")
     ap.add_argument("--etcd-only", action="store_true",
                     help="without --store: measure etcd beside etcdctl only (BENCHMARKS.md's each-store table "
@@ -299,12 +305,21 @@ def measure(args, binary, servers, store, only, other_stores):
                     failures.append(f"{title} expiry reference: {e}")
             busy0, load0, t0 = machine_busy(), os.getloadavg()[0], time.monotonic()
             runs = args.fast_runs if quick else args.runs
+            refused = set()  # tools that refused this scenario's options: n/a, not run again
             for i in range(runs):
                 shared["phase"] = rng.random()
                 for tool in tools:
+                    if tool.key in refused:
+                        continue
                     print(f"bench: {name} run {i + 1}/{runs}: {tool.label}", file=sys.stderr, flush=True)
                     try:
                         figures = fn(ctx, tool, i, shared)
+                    except Unsupported as e:
+                        refused.add(tool.key)
+                        notes.append(f"{name}: n/a for {tool.label}, which refuses the scenario's options in "
+                                     f"this build: `{e}`")
+                        ctx.procs.cleanup()
+                        continue
                     except Exception as e:  # noqa: BLE001 - recorded, the run goes on
                         traceback.print_exc()
                         failures.append(f"{name} run {i + 1} ({tool.label}): {e}")
@@ -352,6 +367,16 @@ def measure(args, binary, servers, store, only, other_stores):
     return False
 
 
+def list_order(stores):
+    """`stores` in the store list's order (tests/stores.rs, read through an existing
+    bench-servers build; without one, as given)."""
+    try:
+        names = [s["name"] for s in store_list(servers_binary())]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return stores
+    return sorted(stores, key=lambda s: names.index(s) if s in names else len(names))
+
+
 def rerender(raw_path, out):
     """Writes the report of an earlier run again from its raw results (after the text changed)."""
     raw = json.loads(raw_path.read_text())
@@ -366,10 +391,13 @@ def rerender(raw_path, out):
     if store != "etcd":
         out.write_text(report_store(store, *common))
     else:
-        # The other stores measured at the time (older results: the ones with a template).
-        others = raw.get("other_stores") or sorted(
-            p.name.removesuffix(".md.in") for p in (ROOT / "bench" / "templates").glob("*.md.in")
-            if not p.name.startswith(("report", "notes")))
+        # The other stores measured at the time (older results: the ones with a template), and
+        # any store measured apart since (`--store S` wrote bench/S.json after this run).
+        templated = sorted(p.name.removesuffix(".md.in") for p in (ROOT / "bench" / "templates").glob("*.md.in")
+                           if not p.name.startswith(("report", "notes")))
+        others = raw.get("other_stores") or templated
+        others = list_order(others + [s for s in templated if s not in others
+                                      and (ROOT / "bench" / f"{store_template(s)['report']}.json").exists()])
         out.write_text(report(*common, stores=others))
     print(f"bench: wrote {out} from {raw_path}", file=sys.stderr)
 

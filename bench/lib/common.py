@@ -55,6 +55,12 @@ class BenchError(Exception):
     pass
 
 
+class Unsupported(BenchError):
+    """The tool refused the scenario's options as a configuration error (exit 125) before its
+    child started, e.g. a store that does not take `--max-holders 2` in this build: the scenario's
+    figures for that tool are n/a, noted in the report, not a failed run."""
+
+
 def clean_env(extra=None):
     env = {
         k: v

@@ -207,7 +207,8 @@ def details_section(extras, loads):
 # another store's (leader-exec on it, the tool named after the store).
 EACH_STORE_ROWS = [(key, key, None) for key in EACH_STORE_FIGURES] + [
     ("handover_requests", "store_handover_requests",
-     "1 waiter: requests reaching the store per handover (etcd: renewals excluded; PostgreSQL: statements)"),
+     "1 waiter: requests reaching the store per handover (etcd: renewals excluded; PostgreSQL, MySQL: "
+     "statements)"),
     ("waiters_requests", "store_waiters_requests",
      "{n} waiters: requests reaching the store per handover (the same exclusions)"),
 ]
@@ -354,6 +355,8 @@ def store_values(store, args, results):
         "store_requests_store": med("store_requests", digits=1),
         "store_requests_etcd": med("store_requests", "leader-exec", 1),
         "cpu_store": med("cpu"), "cpu_etcd": med("cpu", "leader-exec"),
+        "handover_requests_store": med("store_handover_requests", digits=0),
+        "waiters_renewals_store": med("waiters_renewals", digits=0),
     }
 
 

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import time
 
-from .common import RENEW_DEADLINE_S, RETRY_PERIOD_S, TTL_S, BenchError, clean_env, mono, ms, wait_until
+from .common import (RENEW_DEADLINE_S, RETRY_PERIOD_S, TTL_S, BenchError, Unsupported, clean_env, mono, ms,
+                     wait_until)
 from .procs import DeathWatch, History, Procs, cpu_ns, memory_kb, private_kb, pss_anon_kb, resident_pages, stop, tool_processes, wait_exit
 from .servers import EtcdApi, etcd_requests, handover_traffic
 
@@ -44,7 +45,7 @@ class Context:
 
     def request_counter(self, tool):
         """A function counting the requests `tool`'s store has received so far, in a comparison
-        with another store that can count its requests (ZooKeeper; PostgreSQL cannot); else None."""
+        with another store that can count its requests (ZooKeeper, PostgreSQL, MySQL); else None."""
         if self.second is None or self.second.requests() is None:
             return None
         if tool.store != "etcd":
@@ -61,6 +62,19 @@ class Context:
         r = history.wait("start", name, timeout)
         self.procs.stamp_pids.add(r["pid"])
         return r
+
+    def started_or_refused(self, history, name, wrapper, run_dir, timeout=15):
+        """`started`, but a wrapper that exits 125 (a configuration error) before its child
+        starts raises Unsupported with the first line it wrote."""
+        def settled():
+            if history.find("start", name):
+                return True
+            return wrapper.poll() is not None
+        wait_until(settled, timeout)
+        if not history.find("start", name) and wrapper.poll() == 125:
+            lines = (run_dir / f"{name}.stderr").read_text().strip().splitlines()
+            raise Unsupported(lines[0] if lines else f"{name} exited 125")
+        return self.started(history, name, 1)
 
     def wait_in_line(self, tool, lease, count, timeout=15):
         if tool.store != "etcd":
@@ -157,7 +171,8 @@ def scenario_semaphore(ctx, tool, i, _shared):
     counter = ctx.request_counter(tool) if tool.store != "etcd" else None
     counts = tool.store == "etcd" or counter is not None
     wrappers = [ctx.start(tool, endpoint, lease, f"s{k}", "hold", d, extra) for k in range(2)]
-    holders = [ctx.started(h, f"s{k}") for k in range(2)]
+    # A store that does not take N > 1 in this build refuses it at once (exit 125): n/a.
+    holders = [ctx.started_or_refused(h, f"s{k}", wrappers[k], d) for k in range(2)]
     latency, requests = [], []
     for k in range(2, 2 + ctx.args.chain):
         wrappers.append(ctx.start(tool, endpoint, lease, f"s{k}", "hold", d, extra))
@@ -485,8 +500,9 @@ SCENARIOS = [
     ("waiters", scenario_waiters, True, False),
 ]
 
-# Scenarios run against another store (--store postgres, --store zookeeper): the others measure
-# etcd-specific paths (the step-down's black hole scans etcd's gRPC frames; etcdctl and the
+# Scenarios run against another store (--store postgres, --store zookeeper, ...): the others
+# measure etcd-specific paths (the step-down's black hole scans etcd's gRPC frames; etcdctl and the
 # partition compare with etcdctl lock). The waiters scenario counts a store's requests where it
-# can (PostgreSQL: pg_stat_statements; ZooKeeper: packets), etcd's from its /metrics.
+# can (PostgreSQL: pg_stat_statements; MySQL: the performance schema's statement digests;
+# ZooKeeper: packets), etcd's from its /metrics.
 STORE_SCENARIOS = ("uncontended", "handover", "semaphore", "crash", "hold", "waiters")
