@@ -11,12 +11,14 @@
 #                                leader-exec on one host only, see its output)
 #   ./install.sh --with-zookeeper  also install Debian's zookeeper and start a standalone
 #                                ZooKeeper of its own on 127.0.0.1:22181 (the same)
+#   ./install.sh --with-mysql    also install Debian's mariadb-server and start a MariaDB of its
+#                                own on 127.0.0.1:23306 (user and database leader_exec; the same)
 #   ./install.sh --prefix DIR    install under DIR instead (same as PREFIX=DIR); a relative DIR is
 #                                taken from the current directory
 #   ./install.sh --uninstall     remove what this script installed under PREFIX and the
 #                                directories left empty; stop the etcd it started (only that one;
-#                                its data stays) and the PostgreSQL and ZooKeeper it started
-#                                (their data is removed)
+#                                its data stays) and the PostgreSQL, ZooKeeper and MariaDB it
+#                                started (their data is removed)
 #
 # Installs the files the Debian package installs, under PREFIX instead of /usr: bin/leader-exec,
 # the man pages under share/man/man1, completions for bash, zsh and fish where each shell looks
@@ -27,28 +29,32 @@
 # Running it again is harmless: packages already present are not reinstalled, the binary is
 # replaced, and a running server is left alone.
 # (ETCD_CLIENT_PORT and ETCD_PEER_PORT, 2379 and 2380 by default, move the etcd it starts;
-# POSTGRES_PORT and ZOOKEEPER_PORT, 25432 and 22181 by default, the other two. CARGO_TARGET_DIR
-# is honoured.)
+# POSTGRES_PORT, ZOOKEEPER_PORT and MYSQL_PORT, 25432, 22181 and 23306 by default, the other
+# three. CARGO_TARGET_DIR is honoured.)
 set -eu
 
 PREFIX=${PREFIX-/usr/local}
 WITH_ETCD=false
 WITH_POSTGRES=false
 WITH_ZOOKEEPER=false
+WITH_MYSQL=false
 UNINSTALL=false
 ETCD_CLIENT_PORT=${ETCD_CLIENT_PORT:-2379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-2380}
 ETCD_ENDPOINT=http://127.0.0.1:$ETCD_CLIENT_PORT
-# Not PostgreSQL's 5432 nor ZooKeeper's 2181: a real server of the host may use those (Debian's
-# postgresql package starts one on 5432), and both ports are below Linux's ephemeral range.
+# Not PostgreSQL's 5432, ZooKeeper's 2181 nor MySQL's 3306: a real server of the host may use
+# those (Debian's postgresql and mariadb-server packages start one on 5432 and 3306), and the
+# ports are below Linux's ephemeral range.
 POSTGRES_PORT=${POSTGRES_PORT:-25432}
 ZOOKEEPER_PORT=${ZOOKEEPER_PORT:-22181}
+MYSQL_PORT=${MYSQL_PORT:-23306}
 POSTGRES_ENDPOINT=postgres://leader_exec@127.0.0.1:$POSTGRES_PORT/leader_exec
 ZOOKEEPER_ENDPOINT=zk://127.0.0.1:$ZOOKEEPER_PORT
+MYSQL_ENDPOINT=mysql://leader_exec@127.0.0.1:$MYSQL_PORT/leader_exec
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 
 usage() {
-    sed -n '2,34s/^# \{0,1\}//p' "$0"
+    sed -n '2,36s/^# \{0,1\}//p' "$0"
 }
 
 while [ $# -gt 0 ]; do
@@ -56,6 +62,7 @@ while [ $# -gt 0 ]; do
         --with-etcd) WITH_ETCD=true ;;
         --with-postgres) WITH_POSTGRES=true ;;
         --with-zookeeper) WITH_ZOOKEEPER=true ;;
+        --with-mysql) WITH_MYSQL=true ;;
         --uninstall) UNINSTALL=true ;;
         --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 2; }; PREFIX=$2; shift ;;
         --prefix=*) PREFIX=${1#--prefix=} ;;
@@ -163,6 +170,8 @@ ETCD_PID_FILE=$ETCD_HOME/etcd.pid
 POSTGRES_HOME=$DATA_HOME/leader-exec-postgres
 ZOOKEEPER_HOME=$DATA_HOME/leader-exec-zookeeper
 ZOOKEEPER_PID_FILE=$ZOOKEEPER_HOME/zookeeper.pid
+MYSQL_HOME=$DATA_HOME/leader-exec-mysql
+MYSQL_PID_FILE=$MYSQL_HOME/mariadbd.pid
 
 # Prints the pid in the pid file when it is a live etcd that this script started on this data
 # directory (a pid reused by another process does not count); fails otherwise.
@@ -192,6 +201,16 @@ our_zookeeper_pid() {
     case "$pid" in ''|*[!0-9]*) return 1 ;; esac
     [ -r "/proc/$pid/cmdline" ] || return 1
     tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qx -- "$ZOOKEEPER_HOME/zoo.cfg" || return 1
+    echo "$pid"
+}
+
+# Prints the pid of the MariaDB server this script started on its data directory, if it runs.
+our_mysql_pid() {
+    [ -r "$MYSQL_PID_FILE" ] || return 1
+    pid=$(cat "$MYSQL_PID_FILE")
+    case "$pid" in ''|*[!0-9]*) return 1 ;; esac
+    [ -r "/proc/$pid/cmdline" ] || return 1
+    tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qx -- "--datadir=$MYSQL_HOME/data" || return 1
     echo "$pid"
 }
 
@@ -281,6 +300,18 @@ if $UNINSTALL; then
     if [ -d "$ZOOKEEPER_HOME" ]; then
         rm -rf "$ZOOKEEPER_HOME"
         echo "install.sh: removed its data, $ZOOKEEPER_HOME"
+    fi
+    if pid=$(our_mysql_pid); then
+        # SIGTERM: MariaDB's normal shutdown.
+        if ! stop_pid "$pid" TERM; then
+            echo "install.sh: MariaDB (pid $pid) did not stop within 30s" >&2
+            exit 1
+        fi
+        echo "install.sh: stopped the MariaDB this script started (pid $pid)"
+    fi
+    if [ -d "$MYSQL_HOME" ]; then
+        rm -rf "$MYSQL_HOME"
+        echo "install.sh: removed its data, $MYSQL_HOME"
     fi
     if pid=$(our_etcd_pid); then
         kill "$pid"
@@ -493,4 +524,90 @@ if $WITH_ZOOKEEPER; then
         echo "install.sh:   no TLS, runs as $(id -un), is a single server, and is not started after a reboot"
     fi
     echo "install.sh: use it with: leader-exec --endpoints $ZOOKEEPER_ENDPOINT --lease demo -- sh -c 'echo leader, token \$LEADER_TOKEN'"
+fi
+
+if $WITH_MYSQL; then
+    # Debian's MariaDB (10.11 on Debian 12): the server programs and the client this script uses
+    # to set it up. The package's own server (mariadb.service, on 3306) is left alone.
+    apt_install mariadb-server mariadb-client
+    mariadbd=/usr/sbin/mariadbd
+    [ -x "$mariadbd" ] || { echo "install.sh: no MariaDB server program at $mariadbd" >&2; exit 1; }
+    # mariadbd refuses to run as root: as root the server and its set-up run as Debian's mysql
+    # user, which must own the data directory and reach it.
+    as_mysql() {
+        if [ "$(id -u)" -eq 0 ]; then runuser -u mysql -- "$@"; else "$@"; fi
+    }
+    data=$MYSQL_HOME/data
+    socket=$MYSQL_HOME/mysqld.sock
+    # The server's own administrator, over the Unix socket only (in MYSQL_HOME, mode 0700): the
+    # account mariadb-install-db made for the user that ran it, which only that operating system
+    # user may use (unix_socket authentication).
+    mysql_admin() {
+        as_mysql mariadb --no-defaults --socket="$socket" -N -B "$@"
+    }
+    if pid=$(our_mysql_pid); then
+        echo "install.sh: MariaDB already runs on $data (pid $pid, started by this script earlier)"
+    else
+        # As root, MYSQL_HOME and everything in it are the mysql user's, and everything written
+        # there is written by that user (as_mysql), so a link it planted there is followed with
+        # its rights, never root's. MYSQL_HOME itself must be root's or the mysql user's, and no
+        # link.
+        if [ "$(id -u)" -eq 0 ]; then
+            own_dir "$MYSQL_HOME" 0 "$(id -u mysql)"
+        else
+            own_dir "$MYSQL_HOME" "$(id -u)"
+        fi
+        fresh=false
+        if [ ! -d "$data/mysql" ]; then
+            mkdir -p "$MYSQL_HOME"
+            [ "$(id -u)" -ne 0 ] || chown -h mysql:mysql "$MYSQL_HOME"
+            if ! as_mysql chmod 700 "$MYSQL_HOME" || ! as_mysql test -w "$MYSQL_HOME"; then
+                echo "install.sh: the mysql user cannot reach $MYSQL_HOME (a directory above it is not searchable by others); choose another --prefix" >&2
+                exit 1
+            fi
+            # What an earlier attempt left (or a link in its place) goes first.
+            as_mysql rm -rf "$data" "$MYSQL_HOME/install-db.log"
+            # unix_socket authentication (the default): the only accounts it makes are root's and
+            # this user's, each for that operating system user on the socket; no account over TCP.
+            as_mysql sh -c 'exec mariadb-install-db --no-defaults --datadir="$1" --skip-test-db >"$2" 2>&1' sh \
+                "$data" "$MYSQL_HOME/install-db.log" \
+                || { echo "install.sh: mariadb-install-db failed; see $MYSQL_HOME/install-db.log" >&2; exit 1; }
+            as_mysql mkdir -p "$MYSQL_HOME/tmp"
+            fresh=true
+        fi
+        echo "install.sh: starting MariaDB on 127.0.0.1:$MYSQL_PORT (data in $data, log in $MYSQL_HOME/mariadb.log)"
+        # A log an earlier start left (or a link in its place) goes first: what is read below is
+        # this start's.
+        as_mysql rm -f "$MYSQL_HOME/mariadb.log"
+        # In a session of its own (setsid), so that closing the terminal does not end it; its own
+        # temporary directory (a shared /tmp gets cleaned under a long-running server).
+        setsid sh -c 'if [ "$(id -u)" -eq 0 ]; then set -- runuser -u mysql -- "$@"; fi; exec "$@"' sh \
+            "$mariadbd" --no-defaults --datadir="$data" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+            --socket="$socket" --pid-file="$MYSQL_PID_FILE" --log-error="$MYSQL_HOME/mariadb.log" \
+            --tmpdir="$MYSQL_HOME/tmp" --skip-name-resolve --skip-log-bin \
+            </dev/null >/dev/null 2>&1 &
+        tries=0
+        until mysql_admin -e 'SELECT 1' >/dev/null 2>&1 && our_mysql_pid >/dev/null; do
+            tries=$((tries + 1))
+            # A server that cannot start (its port taken, say) says so in its log and exits.
+            if [ $tries -gt 600 ] || grep -q 'ERROR.*Aborting' "$MYSQL_HOME/mariadb.log" 2>/dev/null; then
+                echo "install.sh: MariaDB did not come up within 60s; see $MYSQL_HOME/mariadb.log (a port in use? set MYSQL_PORT)" >&2
+                exit 1
+            fi
+            sleep 0.1
+        done
+        if $fresh; then
+            # The user leader_exec, without a password, over TCP from 127.0.0.1 only, with every
+            # right on its database and none elsewhere.
+            mysql_admin -e "CREATE DATABASE IF NOT EXISTS leader_exec;
+                CREATE USER IF NOT EXISTS 'leader_exec'@'127.0.0.1';
+                GRANT ALL ON leader_exec.* TO 'leader_exec'@'127.0.0.1'" \
+                || { echo "install.sh: could not create the user and database leader_exec" >&2; exit 1; }
+        fi
+        pid=$(our_mysql_pid) || { echo "install.sh: MariaDB is not running; see $MYSQL_HOME/mariadb.log" >&2; exit 1; }
+        echo "install.sh: MariaDB is up, pid $pid; stop it with: $uninstall (which also removes its data)"
+        echo "install.sh: this MariaDB is for trying leader-exec on this host only: no password (any local"
+        echo "install.sh:   user may connect as leader_exec), no TLS, runs as $(if [ "$(id -u)" -eq 0 ]; then echo mysql; else id -un; fi), is not started after a reboot"
+    fi
+    echo "install.sh: use it with: leader-exec --endpoints $MYSQL_ENDPOINT --lease demo -- sh -c 'echo leader, token \$LEADER_TOKEN'"
 fi
