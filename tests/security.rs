@@ -609,10 +609,10 @@ fn run_job_refuses_a_link_others_could_replace() {
     assert!(!marker.exists());
 }
 
-/// `install.sh --prefix PREFIX`, with `--with-postgres` and the rest of `args`, as root: the
-/// build is the test's own binary (a `cargo` on PATH that builds nothing, and CARGO_TARGET_DIR
-/// holding the binary), the PostgreSQL it starts on a free port. Dropped, it runs
-/// `install.sh --uninstall`, which stops that PostgreSQL and removes its data.
+/// `install.sh --prefix PREFIX` with `args`, as root: the build is the test's own binary (a
+/// `cargo` on PATH that builds nothing, and CARGO_TARGET_DIR holding the binary), the PostgreSQL
+/// or MariaDB it starts on a free port. Dropped, it runs `install.sh --uninstall`, which stops
+/// that server and removes its data.
 struct Install {
     script: &'static str,
     prefix: std::path::PathBuf,
@@ -641,6 +641,7 @@ impl Install {
                 ("PATH".into(), path),
                 ("CARGO_TARGET_DIR".into(), path_str(&target)),
                 ("POSTGRES_PORT".into(), free_port().to_string()),
+                ("MYSQL_PORT".into(), free_port().to_string()),
             ],
         }
     }
@@ -715,6 +716,62 @@ fn install_with_postgres_follows_no_link_of_another_user() {
         .unwrap()
         .uid();
     assert_eq!(owner, postgres_uid);
+}
+
+/// `install.sh --with-mysql` run as root writes nothing through a link in a directory the mysql
+/// user (or anyone else) owns: with its data directory's parent left by an earlier attempt and
+/// `install-db.log` and `mariadb.log` there links to a file of root's, a parent of the mysql
+/// user's is used with the links removed by that user (the install succeeds, and the server it
+/// starts is that user's), and a parent of another user's is refused; root's file is untouched
+/// either way.
+#[test]
+fn install_with_mysql_follows_no_link_of_another_user() {
+    use std::os::unix::fs::{MetadataExt, chown, lchown, symlink};
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("not root: install.sh runs MariaDB as root would not");
+        return;
+    }
+    let mysql_uid = Command::new("id")
+        .args(["-u", "mysql"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .expect("Debian's mysql user");
+    let scratch = Scratch::new();
+    // The mysql user must reach the prefix.
+    std::fs::set_permissions(scratch.path("."), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let victim = victim(&scratch, "victim", "root's own\n");
+    let install = Install::new(&scratch);
+    let home = install.prefix.join("var/lib/leader-exec-mysql");
+    let plant = |owner: u32| {
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+        for log in ["install-db.log", "mariadb.log"] {
+            let log = home.join(log);
+            symlink(&victim, &log).unwrap();
+            lchown(&log, Some(owner), Some(owner)).unwrap();
+        }
+        chown(&home, Some(owner), Some(owner)).unwrap();
+    };
+
+    plant(65534);
+    let out = install.run(&["--with-mysql"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_untouched(&victim, "root's own\n");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr.contains("belongs to uid 65534"), "{stderr}");
+
+    plant(mysql_uid);
+    let out = install.run(&["--with-mysql"]);
+    assert_untouched(&victim, "root's own\n");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for made in ["data/mysql", "mariadb.log", "mariadbd.pid"] {
+        let meta = std::fs::symlink_metadata(home.join(made)).unwrap();
+        assert!(!meta.file_type().is_symlink(), "{made}");
+        assert_eq!(meta.uid(), mysql_uid, "{made}");
+    }
 }
 
 /// One GET /healthz on a new connection: answered 200 within `limit`?
