@@ -214,3 +214,58 @@ fn a_frozen_old_leaders_fenced_write_is_rejected_after_a_takeover() {
     b.signal(Signal::SIGTERM);
     let _ = b.wait(Duration::from_secs(5));
 }
+
+/// A password user on a server without TLS: the password comes from `LEADER_EXEC_PASSWORD` and
+/// reaches neither a message nor the command's environment; leader-exec says once that it went
+/// out without TLS (`PREFERRED`, the server offers none), and not with the password-less user.
+#[test]
+fn a_password_used_without_tls_is_warned_about_once_and_never_shown_or_handed_on() {
+    let db = MariaDb::start();
+    let url = db.url(db.port);
+    let (code, stdout, stderr) = Cmd::bare()
+        .args(["--endpoints", &url, "--lease", "pw"])
+        .args(FAST)
+        .args(["--", "sh", "-c", "env; echo ran"])
+        .env("LEADER_EXEC_PASSWORD", MARIADB_PASSWORD)
+        .run();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("ran"), "{stdout}");
+    assert!(
+        !stdout.contains(MARIADB_PASSWORD),
+        "the command got it: {stdout}"
+    );
+    assert!(!stderr.contains(MARIADB_PASSWORD), "{stderr}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("without TLS"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("ssl-mode=VERIFY_IDENTITY"), "{stderr}");
+
+    // A wrong password: one line, naming the server, not the password.
+    let (code, _, stderr) = Cmd::bare()
+        .args([
+            "--endpoints",
+            &url,
+            "--lease",
+            "pw",
+            "--connect-timeout",
+            "2s",
+        ])
+        .args(FAST)
+        .args(["--", "echo", "ran"])
+        .env("LEADER_EXEC_PASSWORD", "wrong-pass-9")
+        .run();
+    assert_eq!(code, 125, "{stderr}");
+    let refusal: Vec<&str> = stderr.lines().filter(|l| !l.contains(" WARN ")).collect();
+    assert_eq!(refusal.len(), 1, "{stderr}");
+    assert!(!stderr.contains("wrong-pass-9"), "{stderr}");
+
+    let (code, _, stderr) = Cmd::bare()
+        .args(["--endpoints", &Store::endpoint(&db), "--lease", "pw"])
+        .args(FAST)
+        .args(["--", "true"])
+        .run();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("without TLS"), "{stderr}");
+}
