@@ -46,6 +46,15 @@ impl MySql {
         )
     }
 
+    /// How many waiters stand in line for the name `name` (SQL), live on the server's clock (a
+    /// waiter renews its row every --retry-period): SQL for a count. A display only.
+    fn waiting_sql(&self, name: &str) -> String {
+        format!(
+            "SELECT COUNT(*) FROM {} w WHERE w.name = {name} AND w.expires_at > NOW(6)",
+            self.waiters()
+        )
+    }
+
     fn leader(&self, name: &[u8], identity: Vec<u8>, token: i64) -> Leader {
         let mut key = format!("{}/", self.shared.leases).into_bytes();
         key.extend_from_slice(name);
@@ -62,25 +71,31 @@ impl MySql {
 impl Read for MySql {
     async fn read_election(&self) -> Result<Observation, StoreError> {
         let name = self.shared.name.as_bytes();
+        // The lease row (if any) beside the count of live waiters, which there may be without
+        // it: one row either way.
         let sql = format!(
-            "SELECT l.holder, l.token, {}, l.max_holders FROM {} l WHERE l.name = {}",
+            "SELECT l.holder, l.token, {}, l.max_holders, ({}) FROM (SELECT 1 AS one) one
+             LEFT JOIN {} l ON l.name = {}",
             self.holding("l"),
+            self.waiting_sql(&hex(name)),
             self.leases(),
             hex(name)
         );
         let mut holders = Vec::new();
         let mut max_holders = 1;
+        let mut waiting = 0;
         for mut row in self.query(sql).await? {
             let holder: Option<Vec<u8>> = take(&mut row, 0)?;
-            let token: i64 = take(&mut row, 1)?;
-            let live: i64 = take(&mut row, 2)?;
-            max_holders = clamp_n(take(&mut row, 3)?);
-            if let Some(holder) = holder.filter(|_| live == 1) {
+            let token: Option<i64> = take(&mut row, 1)?;
+            let live: Option<i64> = take(&mut row, 2)?;
+            max_holders = clamp_n(take::<Option<i64>>(&mut row, 3)?.unwrap_or(1));
+            waiting = take(&mut row, 4)?;
+            if let (Some(holder), Some(token), Some(1)) = (holder, token, live) {
                 holders.push(self.leader(name, holder, token));
             }
         }
         Ok(Observation {
-            candidates: holders.len() as i64,
+            candidates: holders.len() as i64 + waiting,
             holders,
             max_holders,
             revision: 0,
@@ -104,8 +119,9 @@ impl Read for MySql {
     /// The prefix is the table: every row in it is an election, sorted by name (bytes).
     async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
         let sql = format!(
-            "SELECT l.name, l.holder, l.token, {}, l.max_holders FROM {} l ORDER BY l.name",
+            "SELECT l.name, l.holder, l.token, {}, l.max_holders, ({}) FROM {} l ORDER BY l.name",
             self.holding("l"),
+            self.waiting_sql("l.name"),
             self.leases()
         );
         let mut elections = Vec::new();
@@ -119,10 +135,12 @@ impl Read for MySql {
                 .map(|holder| self.leader(&name, holder, token))
                 .into_iter()
                 .collect();
+            let max_holders = clamp_n(take(&mut row, 4)?);
+            let waiting: i64 = take(&mut row, 5)?;
             elections.push(Election {
-                candidates: holders.len() as i64,
+                candidates: holders.len() as i64 + waiting,
                 holders,
-                max_holders: clamp_n(take(&mut row, 4)?),
+                max_holders,
                 name,
             });
         }
