@@ -61,8 +61,8 @@
 //! an UPDATE changed, not those it matched, and a renewal that changed nothing would read as
 //! lost.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mysql_async::Conn;
@@ -77,6 +77,7 @@ mod line;
 mod read;
 mod records;
 mod session;
+mod slots;
 mod store;
 pub mod target;
 #[cfg(test)]
@@ -156,6 +157,9 @@ enum Attempt {
         /// How long until this instance may take the row over (see `rows::Sighting`).
         wait: Duration,
     },
+    /// Instances with another `--max-holders` (this one, theirs) hold or wait for the name
+    /// (`slots.rs`): the caller exits as on PostgreSQL.
+    Mismatch(u32),
 }
 
 struct Shared {
@@ -168,6 +172,10 @@ struct Shared {
     waiters: String,
     name: String,
     identity: String,
+    /// `--max-holders`: above 1, the slot rows of `slots.rs`.
+    max_holders: u32,
+    /// The name of the row this instance holds or last held: `NAME`, or a slot row `NAME/k`.
+    held_row: Mutex<String>,
     ttl_ms: i64,
     /// Each request's own timer.
     request_timeout: Duration,
@@ -205,7 +213,8 @@ pub struct MySql {
 }
 
 impl MySql {
-    /// A candidate. `--max-holders` above 1 is not supported yet.
+    /// A candidate; with `max_holders` above 1 it takes one of that many slot rows
+    /// (`slots.rs`).
     pub fn new(
         target: Target,
         prefix: &str,
@@ -214,11 +223,6 @@ impl MySql {
         timing: MySqlTiming,
         max_holders: u32,
     ) -> Result<MySql, StoreError> {
-        if max_holders != 1 {
-            return Err(StoreError::Fatal(
-                "MySQL: --max-holders above 1 is not supported yet".into(),
-            ));
-        }
         let Tables {
             leases,
             tokens,
@@ -236,6 +240,8 @@ impl MySql {
                 waiters,
                 name: name.to_owned(),
                 identity,
+                max_holders: max_holders.max(1),
+                held_row: Mutex::new(name.to_owned()),
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
                 request_timeout: timing.retry_period.max(Duration::from_millis(100)),
                 connect_timeout: timing.connect_timeout,
@@ -253,6 +259,30 @@ impl MySql {
     /// The row as `LEADER_KEY` shows it: `TABLE/NAME`.
     fn row_key(&self) -> String {
         format!("{}/{}", self.shared.leases, self.shared.name)
+    }
+
+    /// The name of the row this instance holds (`NAME`, or a slot row `NAME/k`).
+    fn held_row(&self) -> String {
+        self.shared.held_row.lock().expect("not poisoned").clone()
+    }
+
+    /// Whether the column `col` names a row of this lease name, `NAME` or a slot row `NAME/…`:
+    /// SQL. Names are bytes compared as bytes, and every name that starts with `NAME/` lies
+    /// between `NAME/` and `NAME0` (`0` follows `/`), so this is a range of the primary key
+    /// (no `LIKE`, whose `%` and `_` a name may hold).
+    fn rows_of_name(&self, col: &str) -> String {
+        let name = self.shared.name.as_bytes();
+        let with = |c: u8| {
+            let mut v = name.to_vec();
+            v.push(c);
+            hex(&v)
+        };
+        format!(
+            "({col} = {} OR ({col} >= {} AND {col} < {}))",
+            hex(name),
+            with(b'/'),
+            with(b'0')
+        )
     }
 
     fn leases(&self) -> String {
@@ -283,6 +313,15 @@ impl MySql {
     /// transaction. Locks are taken in one order, tokens row, lease row, fence row, by every
     /// batch that takes more than one.
     ///
+    /// With N above 1 this is [`attempt_slots`](Self::attempt_slots). With N = 1 the row is
+    /// taken only while it says `max_holders = 1`: instances with N above 1 set it to theirs,
+    /// under the same lock, before they take any of their rows, so this attempt, which waits
+    /// for that lock, never takes `NAME` beside slot rows they hold. A row that says another N
+    /// sends this instance to the reconciling attempt (`attempt_slots(1)`), which refuses it
+    /// while any of them is there and sets the row back to 1 once none is. The token is above
+    /// every token any row of the name had (slot rows and their fence rows included), read
+    /// under the tokens row's lock.
+    ///
     /// The fence row is made with `INSERT IGNORE`, whose lock on a row already there is a
     /// shared one: it does not wait for a job's `LOCK IN SHARE MODE` on it, so an attempt that
     /// does not win never waits for a job. (`ON DUPLICATE KEY UPDATE` would take it exclusively.
@@ -291,6 +330,9 @@ impl MySql {
     /// updates the fence row, and that waits for the job, as a fence must.
     async fn attempt(&self) -> Result<Attempt, StoreError> {
         let s = &self.shared;
+        if s.max_holders > 1 {
+            return self.attempt_slots(s.max_holders).await;
+        }
         let name = hex(s.name.as_bytes());
         let me = hex(s.identity.as_bytes());
         let ripe = s.sightings.ripe(BootClock.now());
@@ -317,12 +359,14 @@ impl MySql {
              INSERT INTO {leases} (name, holder, token, renewals, expires_at, ttl_ms, max_holders)
                  VALUES ({name}, NULL, 0, 0, NOW(6), 0, 1) ON DUPLICATE KEY UPDATE name = name;
              INSERT IGNORE INTO {fences} (name, holder, token) VALUES ({name}, NULL, 0);
+             {high};
              UPDATE {leases} l JOIN {tokens} t ON t.name = l.name JOIN {fences} f ON f.name = l.name
-                 SET l.holder = {me}, l.token = GREATEST(l.token, t.top, f.token) + 1,
+                 SET l.holder = {me},
+                     l.token = GREATEST(l.token, t.top, f.token, @leader_exec_high) + 1,
                      l.renewals = l.renewals + 1,
                      l.expires_at = TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6)),
                      l.ttl_ms = {ttl_ms}, l.max_holders = 1
-                 WHERE l.name = {name} AND ((l.holder IS NULL AND NOT EXISTS (
+                 WHERE l.name = {name} AND l.max_holders = 1 AND ((l.holder IS NULL AND NOT EXISTS (
                      SELECT 1 FROM {waiters} w
                      WHERE w.name = {name}{ahead} AND w.expires_at > NOW(6))){takeover});
              SET @leader_exec_won = ROW_COUNT();
@@ -332,8 +376,9 @@ impl MySql {
              UPDATE {fences} SET holder = {me},
                      token = (SELECT token FROM {leases} WHERE name = {name})
                  WHERE name = {name} AND @leader_exec_won > 0;
-             SELECT @leader_exec_won, {ROW_COLUMNS} FROM {leases} WHERE name = {name};
+             SELECT @leader_exec_won, {ROW_COLUMNS}, max_holders FROM {leases} WHERE name = {name};
              COMMIT",
+            high = self.high_sql(),
             tokens = self.tokens(),
             leases = self.leases(),
             fences = self.fences(),
@@ -355,8 +400,15 @@ impl MySql {
             s.sightings.forget_one();
             // Its waiter row went in the same transaction.
             s.waiter.store(0, Ordering::SeqCst);
+            *s.held_row.lock().expect("not poisoned") = s.name.clone();
             s.held.store(seen.token, Ordering::SeqCst);
             return Ok(Attempt::Won(seen.token));
+        }
+        // Left by instances with another --max-holders: whether any of them is still there,
+        // and if none is, the row back to 1 and an attempt, under the lock.
+        let theirs: i64 = take(&mut row, 6)?;
+        if theirs != 1 {
+            return self.attempt_slots(1).await;
         }
         let wait = s.sightings.sight(&seen, received, BootClock.now());
         Ok(Attempt::Held { holder, wait })
@@ -372,7 +424,7 @@ impl MySql {
                 "holder = {} AND token = {token}",
                 hex(s.identity.as_bytes())
             ),
-            s.name.as_bytes(),
+            self.held_row().as_bytes(),
             token,
         ))
         .await?;
@@ -412,7 +464,7 @@ impl MySql {
              WHERE name = {} AND holder = {} AND token = {token}",
             self.leases(),
             ttl_ms.saturating_mul(1000),
-            hex(s.name.as_bytes()),
+            hex(self.held_row().as_bytes()),
             hex(s.identity.as_bytes()),
         )
     }

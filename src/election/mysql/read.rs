@@ -1,10 +1,12 @@
-//! [`Read`] on MySQL: who holds the lease row, every name in the table, the time left; and a
+//! [`Read`] on MySQL: who holds the lease row (and, with N above 1, its slot rows), every name in the table, the time left; and a
 //! reader (`status`, `watch`, `check`) that holds nothing.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::super::rows::slots::clamp_n;
 use super::super::{Election, Leader, LeaseTime, Observation, Read, StoreError};
+use super::slots::lease_of;
 use super::{MySql, MySqlTiming, Target, hex, take};
 
 /// How often `watch` reads the row again: there is nothing to listen on.
@@ -46,7 +48,7 @@ impl MySql {
         )
     }
 
-    fn leader(&self, name: &[u8], identity: Vec<u8>, token: i64) -> Leader {
+    pub(super) fn leader(&self, name: &[u8], identity: Vec<u8>, token: i64) -> Leader {
         let mut key = format!("{}/", self.shared.leases).into_bytes();
         key.extend_from_slice(name);
         Leader {
@@ -60,25 +62,9 @@ impl MySql {
 }
 
 impl Read for MySql {
+    /// Every row of the name: the lease row and, with N above 1, its slot rows (`slots.rs`).
     async fn read_election(&self) -> Result<Observation, StoreError> {
-        let name = self.shared.name.as_bytes();
-        let sql = format!(
-            "SELECT l.holder, l.token, {}, l.max_holders FROM {} l WHERE l.name = {}",
-            self.holding("l"),
-            self.leases(),
-            hex(name)
-        );
-        let mut holders = Vec::new();
-        let mut max_holders = 1;
-        for mut row in self.query(sql).await? {
-            let holder: Option<Vec<u8>> = take(&mut row, 0)?;
-            let token: i64 = take(&mut row, 1)?;
-            let live: i64 = take(&mut row, 2)?;
-            max_holders = clamp_n(take(&mut row, 3)?);
-            if let Some(holder) = holder.filter(|_| live == 1) {
-                holders.push(self.leader(name, holder, token));
-            }
-        }
+        let (holders, max_holders) = self.read_holders().await?;
         Ok(Observation {
             candidates: holders.len() as i64,
             holders,
@@ -101,30 +87,43 @@ impl Read for MySql {
         Ok(())
     }
 
-    /// The prefix is the table: every row in it is an election, sorted by name (bytes).
+    /// The prefix is the table: every row in it is an election, sorted by name (bytes); slot
+    /// rows (`NAME/k`, with N above 1) are folded into their name's election.
     async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
         let sql = format!(
             "SELECT l.name, l.holder, l.token, {}, l.max_holders FROM {} l ORDER BY l.name",
             self.holding("l"),
             self.leases()
         );
-        let mut elections = Vec::new();
+        let mut elections: Vec<Election> = Vec::new();
+        let mut at: HashMap<Vec<u8>, usize> = HashMap::new();
         for mut row in self.query(sql).await? {
-            let name: Vec<u8> = take(&mut row, 0)?;
+            let row_name: Vec<u8> = take(&mut row, 0)?;
             let holder: Option<Vec<u8>> = take(&mut row, 1)?;
             let token: i64 = take(&mut row, 2)?;
             let live: i64 = take(&mut row, 3)?;
-            let holders: Vec<Leader> = holder
-                .filter(|_| live == 1)
-                .map(|holder| self.leader(&name, holder, token))
-                .into_iter()
-                .collect();
-            elections.push(Election {
-                candidates: holders.len() as i64,
-                holders,
-                max_holders: clamp_n(take(&mut row, 4)?),
-                name,
+            let n: i64 = take(&mut row, 4)?;
+            let name = lease_of(&row_name).to_vec();
+            let i = *at.entry(name.clone()).or_insert_with(|| {
+                elections.push(Election {
+                    name: name.clone(),
+                    holders: Vec::new(),
+                    max_holders: 1,
+                    candidates: 0,
+                });
+                elections.len() - 1
             });
+            let election = &mut elections[i];
+            if row_name == name {
+                election.max_holders = clamp_n(n);
+            }
+            if let Some(holder) = holder.filter(|_| live == 1) {
+                election.holders.push(self.leader(&row_name, holder, token));
+                election.candidates += 1;
+            }
+        }
+        for election in &mut elections {
+            election.holders.sort_by_key(|h| h.token);
         }
         Ok(elections)
     }
