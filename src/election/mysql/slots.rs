@@ -56,9 +56,9 @@ use std::time::Duration;
 
 use crate::clock::{BootClock, Clock};
 
-use super::super::rows::slots::{SlotRow, clamp_n};
 use super::super::rows::Row;
 use super::super::rows::sighting::Sighting;
+use super::super::rows::slots::{SlotRow, clamp_n};
 use super::super::{Leader, StoreError};
 use super::{Attempt, MySql, hex, hex_digits, take};
 
@@ -102,8 +102,11 @@ fn unhex(digits: &str) -> Vec<u8> {
         .collect()
 }
 
-/// The columns a sighted row is read from, in this order.
-const SIGHTED: &str = "c.slot, c.present, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms, c.other";
+/// The columns a sighted row is read from, in this order. A slot is picked free ones first,
+/// then rows there before missing ones (as PostgreSQL sorts NULL last), the lowest token
+/// first: slot 1, the row `NAME`, is the one a new name's first holder takes.
+const SIGHTED: &str =
+    "c.slot, c.present, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms, c.other";
 
 /// A sighted row read from the columns [`SIGHTED`] put first: its name as hex digits (the key
 /// of its sighting, compared and written back as `X'…'`).
@@ -133,7 +136,12 @@ impl MySql {
     /// The slot rows of `n` for this name, as an SQL relation `(k, slot)` of literals.
     fn slot_rows_sql(&self, n: u32) -> String {
         let rows = (1..=n)
-            .map(|k| format!("SELECT {k} AS k, {} AS slot", hex(self.slot_name(k).as_bytes())))
+            .map(|k| {
+                format!(
+                    "SELECT {k} AS k, {} AS slot",
+                    hex(self.slot_name(k).as_bytes())
+                )
+            })
             .collect::<Vec<_>>();
         format!("({})", rows.join(" UNION ALL "))
     }
@@ -203,11 +211,23 @@ impl MySql {
         let sighted = self.sighted_sql(n);
         let l_ripe = is_ripe(
             &ripe,
-            ["l.name", "l.holder", "l.token", "l.renewals", &expires_us("l")],
+            [
+                "l.name",
+                "l.holder",
+                "l.token",
+                "l.renewals",
+                &expires_us("l"),
+            ],
         );
         let c_ripe = is_ripe(
             &ripe,
-            ["c.slot", "c.holder", "c.token", "c.renewals", "c.expires_us"],
+            [
+                "c.slot",
+                "c.holder",
+                "c.token",
+                "c.renewals",
+                "c.expires_us",
+            ],
         );
         let ahead = match waiter {
             0 => String::new(),
@@ -243,7 +263,7 @@ impl MySql {
              SET @leader_exec_slot = (SELECT c.slot FROM {sighted} c
                  WHERE c.k <= {n} AND @leader_exec_theirs IS NULL AND @leader_exec_blocked = 0
                    AND ((c.holder IS NULL AND @leader_exec_ahead < @leader_exec_free) OR {c_ripe})
-                 ORDER BY c.holder IS NULL DESC, c.token, c.k LIMIT 1);
+                 ORDER BY c.holder IS NULL DESC, c.token IS NULL, c.token, c.k LIMIT 1);
              SET @leader_exec_present = (SELECT COUNT(*) FROM {leases}
                  WHERE name = @leader_exec_slot);
              {high};
