@@ -545,6 +545,9 @@ mod tests {
             ("htps://a:2379", "https:// (etcd)"),
             ("etcd://a:2379", "http:// (etcd)"),
             ("http://a:2379,zookeper://b:2181", "zk:// (ZooKeeper)"),
+            ("mysq://u:hunter2@db1/ops", "mysql:// (MySQL)"),
+            ("MariaDb10://db1/ops", "mysql:// (MySQL)"),
+            ("myslq://db1/ops", "mysql:// (MySQL)"),
         ] {
             let refused = store_of(endpoints).unwrap_err();
             assert!(
@@ -559,7 +562,7 @@ mod tests {
             store_of("postgre://db/ops").unwrap_err(),
             "--endpoints: 'postgre://db/ops' has the unknown scheme postgre://; did you mean \
              postgres:// (PostgreSQL)? The schemes are http:// and https:// (etcd), postgres:// \
-             (PostgreSQL), zk:// (ZooKeeper)"
+             (PostgreSQL), zk:// (ZooKeeper), mysql:// and mariadb:// (MySQL)"
         );
     }
 

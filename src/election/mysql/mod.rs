@@ -1,9 +1,10 @@
 //! The election on MySQL and MariaDB: one lease row per lease name, as on PostgreSQL, on the
 //! rules every row store shares ([`rows`](super::rows)).
 //!
-//! Not reachable from the command line yet: `any.rs` does not list the store, and the tests of
-//! this folder (`tests/`) drive it against a MariaDB the test harness starts. What works and
-//! what does not is docs/mysql.md.
+//! `--endpoints mysql://…` (or `mariadb://`) opens it (`target.rs`, the store's `Door`). The tests
+//! of this folder (`tests/`) drive its statements one by one against a MariaDB the test harness
+//! starts; the store list's tests drive it through the command line. docs/mysql.md is the
+//! operator's page.
 //!
 //! Tables (made on first use by `CREATE TABLE IF NOT EXISTS`, in the URL's database), named from
 //! `--prefix` as on PostgreSQL (`/leader-exec/` gives `leader_exec_leases`,

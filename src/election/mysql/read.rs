@@ -48,6 +48,15 @@ impl MySql {
         )
     }
 
+    /// How many waiters stand in line for the name `name` (SQL), live on the server's clock (a
+    /// waiter renews its row every --retry-period): SQL for a count. A display only.
+    fn waiting_sql(&self, name: &str) -> String {
+        format!(
+            "SELECT COUNT(*) FROM {} w WHERE w.name = {name} AND w.expires_at > NOW(6)",
+            self.waiters()
+        )
+    }
+
     pub(super) fn leader(&self, name: &[u8], identity: Vec<u8>, token: i64) -> Leader {
         let mut key = format!("{}/", self.shared.leases).into_bytes();
         key.extend_from_slice(name);
@@ -65,8 +74,16 @@ impl Read for MySql {
     /// Every row of the name: the lease row and, with N above 1, its slot rows (`slots.rs`).
     async fn read_election(&self) -> Result<Observation, StoreError> {
         let (holders, max_holders) = self.read_holders().await?;
+        let waiting: i64 = match self
+            .query(self.waiting_sql(&hex(self.shared.name.as_bytes())))
+            .await?
+            .pop()
+        {
+            Some(mut row) => take(&mut row, 0)?,
+            None => 0,
+        };
         Ok(Observation {
-            candidates: holders.len() as i64,
+            candidates: holders.len() as i64 + waiting,
             holders,
             max_holders,
             revision: 0,
@@ -91,8 +108,9 @@ impl Read for MySql {
     /// rows (`NAME/k`, with N above 1) are folded into their name's election.
     async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
         let sql = format!(
-            "SELECT l.name, l.holder, l.token, {}, l.max_holders FROM {} l ORDER BY l.name",
+            "SELECT l.name, l.holder, l.token, {}, l.max_holders, ({}) FROM {} l ORDER BY l.name",
             self.holding("l"),
+            self.waiting_sql("l.name"),
             self.leases()
         );
         let mut elections: Vec<Election> = Vec::new();
@@ -103,6 +121,7 @@ impl Read for MySql {
             let token: i64 = take(&mut row, 2)?;
             let live: i64 = take(&mut row, 3)?;
             let n: i64 = take(&mut row, 4)?;
+            let waiting: i64 = take(&mut row, 5)?;
             let name = lease_of(&row_name).to_vec();
             let i = *at.entry(name.clone()).or_insert_with(|| {
                 elections.push(Election {
@@ -116,6 +135,7 @@ impl Read for MySql {
             let election = &mut elections[i];
             if row_name == name {
                 election.max_holders = clamp_n(n);
+                election.candidates += waiting;
             }
             if let Some(holder) = holder.filter(|_| live == 1) {
                 election.holders.push(self.leader(&row_name, holder, token));

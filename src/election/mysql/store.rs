@@ -140,16 +140,18 @@ impl Describe for MySql {
         false
     }
 
-    /// A `mariadb` (or `mysql`) client command: the first host of the URL, its user and
-    /// database; the client asks for the password (`-p`). The key as hex, like every value
-    /// leader-exec writes.
+    /// A `mariadb` (or `mysql`) client command: the first host of the URL over TCP (as
+    /// leader-exec reaches it, also for `localhost`), its user and database; `-p` (the client
+    /// then asks for the password) where leader-exec was given one. The key as hex, like every
+    /// value leader-exec writes.
     fn delete_record_hint(&self, key: &str) -> String {
         let t = &self.shared.target;
         let (host, port) = t.hosts.first().cloned().unwrap_or_default();
         format!(
-            "mariadb -h {} -P {port} -u {} -p {} -e {}",
+            "mariadb --protocol=TCP -h {} -P {port} -u {}{} {} -e {}",
             crate::escape::shell_quote(&host),
             crate::escape::shell_quote(&t.user),
+            if t.password.is_some() { " -p" } else { "" },
             crate::escape::shell_quote(&t.database),
             crate::escape::shell_quote(&format!(
                 "DELETE FROM {} WHERE `key` = {}",

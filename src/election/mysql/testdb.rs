@@ -1,5 +1,5 @@
 //! The test harness's MariaDB (tests/harness/mariadb.rs, the same file the integration tests
-//! use), for this folder's tests while the store is not yet reachable from the command line.
+//! use), for this folder's tests, which drive the store's statements one by one.
 
 #[path = "../../../tests/harness/mariadb.rs"]
 #[allow(dead_code)]
