@@ -12,7 +12,7 @@
 //! each marked as leader-exec's by its table comment:
 //!
 //! - `<p>_leases (name, holder, token, renewals, expires_at, ttl_ms, max_holders)`: one row per
-//!   lease name. `holder` is the leader's identity (bytes), NULL when free; `renewals` grows
+//!   lease name (with `--max-holders` N above 1, one per slot: `slots.rs`). `holder` is the leader's identity (bytes), NULL when free; `renewals` grows
 //!   with every acquisition and renewal; `expires_at` is `NOW(6)` plus the TTL on the server's
 //!   clock: a hint and a display, never what decides a takeover.
 //! - `<p>_records (key, value, expires_at, lease_name, lease_token)`: occurrence records (kept
@@ -23,7 +23,8 @@
 //!   removal), never by a renewal: InnoDB has no lock like PostgreSQL's `FOR KEY SHARE`, so a
 //!   job's shared lock on the lease row would hold up every renewal (an UPDATE of that row)
 //!   until the job commits. A takeover or removal waits for it, as a fence must.
-//! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at)`: the line (`line.rs`).
+//! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at, max_holders)`: the line
+//!   (`line.rs`), each waiter with its owner's N.
 //! - `<p>_tokens (name, top)`: the highest token each name was ever given. Not AUTO_INCREMENT,
 //!   whose counter goes back after a restart in several versions; a row of its own that only
 //!   leader-exec's acquisitions write, raised in the same transaction as the token it records.
