@@ -176,7 +176,8 @@ async fn a_crashed_slot_holder_is_taken_over_after_a_full_ttl_seen() {
 
 /// Another N is refused while its holders are there, both ways (N = 1 beside slots held with
 /// N = 3, and N = 3 beside a holder with N = 1), and nothing is taken; once they are gone, the
-/// other N takes the name.
+/// other N takes the name. N = 1 does not take slot 1 (`jobs`) while it is free beside other
+/// slots held with N = 3.
 #[tokio::test]
 async fn another_max_holders_is_refused_while_live() {
     let db = MariaDb::start();
@@ -197,7 +198,20 @@ async fn another_max_holders_is_refused_while_live() {
     let again = candidate_n(&url, "three-again", 3);
     assert_eq!(turn(&again).await, Turn::Mismatch { theirs: 1 });
     one.release_claim(&leading(token)).await.unwrap();
-    assert!(matches!(turn(&again).await, Turn::Leading { token: t } if t > token));
+    let first = match turn(&again).await {
+        Turn::Leading { token: t } if t > token => t,
+        other => panic!("{other:?} after {token}"),
+    };
+    // Slot 1 (`jobs`) free again beside two slots held with N = 3: N = 1 still may not take it.
+    let (b, c) = (candidate_n(&url, "b", 3), candidate_n(&url, "c", 3));
+    for m in [&b, &c] {
+        assert!(matches!(turn(m).await, Turn::Leading { .. }));
+    }
+    again.release_claim(&leading(first)).await.unwrap();
+    assert_eq!(held_rows(&db), ["jobs/2", "jobs/3"]);
+    let late = candidate_n(&url, "late", 1);
+    assert_eq!(turn(&late).await, Turn::Mismatch { theirs: 3 });
+    assert_eq!(held_rows(&db), ["jobs/2", "jobs/3"]);
 }
 
 /// The server's clock stepped an hour ahead just after the holder with N = 1 renewed: its row
