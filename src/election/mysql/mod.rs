@@ -1,5 +1,6 @@
-//! The election on MySQL and MariaDB: one lease row per lease name, as on PostgreSQL, on the
-//! rules every row store shares ([`rows`](super::rows)).
+//! The election on MySQL and MariaDB: one lease row per lease name (N slot rows with
+//! `--max-holders` N: `slots.rs`), as on PostgreSQL, on the rules every row store shares
+//! ([`rows`](super::rows)).
 //!
 //! `--endpoints mysql://…` (or `mariadb://`) opens it (`target.rs`, the store's `Door`). The tests
 //! of this folder (`tests/`) drive its statements one by one against a MariaDB the test harness
