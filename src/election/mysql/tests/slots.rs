@@ -322,3 +322,84 @@ async fn the_largest_n_takes_and_looks() {
         started.elapsed()
     );
 }
+
+/// A job fences on its slot's fence row, found by its token among the name's rows and then
+/// locked by its name (the recipe of docs/mysql.md): its holder's renewals go on, another slot
+/// is released and taken again meanwhile, and a removal of the fenced slot waits for the job
+/// (fails, transient) and leaves the row held. (A locking read over the name's range instead
+/// would, at the mariadb client's REPEATABLE READ, lock every fence row it scanned, and hold up
+/// the release of slot 1.)
+#[tokio::test]
+async fn a_job_fences_on_its_own_slot_alone() {
+    let db = MariaDb::start();
+    let url = url(db.port);
+    let [a, b, c] = ["a", "b", "c"].map(|id| candidate_n(&url, id, 2));
+    let mut tokens = Vec::new();
+    for m in [&a, &b] {
+        match turn(m).await {
+            Turn::Leading { token } => tokens.push(token),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(b.held_row(), "jobs/2");
+    let fence = format!(
+        "SELECT name FROM leader_exec.leader_exec_fences
+         WHERE (name = 'jobs' OR (name >= 'jobs/' AND name < 'jobs0')) AND token = {}",
+        tokens[1]
+    );
+    assert_eq!(db.sql(&fence).trim(), "jobs/2");
+    let mut job = db.sql_in_background(&format!(
+        "BEGIN; SELECT token FROM leader_exec.leader_exec_fences
+             WHERE name = 'jobs/2' AND token = {} LOCK IN SHARE MODE;
+         SELECT SLEEP(4); COMMIT",
+        tokens[1]
+    ));
+    let until = Instant::now() + Duration::from_secs(10);
+    while !db.sql("SHOW PROCESSLIST").contains("SLEEP(4)") {
+        assert!(Instant::now() < until, "the job did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut keeper = b.keeper(&leading(tokens[1]));
+    for _ in 0..3 {
+        let sent = Instant::now();
+        assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+        assert!(
+            sent.elapsed() < Duration::from_millis(400),
+            "{:?}",
+            sent.elapsed()
+        );
+    }
+    // Slot 1 changes hands under the job's fence on slot 2.
+    a.release_claim(&leading(tokens[0])).await.unwrap();
+    let sent = Instant::now();
+    let token = match turn(&c).await {
+        Turn::Leading { token } => token,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        sent.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert!(token > tokens[1]);
+    assert_eq!(c.held_row(), "jobs");
+    let leader = b
+        .read_election()
+        .await
+        .unwrap()
+        .holders
+        .into_iter()
+        .find(|h| h.token == tokens[1])
+        .unwrap();
+    let e = b
+        .remove_claim(&leader)
+        .await
+        .expect_err("removed under the job's fence");
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(held_rows(&db), ["jobs", "jobs/2"]);
+    assert!(job.wait().unwrap().success());
+    // Renewed since (the job outlasted the TTL), then removed.
+    assert_eq!(keeper.renew().await.unwrap(), Renewal::Alive);
+    assert!(b.remove_claim(&leader).await.unwrap());
+    assert_eq!(held_rows(&db), ["jobs"]);
+}
