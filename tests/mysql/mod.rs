@@ -2,6 +2,8 @@
 //! it as `mysql::…`; the store's statements are tested one by one, against a server the same
 //! harness starts, in the binary's unit tests (src/election/mysql/tests/).
 
+mod conn;
+
 use crate::harness::*;
 
 /// The harness's server answers its root over the socket and leader-exec's user over TCP with

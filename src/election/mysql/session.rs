@@ -1,7 +1,7 @@
 //! Sessions: connecting to the first writable host, setting the session up, the client-side
 //! timer on every request, and the tables (made, or found and checked to be leader-exec's).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -26,6 +26,9 @@ ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_BACKSLASH_ESCAPES',
 SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SELECT @@global.read_only, @@innodb_read_only, VERSION(), DATABASE(), @@log_bin,
     @@binlog_format";
+
+/// Whether the password-without-TLS warning has been given (once per process).
+static CLEARTEXT_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// The comment that marks a table as leader-exec's (with its kind: `leases`, `tokens`).
 fn marker(kind: &str) -> String {
@@ -96,15 +99,28 @@ impl MySql {
                 ))),
             }
         };
-        let mut conn = match connect(tls).await {
+        let encrypted = tls.is_some();
+        let (mut conn, encrypted) = match connect(tls).await {
             // PREFERRED, as the mysql client: plain TCP where the server offers no TLS.
             Err(StoreError::Fatal(m))
                 if target.ssl_mode == SslMode::Preferred && m.contains(NO_TLS) =>
             {
-                connect(None).await?
+                (connect(None).await?, false)
             }
-            other => other?,
+            other => (other?, encrypted),
         };
+        // Without TLS the password is exposed to whoever sits on the path: its challenge-response
+        // hash (mysql_native_password, which a recording can be cracked from), or the password
+        // itself encrypted with a server key nothing checked (caching_sha2_password's first
+        // login). Said once, as for PostgreSQL.
+        if !encrypted && target.password.is_some() && !CLEARTEXT_WARNED.swap(true, Ordering::SeqCst)
+        {
+            tracing::warn!(
+                event = "cleartext-password",
+                "the MySQL password is used without TLS with {} (ssl-mode=DISABLED, or PREFERRED and the server offers no TLS); use ssl-mode=VERIFY_IDENTITY or VERIFY_CA",
+                target.shown
+            );
+        }
         let mut found = self.run(&mut conn, SETUP.to_owned()).await?;
         let mut row = found
             .pop()
