@@ -603,7 +603,15 @@ pub fn a_late_first_look_after_a_change_of_n_leads_with_a_higher_token<S: Store>
         "--kill-after",
         "2s",
     ];
-    proxy.freeze_after_request_containing(identity.as_bytes());
+    // MySQL writes an identity as hex (`X'…'`), so its requests carry it that way.
+    let needle = match S::NAME {
+        "mysql" => identity
+            .bytes()
+            .map(|b| format!("{b:02X}"))
+            .collect::<String>(),
+        _ => identity.to_owned(),
+    };
+    proxy.freeze_after_request_containing(needle.as_bytes());
     let mut x = Instance::start(&x_args, &holder_job(&scratch, "x", &gated(&scratch, "x")));
     assert!(
         wait_for(long, || proxy.tripped()),

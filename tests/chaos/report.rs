@@ -528,7 +528,8 @@ same time and that their tokens strictly increase (docs/safety.md, \"The safety 
 the evidence: the faults that break leader election in practice, injected over many trials with
 randomised timing against real store processes, with the promise checked on a history that the
 commands themselves wrote. Every store runs every store-neutral scenario: etcd (rows `1`…), a
-PostgreSQL server (rows `p…`) and a standalone ZooKeeper server (rows `z…`); an etcd cluster's
+PostgreSQL server (rows `p…`), a standalone ZooKeeper server (rows `z…`) and a MariaDB server for
+the MySQL store (rows `m…`); an etcd cluster's
 faults (`5a`, `5b`) and the comparison with etcd's own view of the token (`7`) are etcd's alone,
 and each store has rows for faults of its own: PostgreSQL's server clock stepped (`p11`) and a
 lagging standby first in the URL (`p12`), ZooKeeper's server restarted with a smaller session
@@ -552,7 +553,7 @@ const METHOD: &str = "
 
 Each trial starts three `leader-exec` instances on a fresh lease at once. Every instance reaches
 the store through TCP proxies of its own on loopback (one per etcd member; one in front of the
-PostgreSQL or ZooKeeper server), which the runner can
+PostgreSQL, ZooKeeper or MariaDB server), which the runner can
 *cut* (reset every connection, refuse new ones), *freeze* (accept, forward nothing) and *heal*.
 Each instance runs the same bash job, which appends to a shared history file:
 
@@ -565,13 +566,13 @@ Each instance runs the same bash job, which appends to a shared history file:
 Times come from bash's `$EPOCHREALTIME`, the same wall clock the runner uses.
 
 Once the first leader's job runs and all three instances stand in line (etcd and ZooKeeper: three
-candidate keys or nodes; PostgreSQL, where waiters hold nothing: the leader's row and every
-instance's log saying it campaigns), the runner waits a random
+candidate keys or nodes; PostgreSQL and MySQL, where waiters hold nothing: the leader's row and
+every instance's log saying it campaigns), the runner waits a random
 part of two renewal cycles (so the fault lands anywhere in the lease cycle), injects the fault,
 observes what must happen, and writes `fault KIND BEGIN END short|long`. At the end it writes
 `teardown`, heals and resumes everything, stops every instance with SIGTERM, waits until every
 pid of every job (and its process group) is gone and writes `gone NAME T` for each. Faults touch
-only what the runner started (etcd, PostgreSQL and ZooKeeper processes, proxies, leader-exec instances and their
+only what the runner started (etcd, PostgreSQL, ZooKeeper and MariaDB processes, proxies, leader-exec instances and their
 descendants), all on loopback; every wait is bounded.
 
 Rows of one store's own faults differ where their fault needs it: `p11`'s server runs under
@@ -611,8 +612,8 @@ const NEMESIS: &str = "
 
 The rows above each inject a fault someone thought of. The nemesis (`tests/chaos/nemesis.rs`, in
 the spirit of Jepsen's) draws a schedule instead, from a seed, and runs it against one fresh
-server of each store (`nemesis::etcd`, `nemesis::postgres`, `nemesis::zookeeper`), all on one
-lease:
+server of each store (`nemesis::etcd`, `nemesis::postgres`, `nemesis::zookeeper`,
+`nemesis::mysql`), all on one lease:
 
 - instances join with `--max-holders` N from {1, 2, 3}: mostly the current phase's N, which
   changes now and then, so N changes over time (an instance whose N disagrees with the line's
@@ -623,14 +624,16 @@ lease:
 - the store restarted on its data, or SIGSTOPped for up to 3 s; an instance's route cut or
   black-holed for up to 6 s;
 - a joiner whose first claiming request (a ZooKeeper create, an etcd key write, PostgreSQL's
-  `nextval`) reaches the store but whose answer is held back for 0.6–1.8 s, after the line was
+  `nextval`, MySQL's write of the name's tokens row) reaches the store but whose answer is held back for 0.6–1.8 s, after the line was
   filled (N holders and a waiter) and while every job ends as soon as it starts: a late first
   look over holders that came and went, mostly with another N than the line's;
 - each store's own manipulations: etcd, a candidate key deleted by hand; ZooKeeper, a candidate
   node deleted by hand; PostgreSQL, the token sequence set back (`ALTER SEQUENCE
   leader_exec_tokens RESTART`, what a schema-only restore leaves) or the waiter rows deleted (the
-  lease rows refuse DELETE);
-- PostgreSQL's server clock stepped: the server runs under libfaketime (as `p11`'s), and its clock
+  lease rows refuse DELETE); MySQL, one of the rows that remember the name's tokens deleted (the
+  tokens row, the whole tokens table truncated, the fence row) or the lease row deleted (which
+  takes a claim from under its holder: excused as `resign --force` is), or the waiter rows;
+- PostgreSQL's and MySQL's server clocks stepped: each server runs under libfaketime (as `p11`'s), and its clock
   is stepped ahead by 5–60 s (a third of the time back by as much) and returned to the real one
   after 0.5–8 s. The server's clock decides no takeover (a taker must see a lease unchanged for
   a TTL on its own clock), so the checker's rules stand;

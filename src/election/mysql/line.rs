@@ -25,8 +25,9 @@ impl MySql {
             "START TRANSACTION;
              INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
              UPDATE {tokens} SET top = top + 1 WHERE name = {name};
-             INSERT INTO {waiters} (name, id, identity, renewals, ttl_ms, expires_at)
-                 SELECT {name}, top, {me}, 0, {ttl_ms}, TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6))
+             INSERT INTO {waiters} (name, id, identity, renewals, ttl_ms, expires_at, max_holders)
+                 SELECT {name}, top, {me}, 0, {ttl_ms}, TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6)),
+                        {n}
                  FROM {tokens} WHERE name = {name};
              SELECT top FROM {tokens} WHERE name = {name};
              COMMIT",
@@ -35,6 +36,7 @@ impl MySql {
             me = hex(s.identity.as_bytes()),
             ttl_ms = s.ttl_ms,
             ttl_us = s.ttl_ms.saturating_mul(1000),
+            n = s.max_holders,
         );
         let id: i64 = match self.query(batch).await?.pop() {
             Some(mut row) => take(&mut row, 0)?,
@@ -125,7 +127,7 @@ impl Waiter for MySql {
     }
 
     fn max_holders(&self) -> u32 {
-        1
+        self.shared.max_holders
     }
 
     async fn heard(&self, seen: i64, wait: Duration) -> i64 {
@@ -150,9 +152,9 @@ impl Waiter for MySql {
         })
     }
 
-    /// Never asked: N above 1 is refused when the candidate is made.
+    /// N above 1: every slot row, and every row another N holds (`slots.rs`).
     async fn look_at_slots(&self) -> Result<Duration, StoreError> {
-        Ok(Duration::ZERO)
+        self.look_slots().await
     }
 
     /// Deletes a dead waiter row ahead, only if it is still exactly as seen.

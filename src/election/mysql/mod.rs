@@ -1,5 +1,6 @@
-//! The election on MySQL and MariaDB: one lease row per lease name, as on PostgreSQL, on the
-//! rules every row store shares ([`rows`](super::rows)).
+//! The election on MySQL and MariaDB: one lease row per lease name (N slot rows with
+//! `--max-holders` N: `slots.rs`), as on PostgreSQL, on the rules every row store shares
+//! ([`rows`](super::rows)).
 //!
 //! `--endpoints mysql://…` (or `mariadb://`) opens it (`target.rs`, the store's `Door`). The tests
 //! of this folder (`tests/`) drive its statements one by one against a MariaDB the test harness
@@ -12,7 +13,7 @@
 //! each marked as leader-exec's by its table comment:
 //!
 //! - `<p>_leases (name, holder, token, renewals, expires_at, ttl_ms, max_holders)`: one row per
-//!   lease name. `holder` is the leader's identity (bytes), NULL when free; `renewals` grows
+//!   lease name (with `--max-holders` N above 1, one per slot: `slots.rs`). `holder` is the leader's identity (bytes), NULL when free; `renewals` grows
 //!   with every acquisition and renewal; `expires_at` is `NOW(6)` plus the TTL on the server's
 //!   clock: a hint and a display, never what decides a takeover.
 //! - `<p>_records (key, value, expires_at, lease_name, lease_token)`: occurrence records (kept
@@ -23,7 +24,8 @@
 //!   removal), never by a renewal: InnoDB has no lock like PostgreSQL's `FOR KEY SHARE`, so a
 //!   job's shared lock on the lease row would hold up every renewal (an UPDATE of that row)
 //!   until the job commits. A takeover or removal waits for it, as a fence must.
-//! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at)`: the line (`line.rs`).
+//! - `<p>_waiters (name, id, identity, renewals, ttl_ms, expires_at, max_holders)`: the line
+//!   (`line.rs`), each waiter with its owner's N.
 //! - `<p>_tokens (name, top)`: the highest token each name was ever given. Not AUTO_INCREMENT,
 //!   whose counter goes back after a restart in several versions; a row of its own that only
 //!   leader-exec's acquisitions write, raised in the same transaction as the token it records.
@@ -62,8 +64,8 @@
 //! an UPDATE changed, not those it matched, and a renewal that changed nothing would read as
 //! lost.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mysql_async::Conn;
@@ -78,6 +80,7 @@ mod line;
 mod read;
 mod records;
 mod session;
+mod slots;
 mod store;
 pub mod target;
 #[cfg(test)]
@@ -157,6 +160,9 @@ enum Attempt {
         /// How long until this instance may take the row over (see `rows::Sighting`).
         wait: Duration,
     },
+    /// Instances with another `--max-holders` (this one, theirs) hold or wait for the name
+    /// (`slots.rs`): the caller exits as on PostgreSQL.
+    Mismatch(u32),
 }
 
 struct Shared {
@@ -169,6 +175,10 @@ struct Shared {
     waiters: String,
     name: String,
     identity: String,
+    /// `--max-holders`: above 1, the slot rows of `slots.rs`.
+    max_holders: u32,
+    /// The name of the row this instance holds or last held: `NAME`, or a slot row `NAME/k`.
+    held_row: Mutex<String>,
     ttl_ms: i64,
     /// Each request's own timer.
     request_timeout: Duration,
@@ -206,7 +216,8 @@ pub struct MySql {
 }
 
 impl MySql {
-    /// A candidate. `--max-holders` above 1 is not supported yet.
+    /// A candidate; with `max_holders` above 1 it takes one of that many slot rows
+    /// (`slots.rs`).
     pub fn new(
         target: Target,
         prefix: &str,
@@ -215,11 +226,6 @@ impl MySql {
         timing: MySqlTiming,
         max_holders: u32,
     ) -> Result<MySql, StoreError> {
-        if max_holders != 1 {
-            return Err(StoreError::Fatal(
-                "MySQL: --max-holders above 1 is not supported yet".into(),
-            ));
-        }
         let Tables {
             leases,
             tokens,
@@ -237,6 +243,8 @@ impl MySql {
                 waiters,
                 name: name.to_owned(),
                 identity,
+                max_holders: max_holders.max(1),
+                held_row: Mutex::new(name.to_owned()),
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
                 request_timeout: timing.retry_period.max(Duration::from_millis(100)),
                 connect_timeout: timing.connect_timeout,
@@ -254,6 +262,30 @@ impl MySql {
     /// The row as `LEADER_KEY` shows it: `TABLE/NAME`.
     fn row_key(&self) -> String {
         format!("{}/{}", self.shared.leases, self.shared.name)
+    }
+
+    /// The name of the row this instance holds (`NAME`, or a slot row `NAME/k`).
+    fn held_row(&self) -> String {
+        self.shared.held_row.lock().expect("not poisoned").clone()
+    }
+
+    /// Whether the column `col` names a row of this lease name, `NAME` or a slot row `NAME/…`:
+    /// SQL. Names are bytes compared as bytes, and every name that starts with `NAME/` lies
+    /// between `NAME/` and `NAME0` (`0` follows `/`), so this is a range of the primary key
+    /// (no `LIKE`, whose `%` and `_` a name may hold).
+    fn rows_of_name(&self, col: &str) -> String {
+        let name = self.shared.name.as_bytes();
+        let with = |c: u8| {
+            let mut v = name.to_vec();
+            v.push(c);
+            hex(&v)
+        };
+        format!(
+            "({col} = {} OR ({col} >= {} AND {col} < {}))",
+            hex(name),
+            with(b'/'),
+            with(b'0')
+        )
     }
 
     fn leases(&self) -> String {
@@ -284,6 +316,15 @@ impl MySql {
     /// transaction. Locks are taken in one order, tokens row, lease row, fence row, by every
     /// batch that takes more than one.
     ///
+    /// With N above 1 this is [`attempt_slots`](Self::attempt_slots). With N = 1 the row is
+    /// taken only while it says `max_holders = 1`: instances with N above 1 set it to theirs,
+    /// under the same lock, before they take any of their rows, so this attempt, which waits
+    /// for that lock, never takes `NAME` beside slot rows they hold. A row that says another N
+    /// sends this instance to the reconciling attempt (`attempt_slots(1)`), which refuses it
+    /// while any of them is there and sets the row back to 1 once none is. The token is above
+    /// every token any row of the name had (slot rows and their fence rows included), read
+    /// under the tokens row's lock.
+    ///
     /// The fence row is made with `INSERT IGNORE`, whose lock on a row already there is a
     /// shared one: it does not wait for a job's `LOCK IN SHARE MODE` on it, so an attempt that
     /// does not win never waits for a job. (`ON DUPLICATE KEY UPDATE` would take it exclusively.
@@ -292,6 +333,9 @@ impl MySql {
     /// updates the fence row, and that waits for the job, as a fence must.
     async fn attempt(&self) -> Result<Attempt, StoreError> {
         let s = &self.shared;
+        if s.max_holders > 1 {
+            return self.attempt_slots(s.max_holders).await;
+        }
         let name = hex(s.name.as_bytes());
         let me = hex(s.identity.as_bytes());
         let ripe = s.sightings.ripe(BootClock.now());
@@ -318,12 +362,14 @@ impl MySql {
              INSERT INTO {leases} (name, holder, token, renewals, expires_at, ttl_ms, max_holders)
                  VALUES ({name}, NULL, 0, 0, NOW(6), 0, 1) ON DUPLICATE KEY UPDATE name = name;
              INSERT IGNORE INTO {fences} (name, holder, token) VALUES ({name}, NULL, 0);
+             {high};
              UPDATE {leases} l JOIN {tokens} t ON t.name = l.name JOIN {fences} f ON f.name = l.name
-                 SET l.holder = {me}, l.token = GREATEST(l.token, t.top, f.token) + 1,
+                 SET l.holder = {me},
+                     l.token = GREATEST(l.token, t.top, f.token, @leader_exec_high) + 1,
                      l.renewals = l.renewals + 1,
                      l.expires_at = TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6)),
                      l.ttl_ms = {ttl_ms}, l.max_holders = 1
-                 WHERE l.name = {name} AND ((l.holder IS NULL AND NOT EXISTS (
+                 WHERE l.name = {name} AND l.max_holders = 1 AND ((l.holder IS NULL AND NOT EXISTS (
                      SELECT 1 FROM {waiters} w
                      WHERE w.name = {name}{ahead} AND w.expires_at > NOW(6))){takeover});
              SET @leader_exec_won = ROW_COUNT();
@@ -333,8 +379,9 @@ impl MySql {
              UPDATE {fences} SET holder = {me},
                      token = (SELECT token FROM {leases} WHERE name = {name})
                  WHERE name = {name} AND @leader_exec_won > 0;
-             SELECT @leader_exec_won, {ROW_COLUMNS} FROM {leases} WHERE name = {name};
+             SELECT @leader_exec_won, {ROW_COLUMNS}, max_holders FROM {leases} WHERE name = {name};
              COMMIT",
+            high = self.high_sql(),
             tokens = self.tokens(),
             leases = self.leases(),
             fences = self.fences(),
@@ -356,8 +403,15 @@ impl MySql {
             s.sightings.forget_one();
             // Its waiter row went in the same transaction.
             s.waiter.store(0, Ordering::SeqCst);
+            *s.held_row.lock().expect("not poisoned") = s.name.clone();
             s.held.store(seen.token, Ordering::SeqCst);
             return Ok(Attempt::Won(seen.token));
+        }
+        // Left by instances with another --max-holders: whether any of them is still there,
+        // and if none is, the row back to 1 and an attempt, under the lock.
+        let theirs: i64 = take(&mut row, 6)?;
+        if theirs != 1 {
+            return self.attempt_slots(1).await;
         }
         let wait = s.sightings.sight(&seen, received, BootClock.now());
         Ok(Attempt::Held { holder, wait })
@@ -373,7 +427,7 @@ impl MySql {
                 "holder = {} AND token = {token}",
                 hex(s.identity.as_bytes())
             ),
-            s.name.as_bytes(),
+            self.held_row().as_bytes(),
             token,
         ))
         .await?;
@@ -413,7 +467,7 @@ impl MySql {
              WHERE name = {} AND holder = {} AND token = {token}",
             self.leases(),
             ttl_ms.saturating_mul(1000),
-            hex(s.name.as_bytes()),
+            hex(self.held_row().as_bytes()),
             hex(s.identity.as_bytes()),
         )
     }

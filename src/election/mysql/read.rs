@@ -1,10 +1,12 @@
-//! [`Read`] on MySQL: who holds the lease row, every name in the table, the time left; and a
+//! [`Read`] on MySQL: who holds the lease row (and, with N above 1, its slot rows), every name in the table, the time left; and a
 //! reader (`status`, `watch`, `check`) that holds nothing.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::super::rows::slots::clamp_n;
 use super::super::{Election, Leader, LeaseTime, Observation, Read, StoreError};
+use super::slots::lease_of;
 use super::{MySql, MySqlTiming, Target, hex, take};
 
 /// How often `watch` reads the row again: there is nothing to listen on.
@@ -55,7 +57,7 @@ impl MySql {
         )
     }
 
-    fn leader(&self, name: &[u8], identity: Vec<u8>, token: i64) -> Leader {
+    pub(super) fn leader(&self, name: &[u8], identity: Vec<u8>, token: i64) -> Leader {
         let mut key = format!("{}/", self.shared.leases).into_bytes();
         key.extend_from_slice(name);
         Leader {
@@ -69,31 +71,17 @@ impl MySql {
 }
 
 impl Read for MySql {
+    /// Every row of the name: the lease row and, with N above 1, its slot rows (`slots.rs`).
     async fn read_election(&self) -> Result<Observation, StoreError> {
-        let name = self.shared.name.as_bytes();
-        // The lease row (if any) beside the count of live waiters, which there may be without
-        // it: one row either way.
-        let sql = format!(
-            "SELECT l.holder, l.token, {}, l.max_holders, ({}) FROM (SELECT 1 AS one) one
-             LEFT JOIN {} l ON l.name = {}",
-            self.holding("l"),
-            self.waiting_sql(&hex(name)),
-            self.leases(),
-            hex(name)
-        );
-        let mut holders = Vec::new();
-        let mut max_holders = 1;
-        let mut waiting = 0;
-        for mut row in self.query(sql).await? {
-            let holder: Option<Vec<u8>> = take(&mut row, 0)?;
-            let token: Option<i64> = take(&mut row, 1)?;
-            let live: Option<i64> = take(&mut row, 2)?;
-            max_holders = clamp_n(take::<Option<i64>>(&mut row, 3)?.unwrap_or(1));
-            waiting = take(&mut row, 4)?;
-            if let (Some(holder), Some(token), Some(1)) = (holder, token, live) {
-                holders.push(self.leader(name, holder, token));
-            }
-        }
+        let (holders, max_holders) = self.read_holders().await?;
+        let waiting: i64 = match self
+            .query(self.waiting_sql(&hex(self.shared.name.as_bytes())))
+            .await?
+            .pop()
+        {
+            Some(mut row) => take(&mut row, 0)?,
+            None => 0,
+        };
         Ok(Observation {
             candidates: holders.len() as i64 + waiting,
             holders,
@@ -116,7 +104,8 @@ impl Read for MySql {
         Ok(())
     }
 
-    /// The prefix is the table: every row in it is an election, sorted by name (bytes).
+    /// The prefix is the table: every row in it is an election, sorted by name (bytes); slot
+    /// rows (`NAME/k`, with N above 1) are folded into their name's election.
     async fn list_elections(&self, _prefix: &str) -> Result<Vec<Election>, StoreError> {
         let sql = format!(
             "SELECT l.name, l.holder, l.token, {}, l.max_holders, ({}) FROM {} l ORDER BY l.name",
@@ -124,25 +113,37 @@ impl Read for MySql {
             self.waiting_sql("l.name"),
             self.leases()
         );
-        let mut elections = Vec::new();
+        let mut elections: Vec<Election> = Vec::new();
+        let mut at: HashMap<Vec<u8>, usize> = HashMap::new();
         for mut row in self.query(sql).await? {
-            let name: Vec<u8> = take(&mut row, 0)?;
+            let row_name: Vec<u8> = take(&mut row, 0)?;
             let holder: Option<Vec<u8>> = take(&mut row, 1)?;
             let token: i64 = take(&mut row, 2)?;
             let live: i64 = take(&mut row, 3)?;
-            let holders: Vec<Leader> = holder
-                .filter(|_| live == 1)
-                .map(|holder| self.leader(&name, holder, token))
-                .into_iter()
-                .collect();
-            let max_holders = clamp_n(take(&mut row, 4)?);
+            let n: i64 = take(&mut row, 4)?;
             let waiting: i64 = take(&mut row, 5)?;
-            elections.push(Election {
-                candidates: holders.len() as i64 + waiting,
-                holders,
-                max_holders,
-                name,
+            let name = lease_of(&row_name).to_vec();
+            let i = *at.entry(name.clone()).or_insert_with(|| {
+                elections.push(Election {
+                    name: name.clone(),
+                    holders: Vec::new(),
+                    max_holders: 1,
+                    candidates: 0,
+                });
+                elections.len() - 1
             });
+            let election = &mut elections[i];
+            if row_name == name {
+                election.max_holders = clamp_n(n);
+                election.candidates += waiting;
+            }
+            if let Some(holder) = holder.filter(|_| live == 1) {
+                election.holders.push(self.leader(&row_name, holder, token));
+                election.candidates += 1;
+            }
+        }
+        for election in &mut elections {
+            election.holders.sort_by_key(|h| h.token);
         }
         Ok(elections)
     }

@@ -58,11 +58,12 @@ impl MySql {
         Ok(written > 0)
     }
 
-    /// The held row, still this identity's with `token`: the fence of this instance's writes.
+    /// The held row (`NAME`, or a slot row `NAME/k`), still this identity's with `token`: the
+    /// fence of this instance's writes.
     fn own_row(&self, token: i64) -> String {
         format!(
             "l.name = {} AND l.holder = {} AND l.token = {token} AND l.expires_at > NOW(6)",
-            hex(self.shared.name.as_bytes()),
+            hex(self.held_row().as_bytes()),
             hex(self.shared.identity.as_bytes()),
         )
     }
@@ -148,7 +149,7 @@ impl Records for MySql {
             &format!("{value}, NULL, l.name, l.token"),
             &format!(
                 "value = {value}, expires_at = NULL, lease_name = {}, lease_token = {}",
-                hex(self.shared.name.as_bytes()),
+                hex(self.held_row().as_bytes()),
                 candidacy.token
             ),
         )

@@ -253,6 +253,7 @@ impl MySql {
                  renewals BIGINT NOT NULL,
                  ttl_ms BIGINT NOT NULL,
                  expires_at DATETIME(6) NOT NULL,
+                 max_holders BIGINT NOT NULL DEFAULT 1,
                  PRIMARY KEY (name, id)
              ) ENGINE = InnoDB COMMENT = '{waiters_marker}';
              SELECT table_name, table_type, table_comment FROM information_schema.tables

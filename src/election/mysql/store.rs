@@ -41,13 +41,16 @@ impl Campaign for MySql {
             // Not in line yet (a new candidacy, or one taken for dead by the waiter behind):
             // one attempt first, which takes a free row when nobody waits. Lost: it joins the
             // line and tries again from its place before it waits.
-            if let Attempt::Won(token) = self.attempt().await? {
-                return Ok(Turn::Leading { token });
+            match self.attempt().await? {
+                Attempt::Won(token) => return Ok(Turn::Leading { token }),
+                Attempt::Mismatch(theirs) => return Ok(Turn::Mismatch { theirs }),
+                Attempt::Held { .. } => {}
             }
             self.join_line().await?;
         }
         match self.attempt().await? {
             Attempt::Won(token) => Ok(Turn::Leading { token }),
+            Attempt::Mismatch(theirs) => Ok(Turn::Mismatch { theirs }),
             Attempt::Held { holder, wait } => Ok(Turn::Behind(Ahead {
                 key: holder.unwrap_or_default(),
                 revision: 0,

@@ -7,6 +7,7 @@
 
 mod records;
 mod session;
+mod slots;
 
 use std::time::{Duration, Instant};
 
