@@ -146,6 +146,7 @@ mod operator;
 mod reach;
 mod rough_edges;
 mod security;
+mod security_files;
 mod signals;
 mod status_all;
 
