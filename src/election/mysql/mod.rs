@@ -90,33 +90,11 @@ mod tests;
 
 pub use target::Target;
 
-/// The table names `--prefix` maps to (the same as PostgreSQL's, so that one prefix names the
-/// same tables on either store): its text between the slashes, every character other than ASCII
-/// letters, digits and `_` replaced by `_`, lower-cased, then `_leases`, `_tokens`, `_records`,
-/// `_fences`, `_waiters`.
+/// The table names `--prefix` maps to ([`rows::table_stem`](super::rows::table_stem), the same as
+/// PostgreSQL's), then `_leases`, `_tokens`, `_records`, `_fences`, `_waiters`. MySQL refuses
+/// identifiers over 64 characters.
 pub fn tables(prefix: &str) -> Result<Tables, StoreError> {
-    let base: String = prefix
-        .trim_matches('/')
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let base = if base.is_empty() {
-        "leader_exec".to_owned()
-    } else {
-        base
-    };
-    // MySQL refuses identifiers over 64 characters.
-    if base.len() + "_records".len() > 64 {
-        return Err(StoreError::Fatal(format!(
-            "--prefix {prefix}: too long for a MySQL table name (at most 56 characters)"
-        )));
-    }
+    let base = super::rows::table_stem(prefix, "MySQL", 64)?;
     Ok(Tables {
         leases: format!("{base}_leases"),
         tokens: format!("{base}_tokens"),

@@ -137,32 +137,12 @@ impl std::fmt::Debug for Target {
     }
 }
 
-/// The table names `--prefix` maps to: its text between the slashes, every character other than
-/// ASCII letters, digits and `_` replaced by `_`, lower-cased, then `_leases` / `_records`.
+/// The table names `--prefix` maps to ([`rows::table_stem`](super::rows::table_stem), then
+/// `_leases` / `_records`). PostgreSQL cuts identifiers at 63 bytes: two prefixes would silently
+/// share a table.
 pub fn tables(prefix: &str) -> Result<(String, String), StoreError> {
-    let base: String = prefix
-        .trim_matches('/')
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let base = if base.is_empty() {
-        "leader_exec".to_owned()
-    } else {
-        base
-    };
-    // PostgreSQL cuts identifiers at 63 bytes: two prefixes would silently share a table.
-    if base.len() + "_records".len() > 63 {
-        return Err(StoreError::Fatal(format!(
-            "--prefix {prefix}: too long for a PostgreSQL table name (at most 55 characters)"
-        )));
-    }
-    Ok((format!("{base}_leases"), format!("{base}_records")))
+    let stem = super::rows::table_stem(prefix, "PostgreSQL", 63)?;
+    Ok((format!("{stem}_leases"), format!("{stem}_records")))
 }
 
 fn quote_ident(name: &str) -> String {

@@ -1,4 +1,4 @@
-//! What every store of rows with transactions (PostgreSQL today) shares, without its SQL: the
+//! What every store of rows with transactions (PostgreSQL, MySQL) shares, without its SQL: the
 //! takeover rule and its bookkeeping ([`Sightings`]), the line of waiters ([`line`](mod@line): who
 //! is first, when the waiter ahead is dead, the wait for a turn behind the [`line::Waiter`] trait),
 //! and slot rows for `--max-holders` ([`slots`]). A store keeps its own statements, sessions, TLS,
@@ -49,3 +49,69 @@ pub mod sighting;
 pub mod slots;
 
 pub use sighting::{Row, Sightings};
+
+use super::StoreError;
+
+/// The stem of the table names `--prefix` maps to, the same on every row store (so that one
+/// prefix names the same tables on either): its text between the slashes, every character other
+/// than ASCII letters, digits and `_` replaced by `_`, lower-cased (`/leader-exec/` gives
+/// `leader_exec`, and so does an empty prefix). Each store adds `_leases`, `_records`, ….
+/// Refused where the longest name, the stem and `_records`, would be over `max` characters (the
+/// server's identifier limit, `store` named in the message): a server that cuts names short
+/// would let two prefixes share a table, one that refuses them would fail later.
+pub fn table_stem(prefix: &str, store: &str, max: usize) -> Result<String, StoreError> {
+    let stem: String = prefix
+        .trim_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let stem = if stem.is_empty() {
+        "leader_exec".to_owned()
+    } else {
+        stem
+    };
+    const LONGEST: &str = "_records";
+    if stem.len() + LONGEST.len() > max {
+        return Err(StoreError::Fatal(format!(
+            "--prefix {prefix}: too long for a {store} table name (at most {} characters)",
+            max - LONGEST.len()
+        )));
+    }
+    Ok(stem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_prefix_names_the_same_tables_on_every_row_store_and_a_long_one_is_refused() {
+        for (prefix, stem) in [
+            ("/leader-exec/", "leader_exec"),
+            ("/", "leader_exec"),
+            ("/Ops.Jobs/x/", "ops_jobs_x"),
+        ] {
+            assert_eq!(table_stem(prefix, "PostgreSQL", 63).unwrap(), stem);
+            assert_eq!(table_stem(prefix, "MySQL", 64).unwrap(), stem);
+        }
+        let long = format!("/{}/", "a".repeat(56));
+        let refused = table_stem(&long, "PostgreSQL", 63).unwrap_err().to_string();
+        assert!(
+            refused.contains("PostgreSQL table name (at most 55 characters)"),
+            "{refused}"
+        );
+        assert!(table_stem(&long, "MySQL", 64).is_ok());
+        let longer = format!("/{}/", "a".repeat(57));
+        let refused = table_stem(&longer, "MySQL", 64).unwrap_err().to_string();
+        assert!(
+            refused.contains("MySQL table name (at most 56 characters)"),
+            "{refused}"
+        );
+    }
+}
