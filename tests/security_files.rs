@@ -246,91 +246,42 @@ impl Drop for Install {
     }
 }
 
-/// `install.sh --with-postgres` run as root writes nothing through a link in a directory the
-/// postgres user (or anyone else) owns: with its data directory's parent left by an earlier
-/// attempt and `initdb.log` there a link to a file of root's, a parent of the postgres user's
-/// is used with the link removed by that user (the install succeeds), and a parent of another
-/// user's is refused; root's file is untouched either way.
-#[test]
-fn install_with_postgres_follows_no_link_of_another_user() {
+/// `install.sh FLAG` run as root writes nothing through a link in a directory the server's user
+/// (`user`, or anyone else) owns: with its data directory's parent (`dir` under the prefix) left
+/// by an earlier attempt and each of `logs` there a link to a file of root's, a parent of another
+/// user's is refused, and a parent of the server's user is used with the links removed by that
+/// user (the install succeeds: `then` is given the parent and the user's uid to check what was
+/// made); root's file is untouched either way.
+fn install_as_root_follows_no_link(
+    flag: &str,
+    user: &str,
+    dir: &str,
+    logs: &[&str],
+    then: impl FnOnce(&std::path::Path, u32),
+) {
     use std::os::unix::fs::{MetadataExt, chown, lchown, symlink};
     if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
-        eprintln!("not root: install.sh runs PostgreSQL as root would not");
+        eprintln!("not root: install.sh {flag} runs its server as root would not");
         return;
     }
-    let postgres_uid = Command::new("id")
-        .args(["-u", "postgres"])
+    let uid = Command::new("id")
+        .args(["-u", user])
         .output()
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.trim().parse::<u32>().ok())
-        .expect("Debian's postgres user");
+        .unwrap_or_else(|| panic!("Debian's {user} user"));
     let scratch = Scratch::new();
-    // The postgres user must reach the prefix.
+    // The server's user must reach the prefix.
     std::fs::set_permissions(scratch.path("."), std::fs::Permissions::from_mode(0o755)).unwrap();
     let victim = victim(&scratch, "victim", "root's own\n");
     let install = Install::new(&scratch);
-    let home = install.prefix.join("var/lib/leader-exec-postgres");
+    let home = install.prefix.join(dir);
     let plant = |owner: u32| {
         let _ = std::fs::remove_dir_all(&home);
         std::fs::create_dir_all(&home).unwrap();
         std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let log = home.join("initdb.log");
-        symlink(&victim, &log).unwrap();
-        lchown(&log, Some(owner), Some(owner)).unwrap();
-        chown(&home, Some(owner), Some(owner)).unwrap();
-    };
-
-    plant(65534);
-    let out = install.run(&["--with-postgres"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_untouched(&victim, "root's own\n");
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(stderr.contains("belongs to uid 65534"), "{stderr}");
-
-    plant(postgres_uid);
-    let out = install.run(&["--with-postgres"]);
-    assert_untouched(&victim, "root's own\n");
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let pg_hba = std::fs::read_to_string(home.join("data/pg_hba.conf")).unwrap();
-    assert!(pg_hba.contains("host leader_exec leader_exec"), "{pg_hba}");
-    let owner = std::fs::metadata(home.join("data/pg_hba.conf"))
-        .unwrap()
-        .uid();
-    assert_eq!(owner, postgres_uid);
-}
-
-/// `install.sh --with-mysql` run as root writes nothing through a link in a directory the mysql
-/// user (or anyone else) owns: with its data directory's parent left by an earlier attempt and
-/// `install-db.log` and `mariadb.log` there links to a file of root's, a parent of the mysql
-/// user's is used with the links removed by that user (the install succeeds, and the server it
-/// starts is that user's), and a parent of another user's is refused; root's file is untouched
-/// either way.
-#[test]
-fn install_with_mysql_follows_no_link_of_another_user() {
-    use std::os::unix::fs::{MetadataExt, chown, lchown, symlink};
-    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
-        eprintln!("not root: install.sh runs MariaDB as root would not");
-        return;
-    }
-    let mysql_uid = Command::new("id")
-        .args(["-u", "mysql"])
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .expect("Debian's mysql user");
-    let scratch = Scratch::new();
-    // The mysql user must reach the prefix.
-    std::fs::set_permissions(scratch.path("."), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let victim = victim(&scratch, "victim", "root's own\n");
-    let install = Install::new(&scratch);
-    let home = install.prefix.join("var/lib/leader-exec-mysql");
-    let plant = |owner: u32| {
-        let _ = std::fs::remove_dir_all(&home);
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
-        for log in ["install-db.log", "mariadb.log"] {
+        for log in logs {
             let log = home.join(log);
             symlink(&victim, &log).unwrap();
             lchown(&log, Some(owner), Some(owner)).unwrap();
@@ -339,19 +290,47 @@ fn install_with_mysql_follows_no_link_of_another_user() {
     };
 
     plant(65534);
-    let out = install.run(&["--with-mysql"]);
+    let out = install.run(&[flag]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_untouched(&victim, "root's own\n");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(stderr.contains("belongs to uid 65534"), "{stderr}");
 
-    plant(mysql_uid);
-    let out = install.run(&["--with-mysql"]);
+    plant(uid);
+    let out = install.run(&[flag]);
     assert_untouched(&victim, "root's own\n");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    for made in ["data/mysql", "mariadb.log", "mariadbd.pid"] {
-        let meta = std::fs::symlink_metadata(home.join(made)).unwrap();
-        assert!(!meta.file_type().is_symlink(), "{made}");
-        assert_eq!(meta.uid(), mysql_uid, "{made}");
-    }
+    then(&home, uid);
+}
+
+/// `install.sh --with-postgres`: `initdb.log` planted; what it made is the postgres user's.
+#[test]
+fn install_with_postgres_follows_no_link_of_another_user() {
+    use std::os::unix::fs::MetadataExt;
+    let logs = ["initdb.log"];
+    let dir = "var/lib/leader-exec-postgres";
+    install_as_root_follows_no_link("--with-postgres", "postgres", dir, &logs, |home, uid| {
+        let pg_hba = std::fs::read_to_string(home.join("data/pg_hba.conf")).unwrap();
+        assert!(pg_hba.contains("host leader_exec leader_exec"), "{pg_hba}");
+        let owner = std::fs::metadata(home.join("data/pg_hba.conf"))
+            .unwrap()
+            .uid();
+        assert_eq!(owner, uid);
+    });
+}
+
+/// `install.sh --with-mysql`: `install-db.log` and `mariadb.log` planted; what it made (the
+/// data, the log, the server's pid file) is the mysql user's, and no link.
+#[test]
+fn install_with_mysql_follows_no_link_of_another_user() {
+    use std::os::unix::fs::MetadataExt;
+    let logs = ["install-db.log", "mariadb.log"];
+    let dir = "var/lib/leader-exec-mysql";
+    install_as_root_follows_no_link("--with-mysql", "mysql", dir, &logs, |home, uid| {
+        for made in ["data/mysql", "mariadb.log", "mariadbd.pid"] {
+            let meta = std::fs::symlink_metadata(home.join(made)).unwrap();
+            assert!(!meta.file_type().is_symlink(), "{made}");
+            assert_eq!(meta.uid(), uid, "{made}");
+        }
+    });
 }
