@@ -178,8 +178,21 @@ impl MySql {
     /// Runs `batch` on the shared session (opened, set up and the tables checked first, when
     /// needed). Any failure drops the session: a batch cut short may have left a transaction
     /// open, which the server rolls back when the connection goes.
+    ///
+    /// A request never waits for another request's session: while the shared one is in use (a
+    /// request in flight, or the future of one that its caller set aside without polling it
+    /// again, which keeps the session until it is dropped), this one runs on a session of its
+    /// own, opened for it and closed after it. Otherwise a release after a lost lease could wait
+    /// for a look at handover requests that nobody polls any more, and give up unanswered.
     pub(super) async fn query(&self, batch: String) -> Result<Vec<mysql_async::Row>, StoreError> {
-        let mut guard = self.shared.conn.lock().await;
+        let Ok(mut guard) = self.shared.conn.try_lock() else {
+            let mut conn = self.connect().await?;
+            if !self.shared.tables_ready.load(Ordering::SeqCst) {
+                self.ensure_tables(&mut conn).await?;
+                self.shared.tables_ready.store(true, Ordering::SeqCst);
+            }
+            return self.run(&mut conn, batch).await;
+        };
         if guard.is_none() {
             let mut conn = self.connect().await?;
             if !self.shared.tables_ready.load(Ordering::SeqCst) {

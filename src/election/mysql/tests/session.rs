@@ -291,3 +291,26 @@ async fn a_host_that_refuses_is_passed_over() {
         started.elapsed()
     );
 }
+
+/// A request does not wait for the shared session while another request keeps it (one in
+/// flight, or a future set aside unpolled): it runs on a session of its own. A release after a
+/// lost lease thus never gives up unanswered behind a look nobody polls.
+#[tokio::test]
+async fn a_request_never_waits_for_the_session_another_one_keeps() {
+    let db = MariaDb::start();
+    let a = candidate(&url(db.port), "a", TTL);
+    let token = leads(&a).await.expect("leads");
+    let kept = a.shared.conn.lock().await;
+    let released =
+        tokio::time::timeout(Duration::from_secs(5), a.release_claim(&leading(token))).await;
+    assert!(
+        matches!(released, Ok(Ok(()))),
+        "the release waited for the kept session: {released:?}"
+    );
+    drop(kept);
+    assert_eq!(
+        db.sql("SELECT holder IS NULL FROM leader_exec.leader_exec_leases")
+            .trim(),
+        "1"
+    );
+}
