@@ -666,9 +666,10 @@ docs/safety.md, and no more:
    leader-exec SIGSTOPped before that start, until 750 ms after its SIGCONT (a frozen leader-exec
    cannot stop its command; once it runs again it must SIGKILL at once when its grace cannot end
    inside the lease), and the job of a holder whose claim was deleted behind its back, until its
-   renew deadline, `--kill-after` and 750 ms after that (`resign --force` documents that overlap:
+   renew deadline, `--kill-after` and 750 ms after that, or, where its leader-exec was SIGSTOPped
+   within that time, until 750 ms after its SIGCONT (`resign --force` documents that overlap:
    the holder stops when it sees its claim gone, and one cut off from the store sees it at its
-   deadline);
+   deadline; a frozen one cannot stop it);
 2. no two jobs share a token; a job's token is above that of every job that started before its
    instance joined, of every job that ended before it started, and (N = 1) of every leader before
    it. A pause excuses only the last two, for the paused instance (another holder may come and go
@@ -777,6 +778,22 @@ cores, beside other tests and the benchmarks):
 | PostgreSQL | 79ab46d (the fix) | 2026120660 | 6347 | 4789 | 61 min 4 s | clean |
 | etcd | 452a379 (the first waiter leads on the leader's delete, without a read) | 2026120661 | 6315 | 4679 | 61 min 3 s | clean |
 | PostgreSQL | 0b29904 (the `election/rows/` layer; the start's checks sent with the first attempt) | 2026120662 | 6467 | 4867 | 61 min 4 s | clean |
+
+MySQL's hour, once it joined the store list (MariaDB 10.11 under libfaketime, 2 cores, beside
+the benchmarks and CI runs):
+
+| store | code | seed | steps | instances | took | result |
+|---|---|---|---|---|---|---|
+| MySQL | 6583798 (`--max-holders` N above 1 on MySQL) | 2026120670 | 6328 | 4370 | 61 min 1 s | 1 flagged, the checker's: `i685 (N 1, token 392) started while i684 (token 390) already ran` |
+
+i684's lease row was deleted by hand (a `deposed` claim) while its route was cut; it stepped down
+at its renew deadline (SIGTERM, which its command ignored), and its leader-exec was SIGSTOPped
+0.2 s later, before `--kill-after` ran out, for 5.5 s; resumed, it SIGKILLed the group within
+2 ms. Both overlaps are documented (a claim deleted behind its holder's back, a frozen
+leader-exec), but the checker excused each alone, not one that a freeze prolonged. It now
+excuses a deposed holder whose leader-exec was frozen before it stopped until 750 ms after its
+SIGCONT, as it does any frozen leader-exec (`nemesis::check::tests::a_deposed_holder_frozen_before_it_stopped_may_run_until_it_resumes`);
+the run's whole history, checked again by the new rule, has no violation.
 
 ZooKeeper's code has changed since its hour on 4229ebf only in the signature of one call
 (`predecessor_gone` is given the candidacy). Earlier attempts at the hour ran out of file

@@ -221,10 +221,19 @@ pub fn check(text: &str, step_down: Duration) -> Vec<String> {
             ws.iter()
                 .any(|&(p, r)| p <= at && earlier.last_alive <= r.saturating_add(ns(RESUMED)))
         });
+        // A holder whose claim was deleted behind its back runs on until it steps down; if its
+        // leader-exec was frozen before it could (paused within that window), until it is
+        // resumed, when it must stop at once, as any frozen leader-exec: both documented.
         let claim_deleted = deposed.iter().any(|&(from, to)| {
+            let until = to + ns(DEPOSED) + ns(step_down);
+            let frozen_before_it_stopped = paused.get(earlier.name.as_str()).is_some_and(|ws| {
+                ws.iter().any(|&(p, r)| {
+                    p <= until && earlier.last_alive <= r.saturating_add(ns(RESUMED))
+                })
+            });
             from <= at
                 && earlier.start <= to
-                && earlier.last_alive <= to + ns(DEPOSED) + ns(step_down)
+                && (earlier.last_alive <= until || frozen_before_it_stopped)
         });
         frozen || claim_deleted
     };
@@ -519,6 +528,30 @@ mod tests {
             base.concat(),
             end(&["a", "b"]),
         ]);
+        assert!(v.iter().any(|v| v.contains("more than 1")), "{v:?}");
+    }
+
+    /// Deposed, then frozen before it stopped: it may run until just after its resume, and no
+    /// longer; a freeze that begins after it should have stopped excuses nothing.
+    #[test]
+    fn a_deposed_holder_frozen_before_it_stopped_may_run_until_it_resumes() {
+        let base = [
+            job("b", 1, 7, 0.0, 3.1, 9.0),
+            "deposed 3000000000 3000100000\n".into(),
+        ];
+        let frozen = |pause: &str, resume: &str, last: f64| {
+            verdict(&[
+                job("a", 1, 5, 0.0, 1.0, last),
+                format!("pause a {pause}\nresume a {resume}\n"),
+                base.concat(),
+                end(&["a", "b"]),
+            ])
+        };
+        let v = frozen("4000000000", "12000000000", 12.5);
+        assert!(v.is_empty(), "{v:?}");
+        let v = frozen("4000000000", "12000000000", 13.0);
+        assert!(v.iter().any(|v| v.contains("more than 1")), "{v:?}");
+        let v = frozen("8000000000", "12000000000", 12.5);
         assert!(v.iter().any(|v| v.contains("more than 1")), "{v:?}");
     }
 
