@@ -124,10 +124,39 @@ pub fn term_during_splay_exits_at_once_and_leaves_the_store_untouched<S: Store>(
     let store = S::start();
     let scratch = Scratch::new();
     let endpoint = store.endpoint();
-    let mut a = Instance::start(
-        &args(&endpoint, "splayed", &["--splay", "30s"]),
-        &scratch.job("a", "true"),
-    );
+    // The splay is a uniform draw in [0, 1h): the TERM must land inside the draw, so the test
+    // reads the draw from the log line and signals only an instance whose draw outlasts the
+    // checks below by far (a draw under a minute, one in sixty, is ended and drawn again).
+    let mut a = None;
+    for draw in 0..5 {
+        let mut instance = Instance::start(
+            &args(&endpoint, "splayed", &["--splay", "1h"]),
+            &scratch.job("a", "true"),
+        );
+        let announced = Instant::now();
+        let mut delay = None;
+        assert!(
+            wait_for(Duration::from_secs(10), || {
+                delay = splay_drawn(&instance.stderr());
+                delay.is_some()
+            }),
+            "{}: no splay announced: {}",
+            S::NAME,
+            instance.stderr()
+        );
+        if delay.unwrap() > Duration::from_secs(60) + announced.elapsed() {
+            a = Some(instance);
+            break;
+        }
+        instance.signal(Signal::SIGTERM);
+        assert_eq!(
+            instance.wait(Duration::from_secs(5)),
+            Some(143),
+            "draw {draw}: {}",
+            instance.stderr()
+        );
+    }
+    let mut a = a.expect("five draws in a row under a minute out of an hour");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         store.claims("splayed"),
@@ -147,6 +176,16 @@ pub fn term_during_splay_exits_at_once_and_leaves_the_store_untouched<S: Store>(
     assert!(scratch.wait_record("start", "a", Duration::ZERO).is_none());
     assert_eq!(store.claims("splayed"), 0);
     assert!(store.held().is_empty(), "left behind: {:?}", store.held());
+}
+
+/// The delay a `-v` log announces in "waiting 12m 3s 4ms before campaigning (--splay)".
+fn splay_drawn(stderr: &str) -> Option<Duration> {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("before campaigning (--splay)"))?;
+    let (_, after) = line.split_once("waiting ")?;
+    let (text, _) = after.split_once(" before campaigning")?;
+    humantime::parse_duration(text).ok()
 }
 
 pub fn splay_delays_each_start_by_a_different_amount_below_the_bound<S: Store>() {
