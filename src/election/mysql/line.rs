@@ -1,8 +1,9 @@
 //! The line of waiters on MySQL: a waiter row each in `<p>_waiters`, its id the name's next
 //! `top` in the tokens table (strictly increasing, never a clock, and tokens only need to
 //! grow), and the wait for a turn every row store shares ([`wait_turn`]) over this store's
-//! [`Waiter`]. Nothing tells a waiter of a release (there is no LISTEN): each looks at the line
-//! every --retry-period, the first in line reading the lease row too.
+//! [`Waiter`]. Nothing tells a waiter of a release (there is no LISTEN): the first waiters look
+//! at the line every --retry-period, the first in line reading the lease row too, and those
+//! further back less often, by how many stand ahead ([`look_spacing`]).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -10,11 +11,18 @@ use std::time::Duration;
 use crate::clock::{BootClock, Clock};
 
 use super::super::StoreError;
-use super::super::rows::line::{AheadSighting, Line, Look, Waiter};
+use super::super::rows::line::{AheadSighting, Line, Look, Waiter, look_spacing};
 use super::{MySql, hex, lease_row, take};
 
 impl MySql {
     /// Joins the line: a waiter row at its back, in one transaction with the id it takes.
+    ///
+    /// A join whose answer did not come within its timer (200 instances joining at once queue
+    /// on the name's `top`) may still commit: a row this instance never learnt of, which would
+    /// stand in line until the waiter behind had seen it unchanged for a TTL, each such row
+    /// another TTL. So a join first deletes the rows of this identity that never had a look
+    /// (`renewals = 0`; an owner looks right after joining), after the name's `top` is locked:
+    /// an earlier join of this instance that reached the server has committed by then.
     pub(super) async fn join_line(&self) -> Result<(), StoreError> {
         let s = &self.shared;
         if s.waiter.load(Ordering::SeqCst) != 0 {
@@ -25,6 +33,7 @@ impl MySql {
             "START TRANSACTION;
              INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
              UPDATE {tokens} SET top = top + 1 WHERE name = {name};
+             DELETE FROM {waiters} WHERE name = {name} AND identity = {me} AND renewals = 0;
              INSERT INTO {waiters} (name, id, identity, renewals, ttl_ms, expires_at, max_holders)
                  SELECT {name}, top, {me}, 0, {ttl_ms}, TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6)),
                         {n}
@@ -66,11 +75,12 @@ impl MySql {
         Ok(())
     }
 
-    /// A waiter's look, once per --retry-period: renews its own row (an UPDATE, never an
-    /// upsert: a look that arrives late, after the row was deleted, puts nothing back), then
-    /// reads the row just ahead of it and the lease row. Whether its own row is still there, the
-    /// row ahead (none: first), and how long until the lease row may be taken.
-    async fn poll_line(&self) -> Result<(bool, Option<AheadSighting>, Duration), StoreError> {
+    /// A waiter's look: renews its own row (an UPDATE, never an upsert: a look that arrives
+    /// late, after the row was deleted, puts nothing back), then reads the row just ahead of it,
+    /// how many rows stand ahead (a range of the primary key), and the lease row. Whether its
+    /// own row is still there, the row ahead (none: first), how long until the lease row may be
+    /// taken, and the rows ahead.
+    async fn poll_line(&self) -> Result<(bool, Option<AheadSighting>, Duration, u64), StoreError> {
         let s = &self.shared;
         let name = hex(s.name.as_bytes());
         let id = s.waiter.load(Ordering::SeqCst);
@@ -81,7 +91,8 @@ impl MySql {
              SET @leader_exec_mine = ROW_COUNT();
              SELECT @leader_exec_mine, a.id, a.renewals, a.ttl_ms,
                     l.holder, l.token, l.renewals,
-                    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), l.ttl_ms
+                    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), l.ttl_ms,
+                    (SELECT COUNT(*) FROM {waiters} WHERE name = {name} AND id < {id})
              FROM (SELECT 1 AS one) one
              LEFT JOIN (SELECT id, renewals, ttl_ms FROM {waiters}
                         WHERE name = {name} AND id < {id} ORDER BY id DESC LIMIT 1) a ON 1 = 1
@@ -108,6 +119,7 @@ impl MySql {
             }
             None => None,
         };
+        let in_front: i64 = take(&mut row, 9)?;
         let token: Option<i64> = row.get_opt(5).and_then(Result::ok).flatten();
         let wait = match token {
             Some(_) => {
@@ -116,11 +128,12 @@ impl MySql {
             }
             None => Duration::ZERO,
         };
-        Ok((mine == 1, ahead, wait))
+        Ok((mine == 1, ahead, wait, u64::try_from(in_front).unwrap_or(0)))
     }
 }
 
-/// A waiter in MySQL's line: it hears of nothing, and looks every --retry-period.
+/// A waiter in MySQL's line: it hears of nothing, and looks every --retry-period, or less often
+/// far back in the line ([`look_spacing`]).
 impl Waiter for MySql {
     fn line(&self) -> &Line {
         &self.shared.line
@@ -131,13 +144,29 @@ impl Waiter for MySql {
     }
 
     async fn heard(&self, seen: i64, wait: Duration) -> i64 {
-        tokio::time::sleep(wait.min(self.shared.poll)).await;
+        let every = Duration::from_nanos(self.shared.look_every.load(Ordering::SeqCst));
+        tokio::time::sleep(wait.min(every)).await;
         seen
     }
 
     async fn look_at_line(&self) -> Result<Look, StoreError> {
-        let (mine, ahead, lease_wait) = self.poll_line().await?;
+        let (mine, ahead, lease_wait, in_front) = self.poll_line().await?;
         let received = BootClock.now();
+        let s = &self.shared;
+        // Set before the look is acted on: the next wait (`heard`) is spaced by this look.
+        let every = match ahead {
+            None => s.poll,
+            Some(_) => look_spacing(
+                s.poll,
+                Duration::from_millis(u64::try_from(s.ttl_ms).unwrap_or(0)),
+                s.max_holders,
+                in_front,
+            ),
+        };
+        s.look_every.store(
+            u64::try_from(every.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
         if !mine {
             // Taken for dead by the waiter behind (this process was paused for a TTL, say):
             // back in line, at the back.

@@ -64,7 +64,7 @@
 //! an UPDATE changed, not those it matched, and a renewal that changed nothing would read as
 //! lost.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -162,8 +162,11 @@ struct Shared {
     request_timeout: Duration,
     /// How long a first connection may take.
     connect_timeout: Duration,
-    /// How often a waiter reads the row (there is no line of waiters yet).
+    /// How often a waiter near the front of the line looks at it (`--retry-period`).
     poll: Duration,
+    /// How long this waiter goes between looks (ns): `poll`, or longer far back in the line
+    /// ([`super::rows::line::look_spacing`], from its last look).
+    look_every: AtomicU64,
     /// The session for requests other than renewals.
     conn: tokio::sync::Mutex<Option<Conn>>,
     /// Whether the tables were made (or found) and checked by this process.
@@ -211,6 +214,7 @@ impl MySql {
             fences,
             waiters,
         } = tables(prefix)?;
+        let poll = timing.retry_period.max(Duration::from_millis(100));
         Ok(MySql {
             shared: Arc::new(Shared {
                 target,
@@ -226,7 +230,8 @@ impl MySql {
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
                 request_timeout: timing.retry_period.max(Duration::from_millis(100)),
                 connect_timeout: timing.connect_timeout,
-                poll: timing.retry_period.max(Duration::from_millis(100)),
+                poll,
+                look_every: AtomicU64::new(u64::try_from(poll.as_nanos()).unwrap_or(u64::MAX)),
                 conn: tokio::sync::Mutex::new(None),
                 tables_ready: AtomicBool::new(false),
                 held: AtomicI64::new(0),

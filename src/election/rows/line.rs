@@ -97,6 +97,26 @@ impl Line {
     }
 }
 
+/// How long a waiter that polls (nothing tells it of a release) may go between looks, given
+/// the live waiter rows its last look counted ahead of it.
+///
+/// The first N waiters (`--max-holders` N) may be let in at the next release, and the few
+/// behind them soon after: they look every `poll`. A waiter further back is let in only after
+/// the `ahead - N` waiters beyond the first N have each had a turn, and a turn waits for the
+/// look of the waiter whose turn it is (half a `poll` on average, N turns at a time), so such a
+/// waiter looks every `(ahead - N) / 2N` polls: by the time the line reaches it, it looks every
+/// `poll` again. A line of 200 thus costs the server tens of looks a second, not 200 per
+/// `poll`. Never longer than a third of the TTL: the waiter behind takes a row unchanged for a
+/// full TTL for dead, so each row is still renewed at least about three times a TTL (and its
+/// expiry, a TTL after each renewal, stays in the future). Only the order of the line hangs on
+/// this, never who may take a lease row.
+pub fn look_spacing(poll: Duration, ttl: Duration, max_holders: u32, ahead: u64) -> Duration {
+    let n = u64::from(max_holders.max(1));
+    let further = ahead.saturating_sub(n);
+    let polls = u32::try_from(further / (2 * n)).unwrap_or(u32::MAX).max(1);
+    poll.saturating_mul(polls).min(ttl / 3).max(poll)
+}
+
 /// What a waiter's look at the line found.
 #[derive(Debug)]
 pub enum Look {
@@ -144,7 +164,8 @@ pub trait Waiter {
 /// that attempt's wait for the lease row (this waiter may be first until its first look).
 ///
 /// A release wakes only the first waiter in line, which then tries at once. Every waiter looks
-/// at the line every --retry-period anyway (renewing its own row): the first one also reads the
+/// at the line every --retry-period anyway (renewing its own row; a store that polls lets those
+/// far back look less often, [`look_spacing`], through [`Waiter::heard`]): the first one also reads the
 /// lease row, so that a holder that crashed is taken over once this waiter has seen its row
 /// unchanged for a full TTL, and a release whose telling was lost (or never sent) is found
 /// within a retry period. Waiters behind the first sleep through releases; the one just ahead,
@@ -203,6 +224,39 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn the_first_in_line_and_those_just_behind_look_every_poll() {
+        let poll = Duration::from_millis(500);
+        for ahead in 0..=3 {
+            assert_eq!(look_spacing(poll, 8 * S, 1, ahead), poll, "{ahead} ahead");
+        }
+        for ahead in 0..=9 {
+            assert_eq!(
+                look_spacing(poll, 8 * S, 2, ahead),
+                poll,
+                "{ahead} ahead, N = 2"
+            );
+        }
+        assert_eq!(look_spacing(poll, 8 * S, 2, 10), 2 * poll);
+    }
+
+    #[test]
+    fn further_back_a_waiter_looks_less_often_but_three_times_a_ttl() {
+        let poll = Duration::from_millis(500);
+        assert_eq!(look_spacing(poll, 8 * S, 1, 5), 2 * poll);
+        assert_eq!(look_spacing(poll, 8 * S, 1, 9), 4 * poll);
+        assert_eq!(look_spacing(poll, 8 * S, 1, 199), 8 * S / 3);
+        assert_eq!(look_spacing(poll, 8 * S, 1, u64::MAX), 8 * S / 3);
+        // A TTL under three polls never slows a waiter below the poll.
+        assert_eq!(look_spacing(poll, S, 1, 199), poll);
+        let mut last = Duration::ZERO;
+        for ahead in 0..300 {
+            let spacing = look_spacing(poll, 8 * S, 1, ahead);
+            assert!(spacing >= last, "{ahead} ahead: {spacing:?} < {last:?}");
+            last = spacing;
+        }
+    }
 
     #[test]
     fn no_row_ahead_is_first() {

@@ -5,6 +5,7 @@
 //! and what is read and written beside the lease (`records.rs`: readers, holds, fenced records,
 //! a job's fence) beside it.
 
+mod line;
 mod records;
 mod session;
 mod slots;
