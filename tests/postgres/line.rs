@@ -1,7 +1,6 @@
 //! PostgreSQL waiters in a line (`<p>_waiters`): a release wakes the first waiter only, waiters
 //! take the lease in the order they joined, a withdrawn waiter leaves the line, a SIGKILLed one
-//! is skipped after a TTL, `status` counts the waiters, and waiters far back in a line that
-//! polls look less often.
+//! is skipped after a TTL, and `status` counts the waiters.
 
 use std::time::{Duration, Instant};
 
@@ -169,89 +168,4 @@ fn a_sigkilled_first_waiter_is_skipped_within_a_ttl() {
         "{}",
         pg.psql("SELECT id, identity, renewals FROM leader_exec_waiters")
     );
-}
-
-/// Waiters that poll (`leader_exec_listen=off`, as behind pgbouncer), twelve in line behind a
-/// holder, with a 200 ms retry period and a 6 s TTL: the first looks every 200 ms, the last
-/// (eleven ahead) every second, a third of the TTL (`rows::line::look_spacing`). Each row is
-/// still renewed, and after the release each waiter runs in the order it joined.
-#[test]
-fn polling_waiters_far_back_look_less_often_and_each_runs_in_the_order_it_joined() {
-    let pg = Postgres::start();
-    let scratch = Scratch::new();
-    let endpoint = format!("{}?leader_exec_listen=off", Store::endpoint(&pg));
-    let args = [
-        "--endpoints",
-        endpoint.as_str(),
-        "--lease",
-        "spaced",
-        "--ttl",
-        "6s",
-        "--renew-deadline",
-        "3s",
-        "--retry-period",
-        "200ms",
-        "--kill-after",
-        "1s",
-    ];
-    let mut a = Instance::start(&args, &scratch.job("a", &gated(&scratch, "a")));
-    scratch
-        .wait_record("start", "a", Duration::from_secs(10))
-        .expect("a started");
-    let names: Vec<String> = (0..12).map(|i| format!("w{i:02}")).collect();
-    let mut waiters = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        waiters.push(Instance::start(&args, &scratch.job(name, "true")));
-        assert!(
-            wait_for(Duration::from_secs(10), || waiter_rows(&pg, "spaced")
-                == i as i64 + 1),
-            "{name} not in line"
-        );
-    }
-    // The looks of each row, in the order of the line (the order the waiters joined).
-    let looks = || -> Vec<i64> {
-        pg.psql("SELECT renewals FROM leader_exec_waiters WHERE name = 'spaced' ORDER BY id")
-            .lines()
-            .map(|l| l.trim().parse().unwrap())
-            .collect()
-    };
-    // Every waiter has looked once (the first look spaces the next), then 3 s of looks, well
-    // inside the 6 s a takeover of a's row could take even if a stopped renewing.
-    std::thread::sleep(Duration::from_millis(1200));
-    let before = looks();
-    std::thread::sleep(Duration::from_secs(3));
-    let after = looks();
-    assert_eq!(before.len(), 12, "{before:?}");
-    assert_eq!(after.len(), 12, "{after:?}");
-    let (front, back) = (after[0] - before[0], after[11] - before[11]);
-    // Every 200 ms: about 15 in 3 s; every second: about 3.
-    assert!(
-        (2..=5).contains(&back),
-        "the last waiter looked {back} times in 3 s: {before:?} {after:?}"
-    );
-    assert!(
-        front >= 2 * back,
-        "the first waiter looked {front} times, the last {back}"
-    );
-    open_gate(&scratch, "a");
-    assert_eq!(a.wait(Duration::from_secs(10)), Some(0), "{}", a.stderr());
-    for (name, w) in names.iter().zip(&mut waiters) {
-        assert_eq!(
-            w.wait(Duration::from_secs(30)),
-            Some(0),
-            "{name}: {}",
-            w.stderr()
-        );
-    }
-    let history = scratch.history();
-    assert_one_at_a_time(&history);
-    let starts: Vec<&str> = history
-        .iter()
-        .filter(|r| r.kind == "start")
-        .map(|r| r.name.as_str())
-        .collect();
-    let mut expected = vec!["a"];
-    expected.extend(names.iter().map(String::as_str));
-    assert_eq!(starts, expected);
-    assert_eq!(waiter_rows(&pg, "spaced"), 0);
 }

@@ -2,7 +2,6 @@
 //! line. The sightings of a crashed holder and of a dead waiter ahead, and the wait for a turn,
 //! are `rows/`'s (`rows/sighting.rs`, `rows/line.rs`); the statements that keep them are here.
 
-use super::super::rows::line::look_spacing;
 use super::*;
 
 impl Postgres {
@@ -467,11 +466,11 @@ impl Postgres {
         Ok(())
     }
 
-    /// A waiter's look, in one statement: renews its own row, reads
+    /// A waiter's look, once per --retry-period, in one statement: renews its own row, reads
     /// the row just ahead of it and the lease row. Returns whether its own row is still there
     /// (an UPDATE, never an upsert: a look that arrives late, after the row was deleted, puts
     /// nothing back), the row ahead (none: this waiter is first), how many are ahead (up to
-    /// `COUNTED_PLACES`) and how long until the lease row may be taken ([`Sightings::sight`]).
+    /// `LISTENING_PLACES`) and how long until the lease row may be taken ([`Sightings::sight`]).
     pub(super) async fn poll_line(
         &self,
     ) -> Result<(bool, Option<AheadSighting>, i64, Duration), StoreError> {
@@ -490,7 +489,7 @@ impl Postgres {
                     (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {waiters}
                                                       WHERE name OPERATOR(pg_catalog.=) $1
                                                         AND id OPERATOR(pg_catalog.<) $2
-                                                      LIMIT {COUNTED_PLACES}) places)
+                                                      LIMIT {LISTENING_PLACES}) places)
              FROM (SELECT 1) one
              LEFT JOIN LATERAL (SELECT id, renewals, ttl_ms FROM {waiters}
                                 WHERE name OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.<) $2
@@ -558,12 +557,10 @@ impl Waiter for Postgres {
         self.shared.max_holders
     }
 
-    /// One that does not listen (behind pgbouncer, `leader_exec_listen=off`) hears nothing.
-    /// Every waiter looks every --retry-period (`poll`), or less often far back in the line
-    /// ([`look_spacing`]).
+    /// One that does not listen (behind pgbouncer, `leader_exec_listen=off`) hears nothing,
+    /// and looks every --retry-period (`poll`) like every waiter.
     async fn heard(&self, seen: i64, wait: Duration) -> i64 {
-        let every = Duration::from_nanos(self.shared.look_every.load(Ordering::SeqCst));
-        let until = tokio::time::Instant::now() + wait.min(every);
+        let until = tokio::time::Instant::now() + wait.min(self.shared.poll);
         self.wait_heard(seen, until).await.free
     }
 
@@ -571,20 +568,6 @@ impl Waiter for Postgres {
         let shared = &self.shared;
         let (mine, ahead, places, lease_wait) = self.poll_line().await?;
         let received = BootClock.now();
-        // Set before the look is acted on: the next wait (`heard`) is spaced by this look.
-        let every = match ahead {
-            None => shared.poll,
-            Some(_) => look_spacing(
-                shared.poll,
-                Duration::from_millis(u64::try_from(shared.ttl_ms).unwrap_or(0)),
-                shared.max_holders,
-                u64::try_from(places).unwrap_or(0),
-            ),
-        };
-        shared.look_every.store(
-            u64::try_from(every.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::SeqCst,
-        );
         if !mine {
             // Taken for dead by the waiter behind (this process was paused for a TTL, say):
             // back in line, at the back, on a new channel.

@@ -80,7 +80,7 @@
 //! another role owns such overloads of every name these statements use, and fails a test whose
 //! statements ran one (`tests/pg_hostile.sql`).
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -227,11 +227,6 @@ fn error_text(error: &tokio_postgres::Error) -> String {
 /// retry period; a faster succession reaches the waiters behind at their next look.
 const LISTENING_PLACES: i64 = 4;
 
-/// How far a look counts the waiters ahead (a range of the primary key, cut here): enough for
-/// [`super::rows::line::look_spacing`] to reach a third of the TTL for most settings; a longer
-/// line counts as this long, and its last waiters look a little more often than they need.
-const COUNTED_PLACES: i64 = 64;
-
 /// One attempt to acquire.
 enum Attempt {
     Won(i64),
@@ -304,11 +299,8 @@ struct Shared {
     probed: AtomicBool,
     /// The payload of this process's probe (`probe`, the identity and the pid).
     probe: String,
-    /// How often a waiter near the front of the line looks at it (`--retry-period`).
+    /// How often a waiter that does not listen reads the row.
     poll: Duration,
-    /// How long this waiter goes between looks (ns): `poll`, or longer far back in the line
-    /// ([`super::rows::line::look_spacing`], from its last look).
-    look_every: AtomicU64,
     /// The token this instance holds, 0 while it holds none (shared with its keeper).
     held: AtomicI64,
     /// A token the campaign's first session won in the round trip of its checks
@@ -474,15 +466,6 @@ impl Postgres {
                 probed: AtomicBool::new(false),
                 probe,
                 poll: timing.retry_period.max(Duration::from_millis(100)),
-                look_every: AtomicU64::new(
-                    u64::try_from(
-                        timing
-                            .retry_period
-                            .max(Duration::from_millis(100))
-                            .as_nanos(),
-                    )
-                    .unwrap_or(u64::MAX),
-                ),
                 held: AtomicI64::new(0),
                 early: AtomicI64::new(0),
                 schema_ready: Mutex::new(unchecked),
