@@ -153,16 +153,14 @@ impl Waiter for MySql {
         let (mine, ahead, lease_wait, in_front) = self.poll_line().await?;
         let received = BootClock.now();
         let s = &self.shared;
-        // Set before the look is acted on: the next wait (`heard`) is spaced by this look.
-        let every = match ahead {
-            None => s.poll,
-            Some(_) => look_spacing(
-                s.poll,
-                Duration::from_millis(u64::try_from(s.ttl_ms).unwrap_or(0)),
-                s.max_holders,
-                in_front,
-            ),
-        };
+        // Set before the look is acted on: the next wait (`heard`) is spaced by this look (the
+        // first in line, none ahead, looks every `poll`).
+        let every = look_spacing(
+            s.poll,
+            Duration::from_millis(u64::try_from(s.ttl_ms).unwrap_or(0)),
+            s.max_holders,
+            in_front,
+        );
         s.look_every.store(
             u64::try_from(every.as_nanos()).unwrap_or(u64::MAX),
             Ordering::SeqCst,

@@ -228,7 +228,7 @@ impl MySql {
                 max_holders: max_holders.max(1),
                 held_row: Mutex::new(name.to_owned()),
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
-                request_timeout: timing.retry_period.max(Duration::from_millis(100)),
+                request_timeout: poll,
                 connect_timeout: timing.connect_timeout,
                 poll,
                 look_every: AtomicU64::new(u64::try_from(poll.as_nanos()).unwrap_or(u64::MAX)),

@@ -186,20 +186,11 @@ impl MySql {
     /// for a look at handover requests that nobody polls any more, and give up unanswered.
     pub(super) async fn query(&self, batch: String) -> Result<Vec<mysql_async::Row>, StoreError> {
         let Ok(mut guard) = self.shared.conn.try_lock() else {
-            let mut conn = self.connect().await?;
-            if !self.shared.tables_ready.load(Ordering::SeqCst) {
-                self.ensure_tables(&mut conn).await?;
-                self.shared.tables_ready.store(true, Ordering::SeqCst);
-            }
+            let mut conn = self.open_session().await?;
             return self.run(&mut conn, batch).await;
         };
         if guard.is_none() {
-            let mut conn = self.connect().await?;
-            if !self.shared.tables_ready.load(Ordering::SeqCst) {
-                self.ensure_tables(&mut conn).await?;
-                self.shared.tables_ready.store(true, Ordering::SeqCst);
-            }
-            *guard = Some(conn);
+            *guard = Some(self.open_session().await?);
         }
         let conn = guard.as_mut().expect("just opened");
         match self.run(conn, batch).await {
@@ -213,6 +204,16 @@ impl MySql {
                 Err(e)
             }
         }
+    }
+
+    /// A new session, with the tables made or checked if this process has not yet.
+    async fn open_session(&self) -> Result<Conn, StoreError> {
+        let mut conn = self.connect().await?;
+        if !self.shared.tables_ready.load(Ordering::SeqCst) {
+            self.ensure_tables(&mut conn).await?;
+            self.shared.tables_ready.store(true, Ordering::SeqCst);
+        }
+        Ok(conn)
     }
 
     /// Opens the shared session (and makes or checks the tables) if it is not open.

@@ -217,23 +217,20 @@ pub fn check(text: &str, step_down: Duration) -> Vec<String> {
         .collect();
     let ns = |d: Duration| d.as_nanos();
     let excused = |earlier: &Job, at: u128| {
-        let frozen = paused.get(earlier.name.as_str()).is_some_and(|ws| {
-            ws.iter()
-                .any(|&(p, r)| p <= at && earlier.last_alive <= r.saturating_add(ns(RESUMED)))
-        });
+        // Its leader-exec paused by `at` and its command gone by just after the resume.
+        let frozen_by = |at: u128| {
+            paused.get(earlier.name.as_str()).is_some_and(|ws| {
+                ws.iter()
+                    .any(|&(p, r)| p <= at && earlier.last_alive <= r.saturating_add(ns(RESUMED)))
+            })
+        };
+        let frozen = frozen_by(at);
         // A holder whose claim was deleted behind its back runs on until it steps down; if its
         // leader-exec was frozen before it could (paused within that window), until it is
         // resumed, when it must stop at once, as any frozen leader-exec: both documented.
         let claim_deleted = deposed.iter().any(|&(from, to)| {
             let until = to + ns(DEPOSED) + ns(step_down);
-            let frozen_before_it_stopped = paused.get(earlier.name.as_str()).is_some_and(|ws| {
-                ws.iter().any(|&(p, r)| {
-                    p <= until && earlier.last_alive <= r.saturating_add(ns(RESUMED))
-                })
-            });
-            from <= at
-                && earlier.start <= to
-                && (earlier.last_alive <= until || frozen_before_it_stopped)
+            from <= at && earlier.start <= to && (earlier.last_alive <= until || frozen_by(until))
         });
         frozen || claim_deleted
     };

@@ -76,9 +76,7 @@ async fn a_waiter_far_back_looks_less_often_and_each_has_its_turn_in_order() {
         *released.borrow_mut() = Some(Instant::now());
         (before, after)
     };
-    let ((before, after), ()) = tokio::join!(watching, async {
-        waiting.await;
-    });
+    let ((before, after), _) = tokio::join!(watching, waiting);
     let looks = |id: &str| after[id] - before[id];
     let (front, back) = (looks("w00"), looks("w11"));
     // Every 200 ms: about 15 in 3 s; every second: about 3.
