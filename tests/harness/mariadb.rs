@@ -22,6 +22,10 @@ pub const MARIADB_DATABASE: &str = "leader_exec";
 /// authentication: the store list's tests (tests/harness/mysql.rs) connect as it, so that every
 /// instance a test starts reaches the server without a secret in its environment.
 pub const MARIADB_OPEN_USER: &str = "jobs";
+/// An account with every privilege on every database (`GRANT ALL ON *.*`, READ ONLY ADMIN
+/// among them: it writes through `read_only`), as many shops give their tools; no password.
+/// Made by [`MariaDb::add_admin`].
+pub const MARIADB_ADMIN_USER: &str = "boss";
 
 /// A MariaDB server on a free loopback port (and a Unix socket in its directory, which only the
 /// harness's own `mariadb` client uses, as the server's root); killed when dropped.
@@ -54,6 +58,54 @@ impl MariaDb {
         let db = MariaDb::start();
         db.sql("SET GLOBAL read_only = ON");
         db
+    }
+
+    /// A primary with a binary log (`server_id` 1) and an asynchronous replica of it
+    /// (`server_id` 2, `read_only` on), replicating from the primary's position after both made
+    /// leader-exec's database and users: what leader-exec writes on the primary reaches the
+    /// replica, until [`stop_replication`](Self::stop_replication) makes it lag.
+    pub fn start_primary_and_replica() -> (MariaDb, MariaDb) {
+        let primary = MariaDb::start_with(&["--log-bin=binlog", "--server-id=1"]);
+        let replica = MariaDb::start_with(&["--server-id=2"]);
+        primary.sql(
+            "CREATE USER 'repl'@'%' IDENTIFIED BY 'repl-pass-1';
+             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'",
+        );
+        let status = primary.sql("SHOW MASTER STATUS");
+        let mut fields = status.split_whitespace();
+        let (file, position) = (fields.next().unwrap(), fields.next().unwrap());
+        replica.sql(&format!(
+            "SET GLOBAL read_only = ON;
+             CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = 'repl',
+                 MASTER_PASSWORD = 'repl-pass-1', MASTER_LOG_FILE = '{file}',
+                 MASTER_LOG_POS = {position}, MASTER_CONNECT_RETRY = 1;
+             START SLAVE",
+            primary.port
+        ));
+        (primary, replica)
+    }
+
+    /// Replication stopped: the replica keeps what it has and lags from here.
+    pub fn stop_replication(&self) {
+        self.sql("STOP SLAVE");
+    }
+
+    /// A replica promoted, as a failover tool does: replication stopped and forgotten,
+    /// `read_only` off.
+    pub fn promote(&self) {
+        self.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF");
+    }
+
+    /// Makes [`MARIADB_ADMIN_USER`]; its URL.
+    pub fn add_admin(&self) -> String {
+        self.sql(&format!(
+            "CREATE USER '{MARIADB_ADMIN_USER}'@'%';
+             GRANT ALL ON *.* TO '{MARIADB_ADMIN_USER}'@'%' WITH GRANT OPTION"
+        ));
+        format!(
+            "mysql://{MARIADB_ADMIN_USER}@127.0.0.1:{}/{MARIADB_DATABASE}",
+            self.port
+        )
     }
 
     /// Starts under libfaketime (Debian's `faketime`): the server's clock is offset by what the

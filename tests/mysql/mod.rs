@@ -3,6 +3,7 @@
 //! harness starts, in the binary's unit tests (src/election/mysql/tests/).
 
 mod conn;
+mod failover;
 
 use crate::harness::*;
 

@@ -89,9 +89,7 @@ impl MySql {
                  expires_at = TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6))
              WHERE name = {name} AND id = {id} AND identity = {me};
              SET @leader_exec_mine = ROW_COUNT();
-             SELECT @leader_exec_mine, a.id, a.renewals, a.ttl_ms,
-                    l.holder, l.token, l.renewals,
-                    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at), l.ttl_ms,
+             SELECT @leader_exec_mine, a.id, a.renewals, a.ttl_ms, {columns},
                     (SELECT COUNT(*) FROM {waiters} WHERE name = {name} AND id < {id})
              FROM (SELECT 1 AS one) one
              LEFT JOIN (SELECT id, renewals, ttl_ms FROM {waiters}
@@ -99,6 +97,7 @@ impl MySql {
              LEFT JOIN {leases} l ON l.name = {name}",
             waiters = self.waiters(),
             leases = self.leases(),
+            columns = self.row_columns("l"),
             me = hex(s.identity.as_bytes()),
             ttl_ms = s.ttl_ms,
             ttl_us = s.ttl_ms.saturating_mul(1000),
@@ -119,7 +118,7 @@ impl MySql {
             }
             None => None,
         };
-        let in_front: i64 = take(&mut row, 9)?;
+        let in_front: i64 = take(&mut row, 10)?;
         let token: Option<i64> = row.get_opt(5).and_then(Result::ok).flatten();
         let wait = match token {
             Some(_) => {

@@ -124,10 +124,30 @@ fn hex_digits(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02X}")).collect()
 }
 
-/// The columns [`Row`] is read from, in its order: `expires_at` as microseconds since the epoch
-/// (the session's time zone is UTC), compared only.
-const ROW_COLUMNS: &str = "holder, token, renewals, \
-    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at), ttl_ms";
+/// How far a token jumps when this server takes a row another server wrote last (a promoted
+/// replica): the new token is this much above the highest the server knows, so that it stays
+/// above the tokens the old primary issued in writes that never reached this one, unless more
+/// than this many acquisitions of one name were lost at once. docs/mysql.md, "Failover".
+const FOREIGN_JUMP: i64 = 1 << 20;
+
+/// The key of the table-wide row in the tokens table (lease names are never empty): its
+/// `server_id` is the server trusted with this table's rows that are missing or free (the one
+/// that made the table, or that took one of its rows over after a failover), its `top` the
+/// longest TTL any holder of the table wrote.
+const TABLE_ROW: &str = "X''";
+
+/// The first statement of every request: fails (error 1242, "Subquery returns more than 1
+/// row") on a server with `read_only` on, and does nothing otherwise. The session check refuses
+/// a read-only server when a session opens, but an account with READ ONLY ADMIN (MariaDB) or
+/// SUPER/CONNECTION_ADMIN (MySQL) writes through `read_only`, and a server turned read-only
+/// while a session is open (a planned switchover) would go on answering it: a leader renewing
+/// on the old primary would never notice, and its copy of the row is not the one the new
+/// primary's waiters see. So every request checks first, and one on a read-only server fails
+/// like an unreachable one (the session is dropped and the next opens on a writable host).
+/// `SET GLOBAL read_only = ON` waits for transactions in progress, so a batch that passed this
+/// statement inside its transaction commits before the server turns read-only.
+const WRITABLE: &str = "SET @leader_exec_writable = \
+    (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE @@global.read_only <> 0)";
 
 /// One attempt to acquire.
 #[derive(Debug, PartialEq, Eq)]
@@ -275,6 +295,37 @@ impl MySql {
         quote_ident(&self.shared.leases)
     }
 
+    /// The longest TTL a holder of this table wrote (the table-wide row's `top`): SQL.
+    fn table_ttl_sql(&self) -> String {
+        format!(
+            "(SELECT COALESCE(MAX(top), 0) FROM {} WHERE name = {TABLE_ROW})",
+            self.tokens()
+        )
+    }
+
+    /// The columns [`Row`] is read from, of the lease row `l`, in its order: `expires_at` as
+    /// microseconds since the epoch (the session's time zone is UTC), compared only; then the
+    /// server that answers.
+    ///
+    /// A row another server wrote last (its `server_id` is not this server's: a replica
+    /// promoted, which may lack that server's last writes) is never free: a released one reads
+    /// as held by the empty holder, and its TTL as the longest any holder of the table wrote,
+    /// so that a taker takes it only once it has seen it unchanged for that long on its own
+    /// clock, as a crashed holder's row (`rows::Sightings`). Every holder the old server had
+    /// stopped its command within its TTL of its last renewal there, which came before this
+    /// server answered the taker's first look.
+    fn row_columns(&self, l: &str) -> String {
+        format!(
+            "IF({l}.server_id <=> @leader_exec_server, {l}.holder, COALESCE({l}.holder, X'')),
+             {l}.token, {l}.renewals,
+             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {l}.expires_at),
+             IF({l}.server_id <=> @leader_exec_server, {l}.ttl_ms,
+                GREATEST({l}.ttl_ms, {table_ttl})),
+             @leader_exec_server",
+            table_ttl = self.table_ttl_sql(),
+        )
+    }
+
     fn tokens(&self) -> String {
         quote_ident(&self.shared.tokens)
     }
@@ -324,10 +375,13 @@ impl MySql {
         let ripe = s.sightings.ripe(BootClock.now());
         let takeover = match &ripe {
             None => String::new(),
+            // `COALESCE`: a released row another server wrote last is sighted as held by the
+            // empty holder (`row_columns`).
             Some(seen) => format!(
-                " OR (l.holder = X'{}' AND l.token = {} AND l.renewals = {} AND \
-                 TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at) = {})",
-                seen.holder, seen.token, seen.renewals, seen.expires_us
+                " OR (COALESCE(l.holder, X'') = X'{}' AND l.token = {} AND l.renewals = {} AND \
+                 TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.expires_at) = {} AND \
+                 @leader_exec_server = {})",
+                seen.holder, seen.token, seen.renewals, seen.expires_us, seen.server
             ),
         };
         let ttl_ms = s.ttl_ms;
@@ -339,20 +393,37 @@ impl MySql {
             0 => String::new(),
             id => format!(" AND w.id < {id}"),
         };
+        // A new lease row is stamped with the table-wide row's server: made on a server that
+        // is not the one trusted with the table (a promoted replica that has not yet taken a
+        // row over), it is another server's row, taken only as `row_columns` says. A row is
+        // free at once only if this server wrote it last. Taking another server's row jumps
+        // the token (FOREIGN_JUMP) and, with it, makes this server the table's (the taker
+        // waited the longest TTL of the table on its own clock since this server first
+        // answered it, so every holder the old server had is gone); the table-wide row's
+        // `top` keeps the longest TTL a holder wrote.
         let batch = format!(
             "START TRANSACTION;
              INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
-             INSERT INTO {leases} (name, holder, token, renewals, expires_at, ttl_ms, max_holders)
-                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, 1) ON DUPLICATE KEY UPDATE name = name;
+             INSERT INTO {leases}
+                     (name, holder, token, renewals, expires_at, ttl_ms, max_holders, server_id)
+                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, 1,
+                         (SELECT server_id FROM {tokens} WHERE name = {TABLE_ROW}))
+                 ON DUPLICATE KEY UPDATE name = name;
              INSERT IGNORE INTO {fences} (name, holder, token) VALUES ({name}, NULL, 0);
              {high};
+             SET @leader_exec_foreign = (SELECT COUNT(*) FROM {leases}
+                 WHERE name = {name} AND NOT (server_id <=> @leader_exec_server));
              UPDATE {leases} l JOIN {tokens} t ON t.name = l.name JOIN {fences} f ON f.name = l.name
                  SET l.holder = {me},
-                     l.token = GREATEST(l.token, t.top, f.token, @leader_exec_high) + 1,
+                     l.token = GREATEST(l.token, t.top, f.token, @leader_exec_high) + 1
+                         + IF(@leader_exec_foreign > 0, {FOREIGN_JUMP}, 0),
                      l.renewals = l.renewals + 1,
                      l.expires_at = TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6)),
-                     l.ttl_ms = {ttl_ms}, l.max_holders = 1
-                 WHERE l.name = {name} AND l.max_holders = 1 AND ((l.holder IS NULL AND NOT EXISTS (
+                     l.ttl_ms = {ttl_ms}, l.max_holders = 1,
+                     l.server_id = @leader_exec_server
+                 WHERE l.name = {name} AND l.max_holders = 1 AND @@global.read_only = 0
+                   AND ((l.holder IS NULL AND l.server_id <=> @leader_exec_server
+                         AND NOT EXISTS (
                      SELECT 1 FROM {waiters} w
                      WHERE w.name = {name}{ahead} AND w.expires_at > NOW(6))){takeover});
              SET @leader_exec_won = ROW_COUNT();
@@ -362,9 +433,13 @@ impl MySql {
              UPDATE {fences} SET holder = {me},
                      token = (SELECT token FROM {leases} WHERE name = {name})
                  WHERE name = {name} AND @leader_exec_won > 0;
-             SELECT @leader_exec_won, {ROW_COLUMNS}, max_holders FROM {leases} WHERE name = {name};
+             {table};
+             SELECT @leader_exec_won, {columns}, l.max_holders FROM {leases} l
+                 WHERE l.name = {name};
              COMMIT",
             high = self.high_sql(),
+            table = self.table_row_sql(ttl_ms),
+            columns = self.row_columns("l"),
             tokens = self.tokens(),
             leases = self.leases(),
             fences = self.fences(),
@@ -392,12 +467,27 @@ impl MySql {
         }
         // Left by instances with another --max-holders: whether any of them is still there,
         // and if none is, the row back to 1 and an attempt, under the lock.
-        let theirs: i64 = take(&mut row, 6)?;
+        let theirs: i64 = take(&mut row, 7)?;
         if theirs != 1 {
             return self.attempt_slots(1).await;
         }
         let wait = s.sightings.sight(&seen, received, BootClock.now());
         Ok(Attempt::Held { holder, wait })
+    }
+
+    /// After a won acquisition (`@leader_exec_won`), the table-wide row's upkeep: its `top`
+    /// raised to this holder's TTL, and its server made this one if the row taken was another
+    /// server's (`@leader_exec_foreign`). Written only when either changes, so that
+    /// acquisitions of different names do not queue on it.
+    fn table_row_sql(&self, ttl_ms: i64) -> String {
+        format!(
+            "UPDATE {tokens} SET top = GREATEST(top, {ttl_ms}),
+                     server_id = IF(@leader_exec_foreign > 0, @leader_exec_server, server_id)
+                 WHERE name = {TABLE_ROW} AND @leader_exec_won > 0
+                   AND (top < {ttl_ms} OR (@leader_exec_foreign > 0
+                        AND NOT (server_id <=> @leader_exec_server)))",
+            tokens = self.tokens(),
+        )
     }
 
     /// Frees the row if this instance still holds it with `token`: holder NULL, `renewals`
@@ -425,8 +515,9 @@ impl MySql {
         let name = hex(name);
         format!(
             "START TRANSACTION;
-             UPDATE {leases} SET holder = NULL, expires_at = NOW(6), renewals = renewals + 1
-                 WHERE name = {name} AND {condition};
+             UPDATE {leases} SET holder = NULL, expires_at = NOW(6), renewals = renewals + 1,
+                     server_id = @leader_exec_server
+                 WHERE name = {name} AND {condition} AND @@global.read_only = 0;
              SET @leader_exec_freed = ROW_COUNT();
              UPDATE {fences} SET holder = NULL
                  WHERE name = {name} AND token = {token} AND @leader_exec_freed > 0;
@@ -442,12 +533,15 @@ impl MySql {
     /// `renewals` raised, where it still holds this identity and `token`. No clock in the
     /// condition: the row is ours while it holds our identity and token, since no waiter takes
     /// a held row over before it has seen it unchanged for a full TTL, and this changes it.
+    /// It stamps the row with this server: the row held our identity and token here, so this
+    /// server has our acquisition and every later write of the row (a takeover changes the
+    /// token). Never on a read-only server (`WRITABLE`; and here too, in the statement itself).
     fn extension_sql(&self, token: i64, ttl_ms: i64) -> String {
         let s = &self.shared;
         format!(
             "UPDATE {} SET expires_at = TIMESTAMPADD(MICROSECOND, {}, NOW(6)), ttl_ms = {ttl_ms},
-                 renewals = renewals + 1
-             WHERE name = {} AND holder = {} AND token = {token}",
+                 renewals = renewals + 1, server_id = @leader_exec_server
+             WHERE name = {} AND holder = {} AND token = {token} AND @@global.read_only = 0",
             self.leases(),
             ttl_ms.saturating_mul(1000),
             hex(self.held_row().as_bytes()),
@@ -486,8 +580,9 @@ fn take<T: mysql_async::prelude::FromValue>(
     }
 }
 
-/// The lease row read from the columns [`ROW_COLUMNS`] put at `at` and after, and its holder's
-/// bytes. The row's `holder` is those bytes in hex digits: compared only (the sighting), and
+/// The lease row read from the columns [`MySql::row_columns`] put at `at` and after, and its
+/// holder's bytes (none for a released row, also for one another server wrote last, which is
+/// sighted as held by the empty holder). The row's `holder` is those bytes in hex digits: compared only (the sighting), and
 /// written back as they were (`X'…'`) by a takeover conditional on it, whatever the bytes are.
 fn lease_row(row: &mut mysql_async::Row, at: usize) -> Result<(Row, Option<Vec<u8>>), StoreError> {
     let holder: Option<Vec<u8>> = take(row, at)?;
@@ -497,8 +592,9 @@ fn lease_row(row: &mut mysql_async::Row, at: usize) -> Result<(Row, Option<Vec<u
         renewals: take(row, at + 2)?,
         expires_us: take(row, at + 3)?,
         ttl_ms: take(row, at + 4)?,
+        server: take(row, at + 5)?,
     };
-    Ok((seen, holder))
+    Ok((seen, holder.filter(|h| !h.is_empty())))
 }
 
 #[cfg(test)]

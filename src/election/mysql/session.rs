@@ -16,23 +16,34 @@ use super::{MySql, StoreError, take};
 /// locking read and every UPDATE act on the latest committed row, and no gap locks), UTC for
 /// `NOW(6)` and DATETIME values, a binary collation, autocommit for the one-statement requests,
 /// and the least lock wait InnoDB has (whole seconds: the client's timer bounds it further).
-/// Then what the session found: whether the server is read-only, its version, the database,
-/// and its binary log's format.
+/// Then `@leader_exec_server`, the server's `server_id`, which every write of a lease row stamps
+/// it with (as a value, so that a replica applies the same number whatever the binary log's
+/// format): `mod.rs`, `row_columns`. Then what the session found: whether the server is
+/// read-only, its version, the database, and its binary log's format.
 const SETUP: &str = "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,\
 ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_BACKSLASH_ESCAPES',
     time_zone = '+00:00', autocommit = 1, innodb_lock_wait_timeout = 1,
     character_set_client = utf8mb4, character_set_connection = utf8mb4,
     character_set_results = utf8mb4, collation_connection = utf8mb4_bin;
 SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
+SET @leader_exec_server = @@global.server_id;
 SELECT @@global.read_only, @@innodb_read_only, VERSION(), DATABASE(), @@log_bin,
     @@binlog_format";
 
 /// Whether the password-without-TLS warning has been given (once per process).
 static CLEARTEXT_WARNED: AtomicBool = AtomicBool::new(false);
 
-/// The comment that marks a table as leader-exec's (with its kind: `leases`, `tokens`).
+/// The comment that marks a table as leader-exec's (with its kind: `leases`, `tokens`) and its
+/// version: the leases and tokens tables are at v2 (their `server_id` column), the others at v1.
 fn marker(kind: &str) -> String {
-    format!("leader-exec {kind} v1")
+    format!("leader-exec {kind} v{}", version(kind))
+}
+
+fn version(kind: &str) -> u32 {
+    match kind {
+        "leases" | "tokens" => 2,
+        _ => 1,
+    }
 }
 
 impl MySql {
@@ -121,7 +132,7 @@ impl MySql {
                 target.shown
             );
         }
-        let mut found = self.run(&mut conn, SETUP.to_owned()).await?;
+        let mut found = self.run_as_is(&mut conn, SETUP.to_owned()).await?;
         let mut row = found
             .pop()
             .ok_or_else(|| StoreError::Fatal("MySQL: the session check answered nothing".into()))?;
@@ -148,8 +159,20 @@ impl MySql {
         Ok(conn)
     }
 
-    /// Runs `batch` on `conn` under the request timer; the rows of every result set, in order.
+    /// Runs `batch` on `conn` under the request timer, after [`WRITABLE`](super::WRITABLE): on a
+    /// server that is read-only by now nothing of it runs, and the request fails as on an
+    /// unreachable server. The rows of every result set, in order.
     pub(super) async fn run(
+        &self,
+        conn: &mut Conn,
+        batch: String,
+    ) -> Result<Vec<mysql_async::Row>, StoreError> {
+        self.run_as_is(conn, format!("{};\n{batch}", super::WRITABLE))
+            .await
+    }
+
+    /// Runs `batch` on `conn` under the request timer, as it is.
+    async fn run_as_is(
         &self,
         conn: &mut Conn,
         batch: String,
@@ -206,13 +229,14 @@ impl MySql {
         }
     }
 
-    /// A new session, with the tables made or checked if this process has not yet.
-    async fn open_session(&self) -> Result<Conn, StoreError> {
+    /// A new session, with the tables made if this process has not made or found them yet, and
+    /// checked on every session: a trigger or a view swapped in (by a rename) while a leader runs
+    /// is refused by the next session that would use it, the renewals' own included.
+    pub(super) async fn open_session(&self) -> Result<Conn, StoreError> {
         let mut conn = self.connect().await?;
-        if !self.shared.tables_ready.load(Ordering::SeqCst) {
-            self.ensure_tables(&mut conn).await?;
-            self.shared.tables_ready.store(true, Ordering::SeqCst);
-        }
+        let make = !self.shared.tables_ready.load(Ordering::SeqCst);
+        self.ensure_tables(&mut conn, make).await?;
+        self.shared.tables_ready.store(true, Ordering::SeqCst);
         Ok(conn)
     }
 
@@ -221,12 +245,19 @@ impl MySql {
         self.query("SELECT 1".to_owned()).await.map(drop)
     }
 
-    /// Makes the tables where they are missing, then refuses the session if anything of their
-    /// names is not leader-exec's: a table without its marker (made by someone else, or a
-    /// planted copy), a view, or a trigger on either table (which could change what a
+    /// Makes the tables where they are missing (with `make`), then refuses the session if
+    /// anything of their names is not leader-exec's: a table without its marker (made by someone
+    /// else, or a planted copy), a view, or a trigger on either table (which could change what a
     /// statement writes). `IF NOT EXISTS` leaves whatever is there alone, so the look after it
-    /// sees what the statements will meet.
-    pub(super) async fn ensure_tables(&self, conn: &mut Conn) -> Result<(), StoreError> {
+    /// sees what the statements will meet. A leases or tokens table of the version before
+    /// (v1, without `server_id`) gets the column; its rows then read as another server's
+    /// (`mod.rs`, `row_columns`): each is taken over once, a TTL after it was last renewed.
+    /// Last, the tokens table's table-wide row, if it is missing, names this server.
+    pub(super) async fn ensure_tables(
+        &self,
+        conn: &mut Conn,
+        make: bool,
+    ) -> Result<(), StoreError> {
         let (leases, tokens, records, fences, waiters) = (
             &self.shared.leases,
             &self.shared.tokens,
@@ -237,7 +268,8 @@ impl MySql {
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {tokens_q} (
                  name VARBINARY(512) NOT NULL PRIMARY KEY,
-                 top BIGINT NOT NULL
+                 top BIGINT NOT NULL,
+                 server_id BIGINT NULL
              ) ENGINE = InnoDB COMMENT = '{tokens_marker}';
              CREATE TABLE IF NOT EXISTS {leases_q} (
                  name VARBINARY(512) NOT NULL PRIMARY KEY,
@@ -246,7 +278,8 @@ impl MySql {
                  renewals BIGINT NOT NULL,
                  expires_at DATETIME(6) NOT NULL,
                  ttl_ms BIGINT NOT NULL,
-                 max_holders BIGINT NOT NULL
+                 max_holders BIGINT NOT NULL,
+                 server_id BIGINT NULL
              ) ENGINE = InnoDB COMMENT = '{leases_marker}';
              CREATE TABLE IF NOT EXISTS {records_q} (
                  `key` VARBINARY(1024) NOT NULL PRIMARY KEY,
@@ -270,10 +303,7 @@ impl MySql {
                  max_holders BIGINT NOT NULL DEFAULT 1,
                  PRIMARY KEY (name, id)
              ) ENGINE = InnoDB COMMENT = '{waiters_marker}';
-             SELECT table_name, table_type, table_comment FROM information_schema.tables
-                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}', '{records}', '{fences}', '{waiters}');
-             SELECT trigger_name, event_object_table FROM information_schema.triggers
-                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}', '{records}', '{fences}', '{waiters}')",
+             ",
             tokens_q = self.tokens(),
             leases_q = self.leases(),
             tokens_marker = marker("tokens"),
@@ -285,8 +315,17 @@ impl MySql {
             waiters_q = self.waiters(),
             waiters_marker = marker("waiters"),
         );
-        let rows = self.run(conn, ddl).await?;
+        let look = format!(
+            "SELECT table_name, table_type, table_comment FROM information_schema.tables
+                 WHERE table_schema = DATABASE() AND table_name IN ('{leases}', '{tokens}', '{records}', '{fences}', '{waiters}');
+             SELECT trigger_name, event_object_table FROM information_schema.triggers
+                 WHERE trigger_schema = DATABASE() AND event_object_table IN ('{leases}', '{tokens}', '{records}', '{fences}', '{waiters}')"
+        );
+        let rows = self
+            .run(conn, if make { format!("{ddl}{look}") } else { look })
+            .await?;
         let database = &self.shared.target.database;
+        let mut upgrade = Vec::new();
         for mut row in rows {
             // The tables' rows have three columns, the triggers' two.
             if row.len() == 2 {
@@ -312,6 +351,14 @@ impl MySql {
                     kind.to_lowercase()
                 )));
             }
+            if version(wanted) == 2 && comment == format!("leader-exec {wanted} v1") {
+                upgrade.push(format!(
+                    "ALTER TABLE {} ADD COLUMN server_id BIGINT NULL, COMMENT = '{}'",
+                    super::quote_ident(&table),
+                    marker(wanted)
+                ));
+                continue;
+            }
             if comment != marker(wanted) {
                 return Err(StoreError::Fatal(format!(
                     "MySQL: {database}.{table} is a table leader-exec did not make (its comment is not '{}'): drop it, or give another --prefix",
@@ -319,6 +366,24 @@ impl MySql {
                 )));
             }
         }
+        for alter in upgrade {
+            match self.run(conn, alter).await {
+                // Another instance added it first.
+                Err(e) if e.to_string().contains("(1060)") => {}
+                other => {
+                    other?;
+                }
+            }
+        }
+        self.run(
+            conn,
+            format!(
+                "INSERT IGNORE INTO {} (name, top, server_id) VALUES ({}, 0, @leader_exec_server)",
+                self.tokens(),
+                super::TABLE_ROW
+            ),
+        )
+        .await?;
         Ok(())
     }
 }
@@ -334,6 +399,10 @@ pub(super) const NO_TABLE_TEXT: &str = "(1146)";
 pub(super) fn classify(error: mysql_async::Error, shown: &str) -> StoreError {
     use mysql_async::{DriverError, Error};
     match error {
+        // WRITABLE's refusal: the server turned read-only while the session was open.
+        Error::Server(e) if e.code == 1242 => StoreError::Transient(format!(
+            "MySQL at {shown} is read-only now (read_only is on): only a writable primary is used"
+        )),
         Error::Server(e) => {
             let message = format!("MySQL: {} ({})", e.message, e.code);
             // Lock wait timeout, deadlock, read-only (a failover under way), too many

@@ -60,7 +60,7 @@ use super::super::rows::Row;
 use super::super::rows::sighting::Sighting;
 use super::super::rows::slots::{SlotRow, clamp_n};
 use super::super::{Leader, StoreError};
-use super::{Attempt, MySql, hex, hex_digits, take};
+use super::{Attempt, FOREIGN_JUMP, MySql, TABLE_ROW, hex, hex_digits, take};
 
 /// `expires_at` of the row `l` in microseconds since the epoch (the session's time zone is
 /// UTC): compared only.
@@ -69,9 +69,11 @@ fn expires_us(l: &str) -> String {
 }
 
 /// Whether a row (its name, holder, token, renewals and `expires_at` in microseconds, each
-/// given as SQL) is exactly one of the `ripe` sightings (row names as hex digits): SQL, a
-/// disjunction of literals (`FALSE` without any), so that an UPDATE of the leases table can
-/// say it without reading that table in a subquery.
+/// given as SQL) is exactly one of the `ripe` sightings (row names as hex digits), read from the
+/// same server: SQL, a disjunction of literals (`FALSE` without any), so that an UPDATE of the
+/// leases table can say it without reading that table in a subquery. A released row another
+/// server wrote last is sighted as held by the empty holder (`MySql::row_columns`): `holder`
+/// must read it so (`COALESCE(l.holder, X'')`).
 fn is_ripe(ripe: &[(String, Sighting)], cols: [&str; 5]) -> String {
     if ripe.is_empty() {
         return "FALSE".to_owned();
@@ -82,8 +84,8 @@ fn is_ripe(ripe: &[(String, Sighting)], cols: [&str; 5]) -> String {
         .map(|(row, seen)| {
             format!(
                 "({name} = X'{row}' AND {holder} = X'{}' AND {token} = {} AND {renewals} = {} \
-                 AND {expires} = {})",
-                seen.holder, seen.token, seen.renewals, seen.expires_us
+                 AND {expires} = {} AND @leader_exec_server = {})",
+                seen.holder, seen.token, seen.renewals, seen.expires_us, seen.server
             )
         })
         .collect::<Vec<_>>();
@@ -106,7 +108,7 @@ fn unhex(digits: &str) -> Vec<u8> {
 /// then rows there before missing ones (as PostgreSQL sorts NULL last), the lowest token
 /// first: slot 1, the row `NAME`, is the one a new name's first holder takes.
 const SIGHTED: &str =
-    "c.slot, c.present, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms, c.other";
+    "c.slot, c.present, c.holder, c.token, c.renewals, c.expires_us, c.ttl_ms, c.other, c.server";
 
 /// A sighted row read from the columns [`SIGHTED`] put first: its name as hex digits (the key
 /// of its sighting, compared and written back as `X'…'`).
@@ -122,6 +124,7 @@ fn slot_row(row: &mut mysql_async::Row) -> Result<SlotRow, StoreError> {
             renewals: take::<Option<i64>>(row, 4)?.unwrap_or(0),
             expires_us: take::<Option<i64>>(row, 5)?.unwrap_or(0),
             ttl_ms: take::<Option<i64>>(row, 6)?.unwrap_or(0),
+            server: take::<Option<i64>>(row, 8)?.unwrap_or(0),
         }),
     };
     let other: i64 = take(row, 7)?;
@@ -158,6 +161,12 @@ impl MySql {
     /// renewals, expires_us, ttl_ms, other)`: its `n` slot rows (a missing one as not
     /// present), then every held row of the name beyond them that instances with another N hold
     /// (`k` above any slot's). `other`: held with another N than `n`.
+    ///
+    /// As `MySql::row_columns` reads a lease row: one another server wrote last is held (by the
+    /// empty holder, if released), for the longest TTL of the table. So is a missing slot row
+    /// while this server is not the table's (`@leader_exec_home` 0: [`home_sql`](Self::home_sql)): the old server
+    /// may have had it, held. Such a row, seen unchanged (token, renewals and `expires_us` 0) for
+    /// that TTL, is made by the taker.
     fn sighted_sql(&self, n: u32) -> String {
         let slots = self.slot_rows_sql(n);
         let listed = (1..=n)
@@ -165,19 +174,40 @@ impl MySql {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "(SELECT s.k, s.slot, l.name IS NOT NULL AS present, l.holder, l.token, l.renewals,
-                     {l_us} AS expires_us, l.ttl_ms,
-                     COALESCE(l.holder IS NOT NULL AND l.max_holders <> {n}, 0) AS other
+            "(SELECT s.k, s.slot, (l.name IS NOT NULL OR @leader_exec_home = 0) AS present,
+                     CASE WHEN l.name IS NULL THEN IF(@leader_exec_home = 0, X'', NULL)
+                          WHEN l.server_id <=> @leader_exec_server THEN l.holder
+                          ELSE COALESCE(l.holder, X'') END AS holder,
+                     IF(l.name IS NULL AND @leader_exec_home = 0, 0, l.token) AS token,
+                     IF(l.name IS NULL AND @leader_exec_home = 0, 0, l.renewals) AS renewals,
+                     IF(l.name IS NULL AND @leader_exec_home = 0, 0, {l_us}) AS expires_us,
+                     IF(l.server_id <=> @leader_exec_server, l.ttl_ms,
+                        GREATEST(COALESCE(l.ttl_ms, 0), {table_ttl})) AS ttl_ms,
+                     COALESCE(l.holder IS NOT NULL AND l.max_holders <> {n}, 0) AS other,
+                     @leader_exec_server AS server
               FROM {slots} s LEFT JOIN {leases} l ON l.name = s.slot
               UNION ALL
-              SELECT 1001, o.name, 1, o.holder, o.token, o.renewals, {o_us}, o.ttl_ms, 1
+              SELECT 1001, o.name, 1, o.holder, o.token, o.renewals, {o_us},
+                     IF(o.server_id <=> @leader_exec_server, o.ttl_ms,
+                        GREATEST(o.ttl_ms, {table_ttl})), 1, @leader_exec_server
               FROM {leases} o
               WHERE {of_name} AND o.holder IS NOT NULL AND o.max_holders <> {n}
                 AND o.name NOT IN ({listed}))",
             l_us = expires_us("l"),
             o_us = expires_us("o"),
+            table_ttl = self.table_ttl_sql(),
             leases = self.leases(),
             of_name = self.rows_of_name("o.name"),
+        )
+    }
+
+    /// `SET @leader_exec_home` to 1 if this server is the table's (the table-wide row names it),
+    /// 0 if not: [`sighted_sql`](Self::sighted_sql) reads it.
+    fn home_sql(&self) -> String {
+        format!(
+            "SET @leader_exec_home = (SELECT COUNT(*) FROM {} WHERE name = {TABLE_ROW}
+                 AND server_id <=> @leader_exec_server)",
+            self.tokens()
         )
     }
 
@@ -213,7 +243,7 @@ impl MySql {
             &ripe,
             [
                 "l.name",
-                "l.holder",
+                "COALESCE(l.holder, X'')",
                 "l.token",
                 "l.renewals",
                 &expires_us("l"),
@@ -241,8 +271,12 @@ impl MySql {
         let batch = format!(
             "START TRANSACTION;
              INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
-             INSERT INTO {leases} (name, holder, token, renewals, expires_at, ttl_ms, max_holders)
-                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, {n}) ON DUPLICATE KEY UPDATE name = name;
+             INSERT INTO {leases}
+                     (name, holder, token, renewals, expires_at, ttl_ms, max_holders, server_id)
+                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, {n},
+                         (SELECT server_id FROM {tokens} WHERE name = {TABLE_ROW}))
+                 ON DUPLICATE KEY UPDATE name = name;
+             {HOME};
              SET @leader_exec_theirs = (SELECT t.m FROM (
                  SELECT max_holders AS m FROM {leases}
                  WHERE {leases_of} AND holder IS NOT NULL AND expires_at > NOW(6)
@@ -266,19 +300,27 @@ impl MySql {
                  ORDER BY c.holder IS NULL DESC, c.token IS NULL, c.token, c.k LIMIT 1);
              SET @leader_exec_present = (SELECT COUNT(*) FROM {leases}
                  WHERE name = @leader_exec_slot);
+             SET @leader_exec_foreign = IF(@leader_exec_present = 0, @leader_exec_home = 0,
+                 (SELECT COUNT(*) FROM {leases} WHERE name = @leader_exec_slot
+                    AND NOT (server_id <=> @leader_exec_server)) > 0);
              {high};
-             SET @leader_exec_token = @leader_exec_high + 1;
+             SET @leader_exec_token = @leader_exec_high + 1
+                 + IF(@leader_exec_foreign, {FOREIGN_JUMP}, 0);
              UPDATE {leases} l SET l.holder = {me}, l.token = @leader_exec_token,
                      l.renewals = l.renewals + 1, l.expires_at = {expiry},
-                     l.ttl_ms = {ttl_ms}, l.max_holders = {n}
-                 WHERE l.name = @leader_exec_slot AND (l.holder IS NULL OR {l_ripe});
-             INSERT INTO {leases} (name, holder, token, renewals, expires_at, ttl_ms, max_holders)
-                 SELECT @leader_exec_slot, {me}, @leader_exec_token, 1, {expiry}, {ttl_ms}, {n}
-                 FROM DUAL WHERE @leader_exec_slot IS NOT NULL AND @leader_exec_present = 0;
+                     l.ttl_ms = {ttl_ms}, l.max_holders = {n}, l.server_id = @leader_exec_server
+                 WHERE l.name = @leader_exec_slot AND @@global.read_only = 0
+                   AND ((l.holder IS NULL AND l.server_id <=> @leader_exec_server) OR {l_ripe});
+             INSERT INTO {leases}
+                     (name, holder, token, renewals, expires_at, ttl_ms, max_holders, server_id)
+                 SELECT @leader_exec_slot, {me}, @leader_exec_token, 1, {expiry}, {ttl_ms}, {n},
+                        @leader_exec_server
+                 FROM DUAL WHERE @leader_exec_slot IS NOT NULL AND @leader_exec_present = 0
+                   AND @@global.read_only = 0;
              SET @leader_exec_won = (SELECT COUNT(*) FROM {leases}
                  WHERE name = @leader_exec_slot AND holder = {me} AND token = @leader_exec_token);
              UPDATE {leases} l SET l.holder = NULL, l.expires_at = NOW(6),
-                     l.renewals = l.renewals + 1
+                     l.renewals = l.renewals + 1, l.server_id = @leader_exec_server
                  WHERE {l_of} AND l.holder IS NOT NULL AND l.max_holders <> {n} AND {l_ripe}
                    AND NOT (l.name <=> @leader_exec_slot);
              SET @leader_exec_freed = ROW_COUNT();
@@ -293,6 +335,7 @@ impl MySql {
                      IF(@leader_exec_won > 0, @leader_exec_token, 0))
                  WHERE name = {name};
              DELETE FROM {waiters} WHERE name = {name} AND id = {waiter} AND @leader_exec_won > 0;
+             {table};
              SELECT {SIGHTED}, IF(@leader_exec_won > 0, @leader_exec_slot, NULL),
                     IF(@leader_exec_won > 0, @leader_exec_token, NULL), @leader_exec_theirs
              FROM {sighted} c ORDER BY c.k, c.slot;
@@ -305,6 +348,8 @@ impl MySql {
             l_of = self.rows_of_name("l.name"),
             f_of = self.rows_of_name("f.name"),
             high = self.high_sql(),
+            table = self.table_row_sql(ttl_ms),
+            HOME = self.home_sql(),
         );
         let rows = self.query(batch).await?;
         let received = BootClock.now();
@@ -313,12 +358,12 @@ impl MySql {
         let mut theirs: Option<i64> = None;
         for mut row in rows {
             slots.push(slot_row(&mut row)?);
-            let slot: Option<Vec<u8>> = take(&mut row, 8)?;
-            let token: Option<i64> = take(&mut row, 9)?;
+            let slot: Option<Vec<u8>> = take(&mut row, 9)?;
+            let token: Option<i64> = take(&mut row, 10)?;
             if let (Some(slot), Some(token)) = (slot, token) {
                 won = Some((slot, token));
             }
-            theirs = take(&mut row, 10)?;
+            theirs = take(&mut row, 11)?;
         }
         if slots.is_empty() {
             return Err(StoreError::Transient(
@@ -348,9 +393,11 @@ impl MySql {
     /// server's clock answers zero: the attempt that follows refuses this instance.
     pub(super) async fn look_slots(&self) -> Result<Duration, StoreError> {
         let sql = format!(
-            "SELECT {SIGHTED},
+            "{home};
+             SELECT {SIGHTED},
                     c.other AND c.expires_us > TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', NOW(6))
              FROM {sighted} c ORDER BY c.k, c.slot",
+            home = self.home_sql(),
             sighted = self.sighted_sql(self.shared.max_holders),
         );
         let rows = self.query(sql).await?;
@@ -359,7 +406,7 @@ impl MySql {
         let mut live_other = false;
         for mut row in rows {
             slots.push(slot_row(&mut row)?);
-            live_other |= take::<Option<i64>>(&mut row, 8)?.unwrap_or(0) != 0;
+            live_other |= take::<Option<i64>>(&mut row, 9)?.unwrap_or(0) != 0;
         }
         let wait = (self.shared.sightings)
             .sight_slots(&slots, received, BootClock.now())
@@ -421,11 +468,13 @@ mod unit {
             token: 4,
             renewals: 9,
             expires_us: 17,
+            server: 3,
             ttl: Duration::from_secs(1),
         };
         assert_eq!(
             is_ripe(&[("6A2F32".into(), seen)], ["n", "h", "t", "r", "e"]),
-            "((n = X'6A2F32' AND h = X'61' AND t = 4 AND r = 9 AND e = 17))"
+            "((n = X'6A2F32' AND h = X'61' AND t = 4 AND r = 9 AND e = 17 \
+             AND @leader_exec_server = 3))"
         );
     }
 }

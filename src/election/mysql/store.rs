@@ -163,7 +163,7 @@ impl Describe for MySql {
 }
 
 /// Renews the row this instance holds, on a session of its own (a renewal never queues behind
-/// another request). A waiter holds no row: its renewal answers "alive" without a request.
+/// another request), whose tables were checked when it opened, as every session's. A waiter holds no row: its renewal answers "alive" without a request.
 pub struct MySqlKeeper {
     backend: MySql,
     conn: Option<Conn>,
@@ -176,7 +176,7 @@ impl Keeper for MySqlKeeper {
             return Ok(Renewal::Alive);
         }
         if self.conn.is_none() {
-            self.conn = Some(self.backend.connect().await?);
+            self.conn = Some(self.backend.open_session().await?);
         }
         let conn = self.conn.as_mut().expect("just opened");
         let sql = self

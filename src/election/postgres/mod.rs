@@ -366,6 +366,8 @@ fn lease_row(row: &tokio_postgres::Row, at: usize) -> Row {
         renewals: row.get(at + 2),
         expires_us: row.get(at + 3),
         ttl_ms: row.get(at + 4),
+        // One server answers for a PostgreSQL URL's rows (docs/postgresql.md, "Failover").
+        server: 0,
     }
 }
 

@@ -370,6 +370,7 @@ impl Postgres {
                     renewals: number(r, 4).unwrap_or(0),
                     expires_us: number(r, 5).unwrap_or(0),
                     ttl_ms: number(r, 6).unwrap_or(0),
+                    server: 0,
                 }),
                 other: r.get(13) == Some("t"),
             })
@@ -406,6 +407,7 @@ impl Postgres {
                     renewals: r.get(4),
                     expires_us: r.get(5),
                     ttl_ms: r.get(6),
+                    server: 0,
                 }),
                 other: r.get(7),
             })

@@ -20,6 +20,11 @@ pub struct Row {
     pub expires_us: i64,
     /// The TTL the holder wrote (its own), in milliseconds.
     pub ttl_ms: i64,
+    /// The server that answered, where the store can tell one server from another (MySQL's
+    /// `@@server_id`); 0 elsewhere. Part of a sighting: a row seen on one server and then on
+    /// another (a failover) is a new sighting, counted afresh, since the second server may not
+    /// have the writes the first one had (a lagging replica promoted).
+    pub server: i64,
 }
 
 /// An unreleased lease row as a taker saw it. The row is taken over only when the taker has
@@ -33,6 +38,8 @@ pub struct Sighting {
     pub renewals: i64,
     /// `expires_at` in microseconds since the epoch (compared, never used as a time).
     pub expires_us: i64,
+    /// The server that answered ([`Row::server`]).
+    pub server: i64,
     /// The longer of the holder's TTL and the taker's own: what the taker waits.
     pub ttl: Duration,
 }
@@ -46,6 +53,7 @@ impl Sighting {
             token: row.token,
             renewals: row.renewals,
             expires_us: row.expires_us,
+            server: row.server,
             ttl: own_ttl.max(Duration::from_millis(row.ttl_ms.max(0) as u64)),
         })
     }
@@ -187,6 +195,7 @@ mod tests {
             renewals,
             expires_us: 1_000_000,
             ttl_ms,
+            server: 0,
         }
     }
 
@@ -249,6 +258,16 @@ mod tests {
             ..taken
         };
         assert_eq!(s.sight(&old_version, later + 2 * S, later + 2 * S), 60 * S);
+        // The same row answered by another server (a failover): counted afresh too, since the
+        // new server may lack writes the old one had.
+        let failed_over = Row {
+            server: 2,
+            ..old_version.clone()
+        };
+        let t1 = later + 30 * S;
+        s.sight(&old_version, t1, t1);
+        assert_eq!(s.sight(&failed_over, t1 + S, t1 + S), 60 * S);
+        assert!(s.ripe(later + 62 * S + S).is_none());
         // A released row is free at once, and leaves nothing to take over.
         assert_eq!(
             s.sight(&row(None, 8, 5, 60_000), later + 3 * S, later + 3 * S),

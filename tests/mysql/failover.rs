@@ -1,0 +1,182 @@
+//! MySQL failovers that a URL's hosts cannot see by themselves: a lagging asynchronous replica
+//! promoted, a primary turned read-only under an account that writes through `read_only`, and a
+//! trigger slipped in while a leader runs (docs/mysql.md, "Failover").
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+/// The lease's timing in these tests: the holder stops its command within 3 s + 1 s of its last
+/// renewal, well inside the 6 s a taker waits.
+const TIMING: [&str; 8] = [
+    "--ttl",
+    "6s",
+    "--renew-deadline",
+    "3s",
+    "--retry-period",
+    "300ms",
+    "--kill-after",
+    "1s",
+];
+
+fn args<'a>(endpoint: &'a str, identity: &'a str) -> Vec<&'a str> {
+    let mut args = vec![
+        "--endpoints",
+        endpoint,
+        "--lease",
+        "fo",
+        "--identity",
+        identity,
+    ];
+    args.extend(TIMING);
+    args
+}
+
+/// The row of lease `fo` on `db`: `holder token`, or nothing.
+fn row(db: &MariaDb) -> String {
+    db.sql("SELECT CONCAT(COALESCE(holder, '-'), ' ', token) FROM leader_exec.leader_exec_leases WHERE name = 'fo'")
+        .trim()
+        .to_owned()
+}
+
+/// A replica that lags is promoted after its primary dies: the lease row it has is free (the
+/// holder's acquisition never reached it). It was written by another server, so the first
+/// instance there waits a full TTL on its own clock before it takes it — after the old holder,
+/// cut off with the old primary, has stopped its command — and takes it with a token above the
+/// old holder's. (Before: it took the free row at once, started beside the old command, and got
+/// the old holder's token again.)
+#[test]
+fn a_lagging_replica_promoted_does_not_hand_over_before_the_old_holder_is_gone() {
+    let (mut primary, replica) = MariaDb::start_primary_and_replica();
+    let scratch = Scratch::new();
+    let on_primary = primary.open_url(primary.port);
+    let on_replica = replica.open_url(replica.port);
+    // A first run makes the tables and the row (token 1, released), which reach the replica.
+    let mut first = args(&on_primary, "warm");
+    first.extend(["--", "true"]);
+    let (code, _, stderr) = Cmd::bare().args(&first).run();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        wait_for(Duration::from_secs(20), || replica
+            .try_sql("SELECT token FROM leader_exec.leader_exec_leases WHERE name = 'fo'")
+            .stdout
+            .starts_with(b"1")),
+        "the row never reached the replica"
+    );
+    assert_eq!(row(&replica), "- 1");
+
+    // The replica lags from here; a leads on the primary.
+    replica.stop_replication();
+    let mut a = Instance::start(&args(&on_primary, "host-a"), &scratch.job("a", "sleep 60"));
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(15))
+        .expect("a started");
+    assert_eq!(row(&primary), "host-a 2");
+    assert_eq!(row(&replica), "- 1", "the replica should lag");
+
+    // The primary dies with a's host cut off from everything else; the replica is promoted,
+    // and b starts on it at once.
+    primary.kill();
+    replica.promote();
+    let mut b = Instance::start(&args(&on_replica, "host-b"), &scratch.job("b", "sleep 60"));
+    let b_start = scratch
+        .wait_record("start", "b", Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("b never led: {}", b.stderr()));
+    assert!(
+        !alive(a_start.pid()),
+        "a's command still ran as b's started"
+    );
+    assert!(
+        !scratch.history().iter().any(|r| r.kind == "overlap"),
+        "b's command started beside a's: {:?}",
+        scratch.history()
+    );
+    assert!(
+        b_start.time() > a_start.time() + 6_000_000_000,
+        "b took the row less than a TTL after a led"
+    );
+    assert!(
+        b_start.token() > a_start.token(),
+        "b's token {} is not above a's {}",
+        b_start.token(),
+        a_start.token()
+    );
+    assert_ne!(a.wait(Duration::from_secs(15)), None, "a never exited");
+    b.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_ne!(b.wait(Duration::from_secs(15)), None);
+}
+
+/// A primary turned read-only while its leader runs (a planned switchover), with an account that
+/// writes through `read_only` (`GRANT ALL ON *.*`): the leader's renewals fail there as on an
+/// unreachable server, so it stops its command within its renew deadline, and the row on the
+/// old primary is left as it was. (Before: the renewals went on and the command never stopped.)
+#[test]
+fn a_leader_stops_when_its_primary_turns_read_only_even_for_an_account_that_writes_through() {
+    let db = MariaDb::start();
+    let admin = db.add_admin();
+    let scratch = Scratch::new();
+    let mut a = Instance::start(&args(&admin, "host-a"), &scratch.job("a", "sleep 60"));
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("a never led: {}", a.stderr()));
+    // The account can write through read_only: the check is leader-exec's, not the server's.
+    db.sql("SET GLOBAL read_only = ON");
+    let writes = db.sql(&format!(
+        "SELECT COUNT(*) FROM information_schema.user_privileges WHERE grantee LIKE '%{MARIADB_ADMIN_USER}%' AND privilege_type = 'READ_ONLY ADMIN'"
+    ));
+    assert_eq!(
+        writes.trim(),
+        "1",
+        "the account should write through read_only"
+    );
+    let before = row(&db);
+    assert!(
+        wait_for(Duration::from_secs(3 + 1 + 3), || !alive(a_start.pid())),
+        "a's command ran on with its primary read-only: {}",
+        a.stderr()
+    );
+    assert_eq!(row(&db), before, "a wrote to the read-only server");
+    assert!(
+        a.stderr().contains("read-only"),
+        "the log should say why: {}",
+        a.stderr()
+    );
+    assert_ne!(a.wait(Duration::from_secs(30)), None, "a never exited");
+}
+
+/// A trigger put on the leases table while a leader runs is refused by the leader's next
+/// session (its connection killed, as a server restart or a proxy would): the renewals stop
+/// there, naming the trigger, and the command is stopped. (Before: the tables were checked once
+/// per process, and the renewals' own session was never checked.)
+#[test]
+fn a_trigger_slipped_in_while_a_leader_runs_is_refused_by_its_next_session() {
+    let db = MariaDb::start();
+    let scratch = Scratch::new();
+    let url = db.open_url(db.port);
+    let mut a = Instance::start(&args(&url, "host-a"), &scratch.job("a", "sleep 60"));
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("a never led: {}", a.stderr()));
+    db.sql(
+        "CREATE TRIGGER leader_exec.sneaky BEFORE UPDATE ON leader_exec.leader_exec_leases
+         FOR EACH ROW SET NEW.ttl_ms = NEW.ttl_ms",
+    );
+    // Every session of leader-exec's user ends; the next ones are new.
+    let ids = db.sql(&format!(
+        "SELECT id FROM information_schema.processlist WHERE user = '{MARIADB_OPEN_USER}'"
+    ));
+    for id in ids.split_whitespace() {
+        let _ = db.try_sql(&format!("KILL {id}"));
+    }
+    assert!(
+        wait_for(Duration::from_secs(3 + 1 + 5), || !alive(a_start.pid())),
+        "a's command ran on with a trigger on its table: {}",
+        a.stderr()
+    );
+    assert_ne!(a.wait(Duration::from_secs(30)), None, "a never exited");
+    assert!(
+        a.stderr().contains("trigger sneaky"),
+        "the log should name the trigger: {}",
+        a.stderr()
+    );
+}
