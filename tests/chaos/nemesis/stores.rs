@@ -3,7 +3,9 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::harness::{Etcd, MARIADB_DATABASE, MariaDb, Postgres, Store, ZooKeeper, ZooKeeperTree};
+use crate::harness::{
+    Etcd, MARIADB_DATABASE, MARIADB_OPEN_USER, MariaDb, Postgres, Store, ZooKeeper, ZooKeeperTree,
+};
 
 /// What a store adds to the schedule.
 pub trait Nemesis: Store {
@@ -97,8 +99,13 @@ impl Nemesis for Postgres {
 
 impl Nemesis for MariaDb {
     /// Under libfaketime: the schedule steps the server's clock, which must decide no takeover.
+    /// leader-exec's account writes through `read_only` (READ ONLY ADMIN, as `GRANT ALL ON *.*`
+    /// gives), so that only leader-exec's own check keeps it off a read-only server.
     fn start_nemesis() -> (Self, Option<tempfile::NamedTempFile>) {
         let (db, clock) = MariaDb::start_with_faketime();
+        db.sql(&format!(
+            "GRANT READ_ONLY ADMIN ON *.* TO '{MARIADB_OPEN_USER}'@'%'"
+        ));
         (db, Some(clock))
     }
 
@@ -114,6 +121,9 @@ impl Nemesis for MariaDb {
     /// other rows remember it. A deleted lease row takes a holder's claim from under it.
     fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)> {
         let db = MARIADB_DATABASE;
+        if rng.u8(..4) == 0 {
+            return self.failover_to_a_lagging_replica();
+        }
         let (what, sql, claim) = match rng.u8(..10) {
             0..=2 => (
                 "mysql: tokens row deleted by hand",
@@ -145,5 +155,82 @@ impl Nemesis for MariaDb {
             .status
             .success()
             .then(|| (what.to_owned(), claim))
+    }
+}
+
+/// The tables a lagging replica has older copies of.
+const REPLICATED: [&str; 4] = [
+    "leader_exec_leases",
+    "leader_exec_tokens",
+    "leader_exec_fences",
+    "leader_exec_waiters",
+];
+
+impl MariaDb {
+    /// A failover to an asynchronous replica that lags, on the one server: the first time, the
+    /// "replica" stops replicating (a copy of the tables is kept); the next time it is promoted
+    /// in a planned switchover: the server turns read-only (which leader-exec's account could
+    /// write through), every session of leader-exec's is killed, the tables are set back to the
+    /// copy — the rows as the replica had them, without every write since — and the server gets
+    /// another `server_id`, then turns writable. No claim is deleted behind a holder's back in a
+    /// way the checker excuses: a holder whose row went back loses it at its next renewal, and
+    /// nobody may take a row the new server did not write before that holder's command is gone.
+    fn failover_to_a_lagging_replica(&mut self) -> Option<(String, bool)> {
+        let db = MARIADB_DATABASE;
+        let copied = self
+            .try_sql(&format!(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{db}'
+                 AND table_name = 'lagging_leader_exec_leases'"
+            ))
+            .stdout
+            .starts_with(b"1");
+        if !copied {
+            let copy = REPLICATED
+                .iter()
+                .map(|t| format!("CREATE TABLE {db}.lagging_{t} AS SELECT * FROM {db}.{t}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return self.try_sql(&copy).status.success().then(|| {
+                (
+                    "mysql: the replica stops replicating (lags from here)".to_owned(),
+                    false,
+                )
+            });
+        }
+        let kill_sessions = |db: &MariaDb| {
+            let ids = db.sql(&format!(
+                "SELECT id FROM information_schema.processlist WHERE user = '{MARIADB_OPEN_USER}'"
+            ));
+            for id in ids.split_whitespace() {
+                let _ = db.try_sql(&format!("KILL {id}"));
+            }
+        };
+        self.sql("SET GLOBAL read_only = ON");
+        kill_sessions(self);
+        let restore = REPLICATED
+            .iter()
+            .map(|t| {
+                format!(
+                    "DELETE FROM {db}.{t}; INSERT INTO {db}.{t} SELECT * FROM {db}.lagging_{t}; \
+                     DROP TABLE {db}.lagging_{t}"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let ok = self
+            .try_sql(&format!(
+                "{restore}; SET GLOBAL server_id = @@global.server_id + 1"
+            ))
+            .status
+            .success();
+        kill_sessions(self);
+        self.sql("SET GLOBAL read_only = OFF");
+        ok.then(|| {
+            (
+                "mysql: failover to the lagging replica (tables set back, another server_id)"
+                    .to_owned(),
+                false,
+            )
+        })
     }
 }
