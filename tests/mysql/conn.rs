@@ -61,12 +61,31 @@ fn a_read_only_server_showing_a_deposed_claim_is_passed_over_by_check_status_and
 
     // The failover: the old primary is read-only now. Its leader's renewals are refused, so it
     // stops its command within its renew deadline; the claim stays, live by the old server.
+    // Its release is refused too, and retried (for up to a TTL, as through an outage: the URL
+    // may list the new primary) until TERM ends it; never reported as done.
     old.sql("SET GLOBAL read_only = ON");
     assert!(
         wait_for(Duration::from_secs(15), || !alive(a_start.pid())),
         "a's command outlived its refused renewals"
     );
-    assert!(a.wait(Duration::from_secs(15)).is_some(), "a never exited");
+    assert!(
+        wait_for(Duration::from_secs(15), || a
+            .stderr()
+            .contains("retrying the release")),
+        "a's release on a read-only server: {}",
+        a.stderr()
+    );
+    a.signal(Signal::SIGTERM);
+    assert!(
+        a.wait(Duration::from_secs(15)).is_some(),
+        "a never exited: {}",
+        a.stderr()
+    );
+    assert!(
+        !a.stderr().contains("lease released"),
+        "a release the server refused was reported as done: {}",
+        a.stderr()
+    );
     let row = "SELECT CONCAT(holder, ' ', token, ' ', expires_at > NOW(6)) FROM leader_exec.leader_exec_leases WHERE name = 'ro'";
     assert_eq!(old.sql(row).trim(), "host-a 3 1");
 

@@ -187,6 +187,12 @@ impl MySql {
                     break;
                 }
             }
+            // The server stops a batch at its first failing statement; the driver keeps that
+            // error in what is left of the answer, and `is_empty` can say "no more" before it
+            // was read. Reading the rest surfaces it: a batch whose later statement failed (a
+            // lock wait, a deadlock, a missing table, a refused write) is an error, not an
+            // answer with fewer rows.
+            result.drop_result().await?;
             Ok::<_, mysql_async::Error>(rows)
         };
         match tokio::time::timeout(limit, work).await {

@@ -121,7 +121,9 @@ impl Nemesis for MariaDb {
     /// other rows remember it. A deleted lease row takes a holder's claim from under it.
     fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)> {
         let db = MARIADB_DATABASE;
-        if rng.u8(..4) == 0 {
+        // The failover's two steps (the replica stops, then is promoted) take the first of these
+        // manipulations and every other one after it, so that a 50-step run usually has both.
+        if !self.lagging_copy_kept() || rng.bool() {
             return self.failover_to_a_lagging_replica();
         }
         let (what, sql, claim) = match rng.u8(..10) {
@@ -167,6 +169,16 @@ const REPLICATED: [&str; 4] = [
 ];
 
 impl MariaDb {
+    /// Whether the "replica" has stopped replicating: a copy of the tables is kept.
+    fn lagging_copy_kept(&self) -> bool {
+        self.try_sql(&format!(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{MARIADB_DATABASE}'
+             AND table_name = 'lagging_leader_exec_leases'"
+        ))
+        .stdout
+        .starts_with(b"1")
+    }
+
     /// A failover to an asynchronous replica that lags, on the one server: the first time, the
     /// "replica" stops replicating (a copy of the tables is kept); the next time it is promoted
     /// in a planned switchover: the server turns read-only (which leader-exec's account could
@@ -177,14 +189,7 @@ impl MariaDb {
     /// nobody may take a row the new server did not write before that holder's command is gone.
     fn failover_to_a_lagging_replica(&mut self) -> Option<(String, bool)> {
         let db = MARIADB_DATABASE;
-        let copied = self
-            .try_sql(&format!(
-                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{db}'
-                 AND table_name = 'lagging_leader_exec_leases'"
-            ))
-            .stdout
-            .starts_with(b"1");
-        if !copied {
+        if !self.lagging_copy_kept() {
             let copy = REPLICATED
                 .iter()
                 .map(|t| format!("CREATE TABLE {db}.lagging_{t} AS SELECT * FROM {db}.{t}"))

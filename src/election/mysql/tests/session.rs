@@ -314,3 +314,22 @@ async fn a_request_never_waits_for_the_session_another_one_keeps() {
         "1"
     );
 }
+
+/// A batch whose later statement fails is an error, not an answer with fewer rows: the server
+/// stops at the failing statement, and the driver keeps its error in the rest of the answer
+/// (before, a release or a fenced write whose UPDATE failed answered "done").
+#[tokio::test]
+async fn an_error_after_the_first_statement_of_a_batch_fails_the_request() {
+    let db = MariaDb::start();
+    let m = candidate(&url(db.port), "a", TTL);
+    assert!(leads(&m).await.is_some());
+    let e = m
+        .query("START TRANSACTION; UPDATE no_such_table SET x = 1; SELECT 1; COMMIT".to_owned())
+        .await
+        .expect_err("a batch with a failing statement");
+    assert!(e.to_string().contains("(1146)"), "{e}");
+    // The session it failed on was dropped (the transaction with it); the next request opens
+    // another and goes through.
+    let rows = m.query("SELECT 1".to_owned()).await.unwrap();
+    assert_eq!(rows.len(), 1);
+}
