@@ -191,6 +191,9 @@ struct Shared {
     conn: tokio::sync::Mutex<Option<Conn>>,
     /// Whether the tables were made (or found) and checked by this process.
     tables_ready: AtomicBool,
+    /// When this process last found the tables to be leader-exec's (`BootClock`), and the
+    /// refusal of a check that did not (which every renewal then answers with).
+    checked: Mutex<(Option<Duration>, Option<String>)>,
     /// The token this instance holds, 0 while it holds none (shared with its keeper).
     held: AtomicI64,
     /// The held row as this instance last saw it, and since when: the takeover rule.
@@ -254,6 +257,7 @@ impl MySql {
                 look_every: AtomicU64::new(u64::try_from(poll.as_nanos()).unwrap_or(u64::MAX)),
                 conn: tokio::sync::Mutex::new(None),
                 tables_ready: AtomicBool::new(false),
+                checked: Mutex::new((None, None)),
                 held: AtomicI64::new(0),
                 sightings: Sightings::new(timing.ttl),
                 waiter: AtomicI64::new(0),

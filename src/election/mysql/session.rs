@@ -9,6 +9,7 @@ use mysql_async::{Conn, OptsBuilder, SslOpts};
 
 use super::target::SslMode;
 use super::{MySql, StoreError, take};
+use crate::clock::{BootClock, Clock};
 
 /// What every session of leader-exec's runs first, so that a server's defaults cannot change
 /// what its statements mean: strict mode, no backslash escapes in literals (none are written:
@@ -132,7 +133,10 @@ impl MySql {
                 target.shown
             );
         }
-        let mut found = self.run_as_is(&mut conn, SETUP.to_owned()).await?;
+        let mut found = self
+            .run_as_is(&mut conn, SETUP.to_owned())
+            .await
+            .map_err(|(e, _)| e)?;
         let mut row = found
             .pop()
             .ok_or_else(|| StoreError::Fatal("MySQL: the session check answered nothing".into()))?;
@@ -167,6 +171,19 @@ impl MySql {
         conn: &mut Conn,
         batch: String,
     ) -> Result<Vec<mysql_async::Row>, StoreError> {
+        self.run_keeping(conn, batch).await.map_err(|(e, _)| e)
+    }
+
+    /// [`run`](Self::run), and on a failure whether `conn` may be used again: a statement the
+    /// server refused (a lock wait, a deadlock, read-only) ends the batch there, and a
+    /// `ROLLBACK` on the same session, under what is left of the timer, undoes whatever of it
+    /// ran; anything else (no answer in time, the connection lost) leaves the session to be
+    /// dropped, which the server rolls back.
+    pub(super) async fn run_keeping(
+        &self,
+        conn: &mut Conn,
+        batch: String,
+    ) -> Result<Vec<mysql_async::Row>, (StoreError, bool)> {
         self.run_as_is(conn, format!("{};\n{batch}", super::WRITABLE))
             .await
     }
@@ -176,8 +193,9 @@ impl MySql {
         &self,
         conn: &mut Conn,
         batch: String,
-    ) -> Result<Vec<mysql_async::Row>, StoreError> {
+    ) -> Result<Vec<mysql_async::Row>, (StoreError, bool)> {
         let limit = self.shared.request_timeout;
+        let until = tokio::time::Instant::now() + limit;
         let work = async {
             let mut result = conn.query_iter(batch).await?;
             let mut rows = Vec::new();
@@ -191,22 +209,42 @@ impl MySql {
             // error in what is left of the answer, and `is_empty` can say "no more" before it
             // was read. Reading the rest surfaces it: a batch whose later statement failed (a
             // lock wait, a deadlock, a missing table, a refused write) is an error, not an
-            // answer with fewer rows.
+            // answer with fewer rows (and not a transaction left open on the session, which
+            // the next batch's `START TRANSACTION` would commit half done).
             result.drop_result().await?;
             Ok::<_, mysql_async::Error>(rows)
         };
-        match tokio::time::timeout(limit, work).await {
-            Ok(result) => result.map_err(|e| classify(e, &self.shared.target.shown)),
-            Err(_) => Err(StoreError::Transient(format!(
-                "MySQL: no answer within {}",
-                humantime::format_duration(limit)
-            ))),
+        let shown = &self.shared.target.shown;
+        match tokio::time::timeout_at(until, work).await {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(mysql_async::Error::Server(e))) => {
+                // Not kept: a server that turned read-only (the next session goes to a writable
+                // host), a table that is gone (the next session makes it again).
+                let other_session = matches!(e.code, 1242 | 1146);
+                let error = classify(mysql_async::Error::Server(e), shown);
+                let rolled_back = !other_session
+                    && matches!(
+                        tokio::time::timeout_at(until, conn.query_drop("ROLLBACK")).await,
+                        Ok(Ok(()))
+                    );
+                Err((error, rolled_back))
+            }
+            Ok(Err(e)) => Err((classify(e, shown), false)),
+            Err(_) => Err((
+                StoreError::Transient(format!(
+                    "MySQL: no answer within {}",
+                    humantime::format_duration(limit)
+                )),
+                false,
+            )),
         }
     }
 
     /// Runs `batch` on the shared session (opened, set up and the tables checked first, when
-    /// needed). Any failure drops the session: a batch cut short may have left a transaction
-    /// open, which the server rolls back when the connection goes.
+    /// needed). A failure drops the session unless the server refused a statement and the
+    /// session was rolled back (`run_keeping`): a batch cut short by the timer or a lost
+    /// connection may have left a transaction open, which the server rolls back when the
+    /// connection goes.
     ///
     /// A request never waits for another request's session: while the shared one is in use (a
     /// request in flight, or the future of one that its caller set aside without polling it
@@ -215,17 +253,26 @@ impl MySql {
     /// for a look at handover requests that nobody polls any more, and give up unanswered.
     pub(super) async fn query(&self, batch: String) -> Result<Vec<mysql_async::Row>, StoreError> {
         let Ok(mut guard) = self.shared.conn.try_lock() else {
-            let mut conn = self.open_session().await?;
+            let mut conn = self.open_session(false).await?;
             return self.run(&mut conn, batch).await;
         };
         if guard.is_none() {
-            *guard = Some(self.open_session().await?);
+            *guard = Some(self.open_session(false).await?);
         }
         let conn = guard.as_mut().expect("just opened");
-        match self.run(conn, batch).await {
-            Ok(rows) => Ok(rows),
-            Err(e) => {
+        if self.check_due() {
+            // A session kept open: the tables looked at again (see `CHECK_EVERY`).
+            if let Err(e) = self.ensure_tables(conn, false).await {
                 *guard = None;
+                return Err(e);
+            }
+        }
+        match self.run_keeping(conn, batch).await {
+            Ok(rows) => Ok(rows),
+            Err((e, kept)) => {
+                if !kept {
+                    *guard = None;
+                }
                 if e.to_string().contains(NO_TABLE_TEXT) {
                     // The tables were dropped: made again by the next session.
                     self.shared.tables_ready.store(false, Ordering::SeqCst);
@@ -236,14 +283,42 @@ impl MySql {
     }
 
     /// A new session, with the tables made if this process has not made or found them yet, and
-    /// checked on every session: a trigger or a view swapped in (by a rename) while a leader runs
-    /// is refused by the next session that would use it, the renewals' own included.
-    pub(super) async fn open_session(&self) -> Result<Conn, StoreError> {
+    /// checked: always with `check` (the renewals' own session), otherwise when this process
+    /// has not checked them for [`CHECK_EVERY`]. A trigger or a view swapped in (by a rename)
+    /// while a leader runs is refused by the next session that would use it, or within
+    /// `CHECK_EVERY` by the session the leader keeps; its renewals then fail for good.
+    pub(super) async fn open_session(&self, check: bool) -> Result<Conn, StoreError> {
         let mut conn = self.connect().await?;
         let make = !self.shared.tables_ready.load(Ordering::SeqCst);
-        self.ensure_tables(&mut conn, make).await?;
-        self.shared.tables_ready.store(true, Ordering::SeqCst);
+        if make || check || self.check_due() {
+            self.ensure_tables(&mut conn, make).await?;
+            self.shared.tables_ready.store(true, Ordering::SeqCst);
+        }
         Ok(conn)
+    }
+
+    /// Whether the tables are due for another look (none for `CHECK_EVERY`).
+    fn check_due(&self) -> bool {
+        let checked = self.shared.checked.lock().expect("not poisoned");
+        checked
+            .0
+            .is_none_or(|at| BootClock.now().saturating_sub(at) >= CHECK_EVERY)
+    }
+
+    /// The refusal a check of the tables made, if one did: every renewal answers with it.
+    pub(super) fn refusal(&self) -> Option<StoreError> {
+        let checked = self.shared.checked.lock().expect("not poisoned");
+        checked.1.clone().map(StoreError::Fatal)
+    }
+
+    /// Notes the outcome of a check of the tables.
+    fn note_check(&self, outcome: &Result<(), StoreError>) {
+        let mut checked = self.shared.checked.lock().expect("not poisoned");
+        match outcome {
+            Ok(()) => checked.0 = Some(BootClock.now()),
+            Err(StoreError::Fatal(m)) => checked.1 = Some(m.clone()),
+            Err(_) => {}
+        }
     }
 
     /// Opens the shared session (and makes or checks the tables) if it is not open.
@@ -264,6 +339,12 @@ impl MySql {
         conn: &mut Conn,
         make: bool,
     ) -> Result<(), StoreError> {
+        let outcome = self.make_and_check(conn, make).await;
+        self.note_check(&outcome);
+        outcome
+    }
+
+    async fn make_and_check(&self, conn: &mut Conn, make: bool) -> Result<(), StoreError> {
         let (leases, tokens, records, fences, waiters) = (
             &self.shared.leases,
             &self.shared.tokens,
@@ -393,6 +474,13 @@ impl MySql {
         Ok(())
     }
 }
+
+/// How long a process goes at most without looking at its tables again while it keeps a session
+/// open. Every look reads `information_schema` (which MariaDB answers slowly under many
+/// sessions at once: 200 instances looking on every new session queued hundreds of looks), so a
+/// process looks when it first opens a session, when its renewals' session opens, and then at
+/// most this often.
+const CHECK_EVERY: Duration = Duration::from_secs(60);
 
 /// What a server that offers no TLS makes the driver say (PREFERRED then goes on without it).
 const NO_TLS: &str = "does not support TLS";

@@ -175,8 +175,11 @@ impl Keeper for MySqlKeeper {
         if token == 0 {
             return Ok(Renewal::Alive);
         }
+        if let Some(refusal) = self.backend.refusal() {
+            return Err(refusal);
+        }
         if self.conn.is_none() {
-            self.conn = Some(self.backend.open_session().await?);
+            self.conn = Some(self.backend.open_session(true).await?);
         }
         let conn = self.conn.as_mut().expect("just opened");
         let sql = self
