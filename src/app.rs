@@ -19,6 +19,9 @@ use crate::validate;
 
 /// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
 pub fn main() -> u8 {
+    // Before anything is read (the environment, a password file): no other process of this
+    // user, the command included, may read leader-exec's memory or environment.
+    crate::process::environment::keep_private();
     // Before anything else, on the only thread: Ctrl-Z must never stop a leader.
     crate::signals::block_stop_signals();
     let cli = match cli::try_parse() {
@@ -194,6 +197,10 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Contain::Pidns => Some(PidNamespace::prepare().map_err(Failure::usage)?),
         Contain::Group | Contain::Cgroup => None,
     };
+    // The settings hold what was read: the secrets leave the environment block before the
+    // supervisor's fork copies it.
+    // SAFETY: no thread has been started yet.
+    unsafe { crate::process::environment::scrub_own() };
     // SAFETY: no thread has been started yet; the runtime is built below.
     let forked = unsafe { supervisor::fork_supervisor(&settings.command, cgroup, pidns) }
         .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;

@@ -344,19 +344,8 @@ fn an_unavailable_contain_mode_is_refused_with_125_before_the_store_is_contacted
 }
 
 fn refused(mode: &str, says: &str) {
-    // A copy in a directory anyone may enter: the build's own directory may be private (a
-    // checkout under a 0700 mktemp directory), and then `nobody` could not even start it.
-    use std::os::unix::fs::PermissionsExt;
-    let shared = std::env::temp_dir().join(format!("leader-exec-nobody-{}", std::process::id()));
-    std::fs::create_dir_all(&shared).unwrap();
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let copy = shared.join("leader-exec");
-    std::fs::copy(env!("CARGO_BIN_EXE_leader-exec"), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let binary = copy.to_str().unwrap();
     let started = Instant::now();
-    let output = std::process::Command::new("runuser")
-        .args(["-u", "nobody", "--", binary])
+    let output = leader_exec_as_nobody()
         .args([
             "--endpoints",
             "http://127.0.0.1:1",
