@@ -74,9 +74,10 @@ LEADER_OCCURRENCE      the --occurrence ID, when given
 LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
                        started it
 The rest of the environment passes through, except what leader-exec consumed:
-LEADER_EXEC_PASSWORD and NOTIFY_SOCKET are removed, ETCDCTL_USER keeps the user name only, and
-LEADER_EXEC_ENDPOINTS and ETCDCTL_ENDPOINTS lose any password they hold. PGPASSWORD, libpq's own
-variable, passes through (use --password-file to keep it from the command).";
+LEADER_EXEC_PASSWORD, LEADER_EXEC_HEALTH_CMD and NOTIFY_SOCKET are removed, ETCDCTL_USER keeps
+the user name only, and LEADER_EXEC_ENDPOINTS and ETCDCTL_ENDPOINTS lose any password they hold.
+PGPASSWORD, libpq's own variable, passes through (use --password-file to keep it from the
+command).";
 
 /// Variables read by `election/` (the stores' `target.rs`) and `logging.rs` rather than through
 /// clap's `env`.

@@ -15,7 +15,9 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 /// What the command gets of a variable leader-exec consumed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Rule {
-    /// Nothing: a secret. Scrubbed from leader-exec's own environment too once it is read.
+    /// Nothing: a secret, or leader-exec's own configuration that may hold one (a check's
+    /// command line: `curl -u user:PASS …`). Scrubbed from leader-exec's own environment too
+    /// once it is read.
     Removed,
     /// Nothing, but leader-exec keeps it: its own channel (systemd's `NOTIFY_SOCKET`, read
     /// after the supervisor's fork).
@@ -29,8 +31,9 @@ enum Rule {
 
 /// Every variable the command does not get as leader-exec was given it (docs/security.md,
 /// "Credentials and the command's environment", is the table of the same list).
-const CONSUMED: [(&str, Rule); 5] = [
+const CONSUMED: [(&str, Rule); 6] = [
     ("LEADER_EXEC_PASSWORD", Rule::Removed),
+    ("LEADER_EXEC_HEALTH_CMD", Rule::Removed),
     (crate::notify::NOTIFY_SOCKET, Rule::Own),
     ("ETCDCTL_USER", Rule::UserName),
     ("LEADER_EXEC_ENDPOINTS", Rule::WithoutPassword),
