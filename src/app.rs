@@ -13,6 +13,7 @@ use crate::process::{Handle, lookup, supervisor};
 use crate::run::Contain;
 use crate::run::Runner;
 use crate::run::Settings;
+use crate::run::health::Containment;
 use crate::signals::Signals;
 use crate::telemetry::logging::LogFormat;
 use crate::validate;
@@ -193,6 +194,23 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Contain::Cgroup => Some(Cgroup::create().map_err(Failure::usage)?),
         Contain::Group | Contain::Pidns => None,
     };
+    // The checks are held as the command is: with `cgroup` a cgroup of their own beside the
+    // job's, with `pidns` a PID namespace each (see run/health.rs).
+    let checks = match (&cgroup, &settings.health) {
+        (Some(job), Some(_)) => match Cgroup::create_for_checks() {
+            Ok(checks) => Some(checks),
+            Err(e) => {
+                job.remove();
+                return Err(Failure::usage(e).into());
+            }
+        },
+        _ => None,
+    };
+    crate::run::health::contain(match (settings.contain, &checks) {
+        (_, Some(checks)) => Containment::Cgroup(checks.clone()),
+        (Contain::Pidns, None) => Containment::Pidns,
+        _ => Containment::Group,
+    });
     let pidns = match settings.contain {
         Contain::Pidns => Some(PidNamespace::prepare().map_err(Failure::usage)?),
         Contain::Group | Contain::Cgroup => None,
@@ -202,8 +220,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     // SAFETY: no thread has been started yet.
     unsafe { crate::process::environment::scrub_own() };
     // SAFETY: no thread has been started yet; the runtime is built below.
-    let forked = unsafe { supervisor::fork_supervisor(&settings.command, cgroup, pidns) }
-        .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
+    let forked =
+        unsafe { supervisor::fork_supervisor(&settings.command, cgroup, checks, pidns) }
+            .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
     // Threads may start now.
     crate::telemetry::logging::start();
     crate::notify::init();
