@@ -13,12 +13,16 @@ use crate::process::{Handle, lookup, supervisor};
 use crate::run::Contain;
 use crate::run::Runner;
 use crate::run::Settings;
+use crate::run::health::Containment;
 use crate::signals::Signals;
 use crate::telemetry::logging::LogFormat;
 use crate::validate;
 
 /// Parses the command line, runs, and returns the exit code. Errors are one line on stderr.
 pub fn main() -> u8 {
+    // Before anything is read (the environment, a password file): no other process of this
+    // user, the command included, may read leader-exec's memory or environment.
+    crate::process::environment::keep_private();
     // Before anything else, on the only thread: Ctrl-Z must never stop a leader.
     crate::signals::block_stop_signals();
     let cli = match cli::try_parse() {
@@ -190,13 +194,35 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Contain::Cgroup => Some(Cgroup::create().map_err(Failure::usage)?),
         Contain::Group | Contain::Pidns => None,
     };
+    // The checks are held as the command is: with `cgroup` a cgroup of their own beside the
+    // job's, with `pidns` a PID namespace each (see run/health.rs).
+    let checks = match (&cgroup, &settings.health) {
+        (Some(job), Some(_)) => match Cgroup::create_for_checks() {
+            Ok(checks) => Some(checks),
+            Err(e) => {
+                job.remove();
+                return Err(Failure::usage(e).into());
+            }
+        },
+        _ => None,
+    };
+    crate::run::health::contain(match (settings.contain, &checks) {
+        (_, Some(checks)) => Containment::Cgroup(checks.clone()),
+        (Contain::Pidns, None) => Containment::Pidns,
+        _ => Containment::Group,
+    });
     let pidns = match settings.contain {
         Contain::Pidns => Some(PidNamespace::prepare().map_err(Failure::usage)?),
         Contain::Group | Contain::Cgroup => None,
     };
+    // The settings hold what was read: the secrets leave the environment block before the
+    // supervisor's fork copies it.
+    // SAFETY: no thread has been started yet.
+    unsafe { crate::process::environment::scrub_own() };
     // SAFETY: no thread has been started yet; the runtime is built below.
-    let forked = unsafe { supervisor::fork_supervisor(&settings.command, cgroup, pidns) }
-        .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
+    let forked =
+        unsafe { supervisor::fork_supervisor(&settings.command, cgroup, checks, pidns) }
+            .map_err(|e| Failure::usage(format!("cannot start the supervisor process: {e}")))?;
     // Threads may start now.
     crate::telemetry::logging::start();
     crate::notify::init();

@@ -74,9 +74,10 @@ LEADER_OCCURRENCE      the --occurrence ID, when given
 LEADER_PREVIOUS_TOKEN  when re-running an unfinished occurrence: the token of the leader that
                        started it
 The rest of the environment passes through, except what leader-exec consumed:
-LEADER_EXEC_PASSWORD and NOTIFY_SOCKET are removed, ETCDCTL_USER keeps the user name only, and
-LEADER_EXEC_ENDPOINTS and ETCDCTL_ENDPOINTS lose any password they hold. PGPASSWORD, libpq's own
-variable, passes through (use --password-file to keep it from the command).";
+LEADER_EXEC_PASSWORD, LEADER_EXEC_HEALTH_CMD and NOTIFY_SOCKET are removed, ETCDCTL_USER keeps
+the user name only, and LEADER_EXEC_ENDPOINTS and ETCDCTL_ENDPOINTS lose any password they hold.
+PGPASSWORD, libpq's own variable, passes through (use --password-file to keep it from the
+command).";
 
 /// Variables read by `election/` (the stores' `target.rs`) and `logging.rs` rather than through
 /// clap's `env`.
@@ -549,8 +550,10 @@ pub struct RunArgs {
     /// supervisor, with its own /proc (the command sees other pids: `ps` shows the job); what
     /// is left when the group is gone is killed, and when the supervisor dies, even SIGKILLed
     /// together with leader-exec, the kernel kills every process of the job. Needs root
-    /// (CAP_SYS_ADMIN); refused with 125 otherwise. With group and cgroup, leader-exec and its
-    /// supervisor SIGKILLed together leave the command's other processes running.
+    /// (CAP_SYS_ADMIN); refused with 125 otherwise; `$$` in the command is an inner pid, and
+    /// it is no sandbox (a root command can unmount its /proc). With group and cgroup,
+    /// leader-exec and its supervisor SIGKILLed together leave the command's other processes
+    /// running. A --health-cmd check is contained the same way, each check on its own.
     #[arg(
         long,
         value_name = "MODE",
@@ -627,7 +630,8 @@ pub struct RunArgs {
     /// A health check, run with /bin/sh -c; an unhealthy instance neither stands in line nor leads
     ///
     /// Runs every --health-interval in a process group of its own, its output discarded, killed
-    /// at --health-timeout (a failure). The first campaign waits for a check to pass; after
+    /// at --health-timeout (a failure); contained as --contain says, and what it left is killed
+    /// when it ends. The first campaign waits for a check to pass; after
     /// --health-retries failures in a row a waiter leaves the line (and rejoins once a check
     /// passes), and a leader hands over as on `resign`: its command is stopped as on TERM, the
     /// lease released, exit 75 (or, with --recampaign, campaign again once healthy). A check

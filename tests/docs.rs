@@ -379,3 +379,17 @@ fn the_package_and_the_pages_name_every_store_and_real_paths() {
         }
     }
 }
+
+/// `--contain pidns` is described with its limits wherever it is described: `$$` in the command
+/// is an inner pid (a pid file names the wrong process outside), and it is not a sandbox.
+#[test]
+fn pidns_is_described_as_no_sandbox_with_inner_pids() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for page in ["docs/reference.md", "docs/safety.md"] {
+        let text = prose(&fs::read_to_string(root.join(page)).unwrap());
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for words in ["inner pid", "not a sandbox"] {
+            assert!(text.contains(words), "{page}: pidns without \"{words}\"");
+        }
+    }
+}

@@ -314,3 +314,41 @@ pub fn status_shows_the_leaders_health<S: Store>() {
         assert!(instance.wait(Duration::from_secs(10)).is_some());
     }
 }
+
+/// `LEADER_EXEC_HEALTH_CMD`, a check's command line (which may hold a credential), reaches
+/// neither the command nor the check: both see the environment without it.
+#[test]
+fn the_health_cmd_variable_reaches_neither_the_command_nor_the_check() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let marker = "hcSecret7";
+    let check_env = scratch.path("check.env");
+    let command_env = scratch.path("command.env");
+    let check = format!(
+        "cat /proc/self/environ > '{}' # curl -u user:{marker}",
+        check_env.display()
+    );
+    let record = format!("cat /proc/self/environ > '{}'", command_env.display());
+    let endpoint = etcd.endpoint();
+    let status = leader_exec()
+        .env("LEADER_EXEC_HEALTH_CMD", &check)
+        .args(lease_args(&endpoint, "health-env"))
+        .args(["--", "sh", "-c", &record])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for (who, path) in [("the check", &check_env), ("the command", &command_env)] {
+        let environ = std::fs::read(path).unwrap();
+        let environ = String::from_utf8_lossy(&environ);
+        let vars: Vec<&str> = environ.split('\0').collect();
+        assert!(
+            !vars
+                .iter()
+                .any(|v| v.starts_with("LEADER_EXEC_HEALTH_CMD="))
+                && !environ.contains(marker),
+            "{who} saw the check's command line: {vars:?}"
+        );
+    }
+    let command = std::fs::read(&command_env).unwrap();
+    assert!(String::from_utf8_lossy(&command).contains("LEADER_TOKEN="));
+}

@@ -360,17 +360,9 @@ fn the_command_sees_no_password_of_the_endpoints() {
 /// used, and leader-exec's own output never shows it.
 #[test]
 fn the_command_sees_no_etcd_password() {
-    let etcd = Etcd::start();
     let secret = "s3cretRootPw";
+    let etcd = etcd_with_root_password(secret);
     let user = format!("root:{secret}");
-    for args in [
-        &["user", "add", user.as_str()][..],
-        &["user", "grant-role", "root", "root"][..],
-        &["auth", "enable"][..],
-    ] {
-        let out = etcd.ctl(args);
-        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
-    }
     let scratch = Scratch::new();
     let environ = scratch.path("environ");
     let password_file = scratch.path("password");
@@ -425,6 +417,108 @@ fn the_command_sees_no_etcd_password() {
         assert!(
             !stdout.contains(secret) && !stderr.contains(secret),
             "{stdout}{stderr}"
+        );
+    }
+}
+
+/// An etcd with authentication on, whose user `root` has the password `secret`.
+fn etcd_with_root_password(secret: &str) -> Etcd {
+    let etcd = Etcd::start();
+    let user = format!("root:{secret}");
+    for args in [
+        &["user", "add", user.as_str()][..],
+        &["user", "grant-role", "root", "root"][..],
+        &["auth", "enable"][..],
+    ] {
+        let out = etcd.ctl(args);
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+    }
+    etcd
+}
+
+/// Run as `nobody`, the command (`nobody` too) cannot read the credentials leader-exec was given
+/// in its environment through /proc of its parent (the supervisor, a fork of leader-exec that
+/// holds the same environment) or of its grandparent (leader-exec): both are non-dumpable, so
+/// their `environ` and `mem` are root's. And root, who still may, finds no secret in either
+/// `environ` either: leader-exec overwrote them once read.
+#[test]
+fn the_command_cannot_read_leader_exec_s_credentials_through_proc() {
+    let secret = "pr0cSecretPw";
+    let etcd = etcd_with_root_password(secret);
+    let scratch = Scratch::new();
+    let user = format!("root:{secret}");
+    // What the command can read of its parent and grandparent, then it waits for a line on
+    // its stdin (the test looks at both processes meanwhile).
+    let probe = r#"gp=$(cut -d" " -f4 /proc/$PPID/stat)
+        for p in $PPID $gp; do
+          echo "process $p $(cat /proc/$p/comm)"
+          for f in environ cmdline; do
+            if v=$(tr "\0" " " < /proc/$p/$f); then echo "read $p $f $v"; else echo "refused $p $f"; fi
+          done
+          if true < /proc/$p/mem; then echo "read $p mem"; else echo "refused $p mem"; fi
+        done
+        echo probed
+        read line"#;
+    let cases: [&[(&str, &str)]; 2] = [
+        &[("ETCDCTL_USER", &user)],
+        &[("ETCDCTL_USER", "root"), ("LEADER_EXEC_PASSWORD", secret)],
+    ];
+    for (i, vars) in cases.into_iter().enumerate() {
+        let out = scratch.path(&format!("probe{i}.out"));
+        let err = scratch.path(&format!("probe{i}.err"));
+        let mut child = KillOnDrop(
+            leader_exec_as_nobody()
+                .envs(vars.iter().copied())
+                .args(["--endpoints", &etcd.endpoint()])
+                .args(["--lease", &format!("proc{i}"), "--", "sh", "-c", probe])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::fs::File::create(&out).unwrap())
+                .stderr(std::fs::File::create(&err).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let read = || std::fs::read_to_string(&out).unwrap_or_default();
+        assert!(
+            wait_for(Duration::from_secs(20), || read().contains("probed\n")),
+            "{vars:?}: the command did not probe: {}{}",
+            read(),
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
+        let probed = read();
+        let processes: Vec<(i32, &str)> = probed
+            .lines()
+            .filter_map(|l| l.strip_prefix("process "))
+            .filter_map(|l| {
+                let (pid, comm) = l.split_once(' ')?;
+                Some((pid.parse().ok()?, comm))
+            })
+            .collect();
+        let comms: Vec<&str> = processes.iter().map(|&(_, comm)| comm).collect();
+        assert_eq!(comms, ["lx-supervisor", "leader-exec"], "{probed}");
+        for &(pid, _) in &processes {
+            for file in ["environ", "mem"] {
+                let refused = format!("refused {pid} {file}");
+                assert!(probed.lines().any(|l| l == refused), "{vars:?}: {probed}");
+            }
+            // Root reads both environments: the secret is no longer in them.
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&environ).contains(secret),
+                "{vars:?}: {pid}'s environment holds the secret"
+            );
+        }
+        assert!(!probed.contains(secret), "{vars:?}: {probed}");
+        use std::io::Write;
+        let _ = child.0.stdin.take().unwrap().write_all(b"done\n");
+        let finished = wait_for(Duration::from_secs(10), || {
+            child.0.try_wait().unwrap().is_some()
+        });
+        assert!(finished, "{vars:?}: leader-exec did not exit");
+        assert_eq!(
+            child.0.wait().unwrap().code(),
+            Some(0),
+            "{}",
+            std::fs::read_to_string(&err).unwrap_or_default()
         );
     }
 }

@@ -6,6 +6,8 @@
 //! <leader-exec's own cgroup>/            (from /proc/self/cgroup's `0::` line)
 //!   leader-exec.PID/                      created here, mode 0700; only the command is moved in
 //!     COMMAND, its group, whatever left the group
+//!   leader-exec.PID.health/               with `--health-cmd`: the checks (run/health.rs), each
+//!                                         check's leftovers killed when it ends
 //! ```
 //!
 //! leader-exec and its supervisor stay outside it: `cgroup.kill` must never take the processes
@@ -43,6 +45,16 @@ impl Cgroup {
     /// Creates the job's cgroup beneath leader-exec's own. The error is one line naming what is
     /// missing; it comes before the instance joins the line.
     pub fn create() -> Result<Cgroup, String> {
+        Cgroup::create_named(&format!("leader-exec.{}", std::process::id()))
+    }
+
+    /// Creates the cgroup of the `--health-cmd` checks, beside the job's: `cgroup.kill` of the
+    /// job's never reaches a check, nor a check's the job.
+    pub fn create_for_checks() -> Result<Cgroup, String> {
+        Cgroup::create_named(&format!("leader-exec.{}.health", std::process::id()))
+    }
+
+    fn create_named(name: &str) -> Result<Cgroup, String> {
         let mount = unified_mount().ok_or(
             "--contain cgroup: no cgroup v2 hierarchy is mounted (at /sys/fs/cgroup or /sys/fs/cgroup/unified)",
         )?;
@@ -53,7 +65,7 @@ impl Cgroup {
             Ok(relative) if !relative.as_os_str().is_empty() => mount.join(relative),
             _ => mount,
         };
-        let dir = parent.join(format!("leader-exec.{}", std::process::id()));
+        let dir = parent.join(name);
         match make_dir(&dir) {
             Ok(()) => {}
             // A cgroup of an earlier leader-exec that had this pid and was SIGKILLed with its
@@ -246,15 +258,24 @@ impl PidNamespace {
 /// pids the command sees). Nothing is mounted or changed outside: the mounts are made private
 /// first, so the new /proc does not propagate to the host.
 pub fn init_pid_namespace() -> io::Result<()> {
-    let check = |what: &str, result: i32| {
+    own_proc()
+        .map_err(|(what, e)| io::Error::new(e.kind(), format!("--contain pidns: {what}: {e}")))
+}
+
+/// [`init_pid_namespace`] for a `--health-cmd` check, PID 1 of a namespace of its own, between
+/// fork and exec of a multi-threaded leader-exec: system calls only, no allocation.
+pub fn init_check_namespace() -> io::Result<()> {
+    own_proc().map_err(|(_, e)| e)
+}
+
+/// A mount namespace with the calling process's PID namespace's /proc; what failed, and why.
+/// System calls only (async-signal-safe).
+fn own_proc() -> Result<(), (&'static str, io::Error)> {
+    let check = |what: &'static str, result: i32| {
         if result == 0 {
             Ok(())
         } else {
-            let e = io::Error::last_os_error();
-            Err(io::Error::new(
-                e.kind(),
-                format!("--contain pidns: {what}: {e}"),
-            ))
+            Err((what, io::Error::last_os_error()))
         }
     };
     // SAFETY: plain system calls with constant, NUL-terminated arguments.

@@ -61,11 +61,14 @@ pub struct Forked {
 /// would kill the supervisor (and with it the command) early.
 ///
 /// With `cgroup` (`--contain cgroup`) the command runs in that cgroup, and the job ends only when
-/// it is empty. With `pidns` (`--contain pidns`, unshared already) the supervisor is PID 1 of that
-/// namespace; leader-exec waits for its word that the namespace is ready before going on.
+/// it is empty; `checks`, the `--health-cmd` checks' cgroup, is killed and removed with the
+/// job's when leader-exec dies. With `pidns` (`--contain pidns`, unshared already) the
+/// supervisor is PID 1 of that namespace; leader-exec waits for its word that the namespace is
+/// ready before going on.
 pub unsafe fn fork_supervisor(
     command: &[OsString],
     cgroup: Option<Cgroup>,
+    checks: Option<Cgroup>,
     pidns: Option<PidNamespace>,
 ) -> io::Result<Forked> {
     let (ours, theirs) = UnixStream::pair()?;
@@ -97,7 +100,7 @@ pub unsafe fn fork_supervisor(
             } else {
                 parent
             };
-            let code = Supervisor::new(theirs, command, seen_parent, cgroup)
+            let code = Supervisor::new(theirs, command, seen_parent, cgroup, checks)
                 .map(|mut s| s.run())
                 .unwrap_or_else(|e| {
                     let _ = writeln!(io::stderr(), "leader-exec: supervisor: {e}");
@@ -155,6 +158,8 @@ struct Supervisor<'a> {
     state: State,
     /// `--contain cgroup`: the job is over only when this cgroup is empty too.
     cgroup: Option<Cgroup>,
+    /// `--contain cgroup` with `--health-cmd`: the checks' cgroup, killed when leader-exec dies.
+    checks: Option<Cgroup>,
     /// `--contain pidns`: this process is PID 1 of the job's namespace.
     pidns: bool,
 }
@@ -179,6 +184,7 @@ impl<'a> Supervisor<'a> {
         command: &'a [OsString],
         parent: Pid,
         cgroup: Option<Cgroup>,
+        checks: Option<Cgroup>,
     ) -> io::Result<Self> {
         // Signals arrive through a signalfd, read in the poll loop. TERM, INT and the rest reach
         // us only as bystanders (a terminal's Ctrl-C goes to the whole foreground group);
@@ -215,6 +221,7 @@ impl<'a> Supervisor<'a> {
             state: State::Idle,
             pidns: getpid().as_raw() == 1,
             cgroup,
+            checks,
         })
     }
 
@@ -464,8 +471,8 @@ impl<'a> Supervisor<'a> {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        // Whatever the state says, nothing of the job may outlive leader-exec.
-        if let Some(cgroup) = &self.cgroup {
+        // Whatever the state says, nothing of the job (nor of a check) may outlive leader-exec.
+        for cgroup in [&self.cgroup, &self.checks].into_iter().flatten() {
             cgroup.kill_and_remove(contain::EXIT_WAIT);
         }
     }

@@ -4,6 +4,14 @@
 //! ([`Checker`]): a check that hangs, is killed or floods its output can delay nothing on the
 //! safety path, neither a renewal nor a step-down.
 //!
+//! A check is held as `--contain` holds the command ([`Containment`]), and when it ends
+//! (passed, failed or killed) what it left is killed before the next: its process group; with
+//! `cgroup` a cgroup of the checks' own beside the job's (`leader-exec.PID.health`), so that
+//! what left the group (`setsid`) dies too; with `pidns` a PID namespace of its own whose init
+//! is the check's shell, which the kernel empties when the shell ends. The shell carries
+//! PDEATHSIG=SIGKILL: should leader-exec die, it dies, and with `pidns` its namespace; with
+//! `cgroup` the supervisor kills the checks' cgroup on leader-exec's death.
+//!
 //! An instance is healthy once a check has passed and until `--health-retries` checks in a row
 //! have failed; one that has not passed yet is not healthy, so the first campaign waits for a
 //! pass and an unhealthy host never wins.
@@ -12,11 +20,15 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::sys::prctl;
 use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::unistd::{Pid, getpid, getppid};
 use tokio::sync::watch;
 
 use super::{Event, Reporter};
+use crate::process::contain::{self, Cgroup, PidNamespace};
 use crate::records::published::Health;
 
 /// `--health-cmd` and its timing, validated.
@@ -31,17 +43,27 @@ pub struct HealthCheck {
 /// How long the checker sleeps between looks at a running check.
 const POLL: Duration = Duration::from_millis(10);
 
-/// The check running now, if any, and whether checks are over (leader-exec is exiting).
-/// Spawning, reaping and killing all happen under this lock, so a group id read here always
-/// names a check's group whose leader is not yet reaped (its pid cannot be reused).
+/// How checks are held: as `--contain` holds the command (see the module comment).
+#[derive(Clone, Debug)]
+pub enum Containment {
+    Group,
+    Cgroup(Cgroup),
+    Pidns,
+}
+
+/// The check running now, if any, whether checks are over (leader-exec is exiting), and how
+/// they are held. Spawning, reaping and killing all happen under this lock, so a group id read
+/// here always names a check's group whose leader is not yet reaped (its pid cannot be reused).
 struct Running {
     pid: Option<i32>,
     stopped: bool,
+    containment: Containment,
 }
 
 static RUNNING: std::sync::Mutex<Running> = std::sync::Mutex::new(Running {
     pid: None,
     stopped: false,
+    containment: Containment::Group,
 });
 
 fn running() -> std::sync::MutexGuard<'static, Running> {
@@ -55,13 +77,22 @@ fn kill_group(pid: i32) {
     let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
 }
 
-/// leader-exec is exiting: the check running now is killed with its group, and no other
-/// starts, so that no check outlives leader-exec.
+/// How checks are held from now on: set before the checker starts.
+pub fn contain(containment: Containment) {
+    running().containment = containment;
+}
+
+/// leader-exec is exiting: the check running now is killed with its group (with `cgroup`, with
+/// the checks' cgroup, which goes; with `pidns`, the kernel empties its namespace), and no
+/// other starts, so that no check outlives leader-exec.
 pub fn stop_checks() {
     let mut running = running();
     running.stopped = true;
     if let Some(pid) = running.pid.take() {
         kill_group(pid);
+    }
+    if let Containment::Cgroup(cgroup) = &running.containment {
+        cgroup.kill_and_remove(contain::EXIT_WAIT);
     }
 }
 
@@ -217,12 +248,13 @@ fn check_forever(check: &HealthCheck, send: &watch::Sender<Verdict>, report: &Re
     }
 }
 
-/// Runs the check once, bounded by its timeout.
+/// Runs the check once, bounded by its timeout; what it left is gone when this returns.
 fn check_once(check: &HealthCheck) -> Outcome {
     let mut slot = running();
     if slot.stopped {
         return Outcome::Failed("leader-exec is exiting".into());
     }
+    let containment = slot.containment.clone();
     let mut command = Command::new("/bin/sh");
     command
         .arg("-c")
@@ -232,42 +264,145 @@ fn check_once(check: &HealthCheck) -> Outcome {
         .stderr(Stdio::null())
         .process_group(0);
     crate::process::environment::without_credentials(&mut command);
+    // Opened before the fork: between fork and exec there is only the write.
+    let procs = match &containment {
+        Containment::Cgroup(cgroup) => match cgroup.open_procs() {
+            Ok(procs) => Some(procs),
+            Err(e) => {
+                return Outcome::Failed(format!("cannot enter the checks' cgroup: {e}"));
+            }
+        },
+        Containment::Group | Containment::Pidns => None,
+    };
+    let pidns = matches!(containment, Containment::Pidns);
+    let parent = getpid();
+    // SAFETY: leader-exec has other threads: between fork and exec only system calls, and
+    // errors made without allocating.
+    unsafe {
+        command.pre_exec(move || {
+            // Dies with leader-exec (with this thread, which lives as long as checks run).
+            prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // Should leader-exec have died before the prctl, the signal never comes. In a PID
+            // namespace of its own the parent is outside it: pid 0.
+            if !pidns && getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+            }
+            if let Some(procs) = &procs {
+                contain::enter(procs)?;
+            }
+            if pidns {
+                contain::init_check_namespace()?;
+            }
+            Ok(())
+        });
+    }
+    // With `pidns`, this thread's next child is the init of a new PID namespace; its later
+    // children are born in leader-exec's own again.
+    let namespace = if pidns {
+        match PidNamespace::prepare() {
+            Ok(namespace) => Some(namespace),
+            Err(e) => return Outcome::Failed(e),
+        }
+    } else {
+        None
+    };
     let child = command.spawn();
+    let restored = namespace.map_or(Ok(()), PidNamespace::restore);
     let mut child = match child {
         Ok(child) => child,
         Err(e) => return Outcome::Failed(format!("cannot run /bin/sh: {e}")),
     };
     let pid = child.id() as i32;
+    if let Err(e) = restored {
+        kill_group(pid);
+        let _ = child.wait();
+        return Outcome::Failed(format!(
+            "--contain pidns: cannot return to leader-exec's own PID namespace: {e}"
+        ));
+    }
     slot.pid = Some(pid);
     drop(slot);
     let deadline = Instant::now() + check.timeout;
     loop {
         let mut slot = running();
-        let outcome = match child.try_wait() {
-            Ok(Some(status)) if status.success() => Outcome::Passed,
-            Ok(Some(status)) => Outcome::Failed(status.to_string()),
-            // Killed by `stop_checks` meanwhile.
-            Ok(None) if slot.stopped => Outcome::Failed("leader-exec is exiting".into()),
-            Ok(None) if Instant::now() >= deadline => {
-                // Before reaping: the unreaped shell keeps its pid, so the group id still
-                // names this check's group and no other.
-                kill_group(pid);
-                let _ = child.wait();
-                Outcome::Failed(format!(
-                    "no answer within --health-timeout {}; its process group was killed",
-                    humantime::format_duration(check.timeout)
-                ))
+        // Not reaped yet: until the end of what it left, its pid names its group and no other.
+        let timed_out = match waitid(
+            Id::Pid(Pid::from_raw(pid)),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+        ) {
+            Ok(WaitStatus::StillAlive) if slot.stopped => {
+                // Killed by `stop_checks` meanwhile.
+                slot.pid = None;
+                return Outcome::Failed("leader-exec is exiting".into());
             }
-            Ok(None) => {
+            Ok(WaitStatus::StillAlive) if Instant::now() >= deadline => {
+                kill_group(pid);
+                true
+            }
+            Ok(WaitStatus::StillAlive) => {
                 drop(slot);
                 std::thread::sleep(POLL);
                 continue;
             }
+            Ok(_) => false,
             // Reaped by someone else (leader-exec reaps orphans once its supervisor is gone).
+            Err(e) => {
+                slot.pid = None;
+                return Outcome::Failed(format!("lost track of the check: {e}"));
+            }
+        };
+        end_of_check(pid, &containment);
+        let status = child.wait();
+        slot.pid = None;
+        return match status {
+            _ if timed_out => Outcome::Failed(format!(
+                "no answer within --health-timeout {}; its process group was killed",
+                humantime::format_duration(check.timeout)
+            )),
+            Ok(status) if status.success() => Outcome::Passed,
+            Ok(status) => Outcome::Failed(status.to_string()),
             Err(e) => Outcome::Failed(format!("lost track of the check: {e}")),
         };
-        slot.pid = None;
-        return outcome;
+    }
+}
+
+/// A check's shell `pid` has ended or was killed, and is not reaped yet (so that its pid still
+/// names its group): what it left is SIGKILLed, its process group and, with `cgroup`, what is
+/// in the checks' cgroup (with `pidns` the kernel emptied its namespace when the shell ended).
+/// Bounded: a process stuck in the kernel is left after [`contain::EXIT_WAIT`]. What was killed
+/// and had become leader-exec's child (it is a subreaper) is reaped, by pid: never
+/// `waitpid(-1)`, which could take the supervisor's status from its handle.
+fn end_of_check(pid: i32, containment: &Containment) {
+    let cgroup = match containment {
+        Containment::Cgroup(cgroup) => Some(cgroup),
+        Containment::Group | Containment::Pidns => None,
+    };
+    let mut left = Vec::new();
+    let start = Instant::now();
+    loop {
+        let members = crate::process::procfs::members_of(pid);
+        let populated = cgroup.is_some_and(Cgroup::populated);
+        if members.is_empty() && !populated {
+            break;
+        }
+        left.extend(members.iter().copied().filter(|&p| p != pid));
+        kill_group(pid);
+        if let Some(cgroup) = cgroup {
+            left.extend(cgroup.pids());
+            cgroup.kill();
+        }
+        if start.elapsed() >= contain::EXIT_WAIT {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    left.sort_unstable();
+    left.dedup();
+    for other in left.into_iter().filter(|&p| p != pid) {
+        while matches!(
+            waitpid(Pid::from_raw(other), Some(WaitPidFlag::WNOHANG)),
+            Err(Errno::EINTR)
+        ) {}
     }
 }
 

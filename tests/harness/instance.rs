@@ -67,6 +67,38 @@ pub fn leader_exec() -> Command {
     command
 }
 
+/// [`leader_exec`] run as `nobody` (through `runuser`), from a link to (or copy of) the binary
+/// in a directory anyone may enter: the build's own directory may be private (a checkout under
+/// a 0700 mktemp directory), and then `nobody` could not even start it. Made once per test
+/// process; a hard link costs nothing when the temporary directory is on the build's file
+/// system.
+pub fn leader_exec_as_nobody() -> Command {
+    use std::os::unix::fs::PermissionsExt;
+    static SHARED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let binary = SHARED.get_or_init(|| {
+        let shared =
+            std::env::temp_dir().join(format!("leader-exec-nobody-{}", std::process::id()));
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let binary = shared.join("leader-exec");
+        let _ = std::fs::remove_file(&binary);
+        if std::fs::hard_link(LEADER_EXEC, &binary).is_err() {
+            std::fs::copy(LEADER_EXEC, &binary).unwrap();
+        }
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        binary
+    });
+    let mut runuser = Command::new("runuser");
+    runuser.args(["-u", "nobody", "--"]).arg(binary);
+    for (name, value) in leader_exec().get_envs() {
+        match value {
+            Some(value) => runuser.env(name, value),
+            None => runuser.env_remove(name),
+        };
+    }
+    runuser
+}
+
 impl Instance {
     /// Starts `command` with stderr going to `stderr` (a pipe the test holds, say) instead of a
     /// file; `Instance::stderr` is then empty.
