@@ -805,6 +805,13 @@ impl Conn {
                     self.drop_packet().await
                 }
                 Some(0x04) => {
+                    // Full authentication hands the server the password itself: in the clear
+                    // over TLS or a socket, else encrypted to a key the server itself sends.
+                    // Whoever answers at the address (a verified certificate aside) gets it, so
+                    // it goes ahead only where the cleartext plugin is enabled (leader-exec).
+                    if !self.inner.opts.enable_cleartext_plugin() {
+                        return Err(DriverError::CleartextPluginDisabled.into());
+                    }
                     let pass = self.inner.opts.pass().unwrap_or_default();
                     let mut pass = crate::buffer_pool().get_with(pass.as_bytes());
                     pass.as_mut().push(0);
