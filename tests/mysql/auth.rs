@@ -5,10 +5,8 @@
 //! and the warning about a password without a verified certificate comes before the login.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::net::TcpStream;
+use std::sync::Arc;
 
 use crate::harness::*;
 
@@ -36,100 +34,33 @@ struct Login {
     after_full_auth: Vec<u8>,
 }
 
-/// A fake MySQL 8 server on a free loopback port, answering one connection at a time.
-struct FakeMySql {
-    port: u16,
-    logins: Arc<Mutex<Vec<Login>>>,
-    accepted: Arc<AtomicUsize>,
-    /// How many connections earlier calls of [`FakeMySql::logins`] returned.
-    seen: AtomicUsize,
-    stop: Arc<AtomicBool>,
-}
-
-impl FakeMySql {
-    /// With `tls`, the server offers TLS with `make_certificates`' certificate in `scratch`.
-    fn start(plugin: Plugin, tls: Option<&Scratch>, scratch: &Scratch) -> FakeMySql {
-        let tls = tls.map(tls_server_config);
-        // A key for the client to encrypt the password to, as caching_sha2_password's server
-        // hands one over when asked (0x02) on a connection without TLS.
-        let key = scratch.path("rsa.pem");
-        let public = scratch.path("rsa.pub");
-        let openssl = |args: &[&std::ffi::OsStr]| {
-            let ok = std::process::Command::new("openssl")
-                .args(args)
-                .output()
-                .unwrap()
-                .status
-                .success();
-            assert!(ok, "openssl {args:?}");
-        };
-        openssl(&[
-            "genrsa".as_ref(),
-            "-out".as_ref(),
-            key.as_os_str(),
-            "2048".as_ref(),
-        ]);
-        openssl(&[
-            "rsa".as_ref(),
-            "-in".as_ref(),
-            key.as_os_str(),
-            "-pubout".as_ref(),
-            "-out".as_ref(),
-            public.as_os_str(),
-        ]);
-        let public = std::fs::read(public).unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let fake = FakeMySql {
-            port: listener.local_addr().unwrap().port(),
-            logins: Arc::default(),
-            accepted: Arc::default(),
-            seen: AtomicUsize::new(0),
-            stop: Arc::default(),
-        };
-        let (logins, accepted, stop) = (
-            fake.logins.clone(),
-            fake.accepted.clone(),
-            fake.stop.clone(),
-        );
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        accepted.fetch_add(1, Ordering::SeqCst);
-                        stream.set_nonblocking(false).unwrap();
-                        let login = serve(stream, plugin, tls.clone(), &public);
-                        logins.lock().unwrap().push(login);
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-        });
-        fake
-    }
-
-    /// The connections taken since the last call, once each has ended.
-    fn logins(&self) -> Vec<Login> {
-        let done = wait_for(Duration::from_secs(10), || {
-            self.seen.load(Ordering::SeqCst) + self.logins.lock().unwrap().len()
-                == self.accepted.load(Ordering::SeqCst)
-        });
-        assert!(
-            done,
-            "a connection to the fake server did not end: {} accepted, {:?}",
-            self.accepted.load(Ordering::SeqCst),
-            self.logins.lock().unwrap()
-        );
-        let new = std::mem::take(&mut *self.logins.lock().unwrap());
-        self.seen.fetch_add(new.len(), Ordering::SeqCst);
-        new
-    }
-}
-
-impl Drop for FakeMySql {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
+/// A fake MySQL 8 server on a free loopback port (with `tls`, offering TLS with
+/// `make_certificates`' certificate in that directory).
+fn fake_mysql(plugin: Plugin, tls: Option<&Scratch>, scratch: &Scratch) -> FakeServer<Login> {
+    let tls = tls.map(tls_server_config);
+    // A key for the client to encrypt the password to, as caching_sha2_password's server hands
+    // one over when asked (0x02) on a connection without TLS.
+    let (key, public) = (scratch.path("rsa.pem"), scratch.path("rsa.pub"));
+    let openssl = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new("openssl").args(args).output();
+        assert!(out.unwrap().status.success(), "openssl {args:?}");
+    };
+    openssl(&[
+        "genrsa".as_ref(),
+        "-out".as_ref(),
+        key.as_os_str(),
+        "2048".as_ref(),
+    ]);
+    openssl(&[
+        "rsa".as_ref(),
+        "-in".as_ref(),
+        key.as_os_str(),
+        "-pubout".as_ref(),
+        "-out".as_ref(),
+        public.as_os_str(),
+    ]);
+    let public = std::fs::read(public).unwrap();
+    FakeServer::start(move |stream| serve(stream, plugin, tls.clone(), &public))
 }
 
 fn read_packet(stream: &mut impl Read) -> Option<(u8, Vec<u8>)> {
@@ -197,7 +128,6 @@ fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     key: &[u8],
 ) -> Login {
-    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write_packet(&mut tcp, 0, &handshake(plugin, tls.is_some()));
     let Some((seq, first)) = read_packet(&mut tcp) else {
         return Login::default();
@@ -274,9 +204,9 @@ fn warning_and_errors(stderr: &str) -> (Vec<&str>, Vec<&str>) {
 
 /// The refusal of full authentication: 125, the warning first, then one line naming the fix,
 /// and the fake never got a byte after asking for the password.
-fn assert_refused(fake: &FakeMySql, query: &str, tls: bool) {
+fn assert_refused(fake: &FakeServer<Login>, query: &str, tls: bool) {
     let (code, stderr) = run(fake.port, query);
-    let logins = fake.logins();
+    let logins = fake.outcomes();
     let tried: Vec<&Login> = logins.iter().filter(|l| l.attempted).collect();
     assert_eq!(tried.len(), 1, "{query}: {logins:?}");
     assert_eq!(tried[0].tls, tls, "{query}: {logins:?}");
@@ -303,7 +233,7 @@ fn assert_refused(fake: &FakeMySql, query: &str, tls: bool) {
 #[test]
 fn full_authentication_without_tls_gets_no_password_unless_the_url_allows_it() {
     let scratch = Scratch::new();
-    let fake = FakeMySql::start(Plugin::FullAuth, None, &scratch);
+    let fake = fake_mysql(Plugin::FullAuth, None, &scratch);
     // PREFERRED (the default) goes on without TLS; DISABLED never tries it.
     for query in ["", "?ssl-mode=DISABLED"] {
         assert_refused(&fake, query, false);
@@ -312,7 +242,7 @@ fn full_authentication_without_tls_gets_no_password_unless_the_url_allows_it() {
     let (code, stderr) = run(fake.port, "?allow-unverified-password=true");
     assert_eq!(code, 125, "{stderr}");
     assert!(stderr.contains("Access denied"), "{stderr}");
-    let logins = fake.logins();
+    let logins = fake.outcomes();
     let sent = &logins.last().unwrap().after_full_auth;
     assert!(sent.starts_with(&[0x02]) && sent.len() > 200, "{logins:?}");
 }
@@ -321,7 +251,7 @@ fn full_authentication_without_tls_gets_no_password_unless_the_url_allows_it() {
 fn full_authentication_over_tls_gets_the_password_only_with_a_verified_certificate() {
     let scratch = Scratch::new();
     make_certificates(&scratch);
-    let fake = FakeMySql::start(Plugin::FullAuth, Some(&scratch), &scratch);
+    let fake = fake_mysql(Plugin::FullAuth, Some(&scratch), &scratch);
     // TLS with a certificate nobody checked.
     for query in ["", "?ssl-mode=REQUIRED"] {
         assert_refused(&fake, query, true);
@@ -331,7 +261,7 @@ fn full_authentication_over_tls_gets_the_password_only_with_a_verified_certifica
         let (code, stderr) = run(fake.port, query);
         assert_eq!(code, 125, "{query}: {stderr}");
         assert!(stderr.contains("Access denied"), "{query}: {stderr}");
-        let logins = fake.logins();
+        let logins = fake.outcomes();
         let login = logins.last().unwrap();
         assert!(login.tls, "{query}: {logins:?}");
         String::from_utf8_lossy(&login.after_full_auth).into_owned()
@@ -352,7 +282,7 @@ fn full_authentication_over_tls_gets_the_password_only_with_a_verified_certifica
 #[test]
 fn the_warning_about_an_unverified_server_comes_before_the_login() {
     let scratch = Scratch::new();
-    let fake = FakeMySql::start(Plugin::Native, None, &scratch);
+    let fake = fake_mysql(Plugin::Native, None, &scratch);
     let (code, stderr) = run(fake.port, "");
     assert_eq!(code, 125, "{stderr}");
     let (warnings, errors) = warning_and_errors(&stderr);
@@ -363,5 +293,5 @@ fn the_warning_about_an_unverified_server_comes_before_the_login() {
     );
     assert_eq!(errors.len(), 1, "{stderr}");
     assert!(errors[0].contains("Access denied"), "{stderr}");
-    assert!(fake.logins().iter().any(|l| l.attempted));
+    assert!(fake.outcomes().iter().any(|l| l.attempted));
 }
