@@ -112,7 +112,7 @@ fn a_scheme_typo_names_the_nearest_scheme_at_once() {
 
 /// A PostgreSQL server that asks for a password over TCP (scram-sha-256) from user `postgres`,
 /// whose password is `pw-right-9`. The harness's psql no longer works on it afterwards.
-fn password_protected() -> Postgres {
+pub fn password_protected() -> Postgres {
     let pg = Postgres::start();
     let hba = pg.psql("SHOW hba_file").trim().to_owned();
     pg.psql("ALTER USER postgres PASSWORD 'pw-right-9'");
@@ -150,7 +150,13 @@ fn a_missing_or_wrong_postgres_password_names_where_a_password_goes() {
         &["--password-file", &file, "--no-wait", "--", "true"],
     ]
     .concat());
-    assert_one_line_125(code, &stderr);
+    // The warning about a password without a verified certificate comes before the login.
+    let (warning, refusal) = stderr.split_once('\n').unwrap_or_default();
+    assert!(
+        warning.contains(" WARN ") && warning.contains("without a verified certificate"),
+        "{stderr}"
+    );
+    assert_one_line_125(code, refusal);
     assert!(!stderr.contains("pw-wrong-7"), "{stderr}");
     assert!(
         stderr.contains("password authentication failed")

@@ -28,6 +28,7 @@
 mod cmd;
 mod curator;
 mod etcd;
+mod fake;
 mod history;
 mod instance;
 mod mariadb;
@@ -51,6 +52,8 @@ pub use cmd::*;
 pub use curator::*;
 #[allow(unused_imports)]
 pub use etcd::*;
+#[allow(unused_imports)]
+pub use fake::*;
 #[allow(unused_imports)]
 pub use history::*;
 #[allow(unused_imports)]

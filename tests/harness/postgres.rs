@@ -114,7 +114,7 @@ impl Postgres {
         panic!("PostgreSQL did not start");
     }
 
-    fn data_dir(&self) -> PathBuf {
+    pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 

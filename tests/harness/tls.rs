@@ -75,3 +75,23 @@ pub fn make_certificates(scratch: &Scratch) {
         );
     }
 }
+
+/// A rustls server configuration with `make_certificates`' server certificate (for 127.0.0.1,
+/// signed by `ca.crt`), for the fake servers that speak TLS.
+pub fn tls_server_config(scratch: &Scratch) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(scratch.path("server.crt"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(scratch.path("server.key")).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    std::sync::Arc::new(config)
+}

@@ -236,8 +236,8 @@ fn a_frozen_old_leaders_fenced_write_is_rejected_after_a_takeover() {
 }
 
 /// A password user on a server without TLS: the password comes from `LEADER_EXEC_PASSWORD` and
-/// reaches neither a message nor the command's environment; leader-exec says once that it went
-/// out without TLS (`PREFERRED`, the server offers none), and not with the password-less user.
+/// reaches neither a message nor the command's environment; leader-exec says once that it is
+/// used without a verified certificate (`PREFERRED`), and not with the password-less user.
 #[test]
 fn a_password_used_without_tls_is_warned_about_once_and_never_shown_or_handed_on() {
     let db = MariaDb::start();
@@ -257,7 +257,7 @@ fn a_password_used_without_tls_is_warned_about_once_and_never_shown_or_handed_on
     assert!(!stderr.contains(MARIADB_PASSWORD), "{stderr}");
     let warnings: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.contains("without TLS"))
+        .filter(|l| l.contains("without a verified certificate"))
         .collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(warnings[0].contains("ssl-mode=VERIFY_IDENTITY"), "{stderr}");

@@ -2,6 +2,7 @@
 //! it as `mysql::…`; the store's statements are tested one by one, against a server the same
 //! harness starts, in the binary's unit tests (src/election/mysql/tests/).
 
+mod auth;
 mod conn;
 mod failover;
 

@@ -1,9 +1,10 @@
-//! PostgreSQL's own tests, beyond the store-independent list: connections, URLs and standbys
-//! (`conn`), several holders (`holders`), the lease row and the server's clock (`lease`), the
+//! PostgreSQL's own tests, beyond the store-independent list: what a server may ask for (`auth`),
+//! connections, URLs and standbys (`conn`), several holders (`holders`), the lease row and the server's clock (`lease`), the
 //! line of waiters (`line`), the schema and other roles (`schema`), an uncontended start
 //! (`start`). Here: what no other store has (sessions an administrator can terminate, fencing in
 //! the same database, tables made on first use) and what it must not do (a waiter herd).
 
+mod auth;
 mod conn;
 mod holders;
 mod holders_fencing;

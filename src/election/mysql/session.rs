@@ -31,7 +31,8 @@ SET @leader_exec_server = @@global.server_id;
 SELECT @@global.read_only, @@innodb_read_only, VERSION(), DATABASE(), @@log_bin,
     @@binlog_format";
 
-/// Whether the password-without-TLS warning has been given (once per process).
+/// Whether the warning about a password used without a verified certificate has been given
+/// (once per process).
 static CLEARTEXT_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// The comment that marks a table as leader-exec's (with its kind: `leases`, `tokens`) and its
@@ -98,6 +99,10 @@ impl MySql {
                 .prefer_socket(false)
                 // Matched rows, not changed ones (see the module's header).
                 .client_found_rows(true)
+                // The password itself (caching_sha2_password's full authentication,
+                // mysql_clear_password) only to a verified server or where the URL allows it:
+                // otherwise the driver refuses before writing it (vendor/mysql_async/PATCHES.md).
+                .enable_cleartext_plugin(target.may_send_password())
                 .ssl_opts(tls)
         };
         let limit = self.shared.connect_timeout.min(Duration::from_secs(3));
@@ -111,28 +116,30 @@ impl MySql {
                 ))),
             }
         };
-        let encrypted = tls.is_some();
-        let (mut conn, encrypted) = match connect(tls).await {
+        // Without a verified certificate whatever answers at the address — a process that bound
+        // the port while the server was down, a host in the path — is sent mysql_native_password's
+        // challenge-response hash, which can be cracked. (The password itself it does not get:
+        // `may_send_password`.) Said once, before the first login, as for PostgreSQL.
+        if !target.ssl_mode.verified()
+            && target.password.is_some()
+            && !CLEARTEXT_WARNED.swap(true, Ordering::SeqCst)
+        {
+            tracing::warn!(
+                event = "cleartext-password",
+                "the MySQL password is used with {} without a verified certificate (ssl-mode={}); use ssl-mode=VERIFY_IDENTITY or VERIFY_CA",
+                target.shown,
+                target.ssl_mode.name()
+            );
+        }
+        let mut conn = match connect(tls).await {
             // PREFERRED, as the mysql client: plain TCP where the server offers no TLS.
             Err(StoreError::Fatal(m))
                 if target.ssl_mode == SslMode::Preferred && m.contains(NO_TLS) =>
             {
-                (connect(None).await?, false)
+                connect(None).await?
             }
-            other => (other?, encrypted),
+            other => other?,
         };
-        // Without TLS the password is exposed to whoever sits on the path: its challenge-response
-        // hash (mysql_native_password, which a recording can be cracked from), or the password
-        // itself encrypted with a server key nothing checked (caching_sha2_password's first
-        // login). Said once, as for PostgreSQL.
-        if !encrypted && target.password.is_some() && !CLEARTEXT_WARNED.swap(true, Ordering::SeqCst)
-        {
-            tracing::warn!(
-                event = "cleartext-password",
-                "the MySQL password is used without TLS with {} (ssl-mode=DISABLED, or PREFERRED and the server offers no TLS); use ssl-mode=VERIFY_IDENTITY or VERIFY_CA",
-                target.shown
-            );
-        }
         let mut found = self
             .run_as_is(&mut conn, SETUP.to_owned())
             .await
@@ -516,6 +523,10 @@ pub(super) fn classify(error: mysql_async::Error, shown: &str) -> StoreError {
         }
         Error::Driver(DriverError::NoClientSslFlagFromServer) => StoreError::Fatal(format!(
             "MySQL at {shown}: the server {NO_TLS} (ssl-mode asks for it)"
+        )),
+        // The vendored driver's refusal to send the password itself (`may_send_password`).
+        Error::Driver(DriverError::CleartextPluginDisabled) => StoreError::Fatal(format!(
+            "MySQL at {shown} asks for the password itself (caching_sha2_password's full authentication, or mysql_clear_password) and its certificate is not verified: not sent; use ssl-mode=VERIFY_CA&ssl-ca=FILE (or VERIFY_IDENTITY), or for a test server on this host allow-unverified-password=true"
         )),
         Error::Io(mysql_async::IoError::Tls(e)) => {
             StoreError::Fatal(format!("MySQL at {shown}: TLS: {e}"))

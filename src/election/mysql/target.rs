@@ -33,6 +33,25 @@ pub enum SslMode {
     VerifyIdentity,
 }
 
+impl SslMode {
+    /// The mode as the URL spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disabled => "DISABLED",
+            SslMode::Preferred => "PREFERRED",
+            SslMode::Required => "REQUIRED",
+            SslMode::VerifyCa => "VERIFY_CA",
+            SslMode::VerifyIdentity => "VERIFY_IDENTITY",
+        }
+    }
+
+    /// Whether the server's certificate is checked (against the CA; the host name too with
+    /// `VERIFY_IDENTITY`): only then is the server known to be the one meant.
+    pub fn verified(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyIdentity)
+    }
+}
+
 /// How a MySQL or MariaDB server is reached: the hosts in the order to try, the account, the
 /// database and TLS. The password is never shown (`Debug` leaves it out).
 #[derive(Clone)]
@@ -45,6 +64,9 @@ pub struct Target {
     pub ssl_mode: SslMode,
     /// A CA bundle (PEM) to check the server's certificate against.
     pub ca: Option<Vec<u8>>,
+    /// `allow-unverified-password=true`: the password itself may go to a server whose
+    /// certificate is not verified (loopback hosts only).
+    pub allow_unverified_password: bool,
     /// The URL with any password removed, for messages.
     pub shown: String,
 }
@@ -54,9 +76,29 @@ impl std::fmt::Debug for Target {
         f.debug_struct("Target")
             .field("url", &self.shown)
             .field("ssl_mode", &self.ssl_mode)
+            .field("allow_unverified_password", &self.allow_unverified_password)
             .field("password", &self.password.as_ref().map(|_| "<hidden>"))
             .finish()
     }
+}
+
+impl Target {
+    /// Whether the password itself may be sent when the server asks for it
+    /// (`caching_sha2_password`'s full authentication, `mysql_clear_password`): only to a server
+    /// whose certificate was verified, or where the URL says so. Whatever answers at an address —
+    /// a process that bound the port while the server was down, a host in the path — gets it
+    /// otherwise, in the clear over TLS it cannot check or encrypted to a key it sends itself.
+    pub fn may_send_password(&self) -> bool {
+        self.ssl_mode.verified() || self.allow_unverified_password
+    }
+}
+
+/// Whether a host of the URL is this machine's loopback (`localhost`, `127.0.0.0/8`, `::1`).
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -154,6 +196,7 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
         .collect::<Result<Vec<_>, _>>()?;
     let mut ssl_mode = SslMode::Preferred;
     let mut ssl_ca: Option<PathBuf> = None;
+    let mut allow_unverified_password = false;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         // The mysql client takes both spellings (`ssl-mode`, `ssl_mode`).
@@ -174,9 +217,21 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
                 }
             }
             "ssl-ca" => ssl_ca = Some(PathBuf::from(percent_decode(value))),
+            "allow-unverified-password" => {
+                allow_unverified_password = match value.to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(usage(format!(
+                            "--endpoints: allow-unverified-password={} is not true or false",
+                            value.escape_debug()
+                        )));
+                    }
+                }
+            }
             _ => {
                 return Err(usage(format!(
-                    "--endpoints: {} is not an option leader-exec knows for MySQL (ssl-mode, ssl-ca)",
+                    "--endpoints: {} is not an option leader-exec knows for MySQL (ssl-mode, ssl-ca, allow-unverified-password)",
                     percent_decode(key).escape_debug()
                 )));
             }
@@ -223,6 +278,16 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
     if ssl_mode == SslMode::Required && ca.is_some() {
         ssl_mode = SslMode::VerifyCa;
     }
+    // The opt-in is for a server on this machine (a test setup without a CA): over a network
+    // the certificate is what tells the server from whoever else answers there.
+    if allow_unverified_password
+        && let Some((host, _)) = hosts.iter().find(|(host, _)| !is_loopback(host))
+    {
+        return Err(usage(format!(
+            "--endpoints: allow-unverified-password=true is for loopback hosts only, not {}; give the server's CA: ssl-mode=VERIFY_CA&ssl-ca=FILE",
+            host.escape_debug()
+        )));
+    }
     Ok(Target {
         hosts,
         user,
@@ -230,6 +295,7 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
         database,
         ssl_mode,
         ca,
+        allow_unverified_password,
         shown,
     })
 }
@@ -346,6 +412,59 @@ mod tests {
         assert!(message.contains("sslmode"), "{message}");
         let message = refused(&["--endpoints", "mysql://u@h/d?ssl-ca=/nonexistent/ca.pem"]);
         assert!(message.contains("/nonexistent/ca.pem"), "{message}");
+    }
+
+    #[test]
+    fn the_password_itself_goes_only_to_a_verified_server_or_where_the_url_allows_it() {
+        let may = |url: &str| parsed(&["--endpoints", url]).may_send_password();
+        let ca = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            ca.path(),
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let ca = ca.path().to_str().unwrap();
+        // Not verified: the default, DISABLED, REQUIRED (with TLS or not).
+        for query in [
+            "",
+            "?ssl-mode=DISABLED",
+            "?ssl-mode=PREFERRED",
+            "?ssl-mode=REQUIRED",
+        ] {
+            assert!(!may(&format!("mysql://u@db1/d{query}")), "{query}");
+        }
+        // Verified: VERIFY_CA, VERIFY_IDENTITY, and REQUIRED with a CA (as VERIFY_CA).
+        for query in [
+            "?ssl-mode=VERIFY_CA".to_owned(),
+            "?ssl-mode=VERIFY_IDENTITY".to_owned(),
+            format!("?ssl-mode=REQUIRED&ssl-ca={ca}"),
+        ] {
+            assert!(may(&format!("mysql://u@db1/d{query}")), "{query}");
+        }
+        // The opt-in, on loopback hosts only.
+        for hosts in [
+            "127.0.0.1:3307",
+            "localhost",
+            "[::1]:3306",
+            "127.0.0.2,localhost",
+        ] {
+            let url = format!("mysql://u@{hosts}/d?allow_unverified_password=TRUE");
+            assert!(may(&url), "{url}");
+        }
+        assert!(!may(
+            "mysql://u@127.0.0.1/d?allow-unverified-password=false"
+        ));
+        let message = refused(&[
+            "--endpoints",
+            "mysql://u@127.0.0.1,db1/d?allow-unverified-password=true",
+        ]);
+        assert!(
+            message.contains("loopback") && message.contains("db1"),
+            "{message}"
+        );
+        assert!(message.contains("ssl-mode=VERIFY_CA"), "{message}");
+        let message = refused(&["--endpoints", "mysql://u@h/d?allow-unverified-password=yes"]);
+        assert!(message.contains("not true or false"), "{message}");
     }
 
     #[test]

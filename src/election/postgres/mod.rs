@@ -90,7 +90,7 @@ use tokio::sync::watch;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
-use tokio_postgres::{AsyncMessage, Client, Config, SimpleQueryMessage, Socket};
+use tokio_postgres::{AsyncMessage, Client, Config, SimpleQueryMessage};
 
 use crate::clock::{BootClock, Clock};
 
@@ -98,6 +98,8 @@ use super::rows::line::{AheadSighting, Line, Look, Waiter, wait_turn};
 use super::rows::slots::{clamp_n, lease_of_row};
 use super::rows::{Row, Sightings};
 
+mod auth;
+mod connect;
 mod line;
 mod session;
 mod slots;
@@ -106,7 +108,7 @@ mod store;
 pub mod target;
 mod tls;
 
-use tls::{CLEARTEXT_WARNED, Noted};
+use tls::CLEARTEXT_WARNED;
 pub use tls::{Verify, rustls_connector};
 
 use super::{
@@ -121,6 +123,13 @@ pub struct Target {
     pub config: Config,
     /// `None`: plain TCP (`sslmode=disable`, or `prefer` without a server that offers TLS).
     pub tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    /// The server's certificate is checked (`sslmode=verify-ca`/`verify-full`, or `require`
+    /// with a CA): only then is the server known to be the one meant.
+    pub verified: bool,
+    /// `sslmode` as the URL gave it (`prefer` if it did not), for messages.
+    pub sslmode: String,
+    /// The authentication methods a server may ask for (`auth.rs`).
+    pub allowed: auth::Allowed,
     /// The URL with any password removed, for messages.
     pub shown: String,
     /// Whether waiters LISTEN (`leader_exec_listen=off` in the URL: never; they poll).
@@ -132,6 +141,8 @@ impl std::fmt::Debug for Target {
         f.debug_struct("Target")
             .field("url", &self.shown)
             .field("tls", &self.tls.is_some())
+            .field("verified", &self.verified)
+            .field("allowed", &self.allowed)
             .field("listen", &self.listen)
             .finish()
     }

@@ -16,15 +16,15 @@ pub(super) struct Look {
 impl Postgres {
     /// Opens a session; notifications (when `heard` is given) go to the waiters.
     pub(super) async fn open(&self, listen: bool) -> Result<Client, StoreError> {
-        let (client, encrypted) = self.open_unchecked(listen).await?;
-        self.checked(&client, encrypted).await?;
+        let client = self.open_unchecked(listen).await?;
+        self.checked(&client).await?;
         Ok(client)
     }
 
     /// [`check_session`](Self::check_session) under the same bound as a connect.
-    pub(super) async fn checked(&self, client: &Client, encrypted: bool) -> Result<(), StoreError> {
+    pub(super) async fn checked(&self, client: &Client) -> Result<(), StoreError> {
         let limit = self.shared.request_timeout * 4 + Duration::from_secs(1);
-        match tokio::time::timeout(limit, self.check_session(client, encrypted)).await {
+        match tokio::time::timeout(limit, self.check_session(client)).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Transient(format!(
                 "PostgreSQL at {} did not answer",
@@ -33,43 +33,20 @@ impl Postgres {
         }
     }
 
-    /// Connects, and says whether the session got TLS; the session is not checked yet.
-    pub(super) async fn open_unchecked(&self, listen: bool) -> Result<(Client, bool), StoreError> {
+    /// Connects (`connect.rs`); the session is not checked yet. The warning about a password
+    /// used without a verified certificate comes before the first login.
+    pub(super) async fn open_unchecked(&self, listen: bool) -> Result<Client, StoreError> {
         let shared = &self.shared;
         let heard = listen.then(|| Ears {
             heard: shared.heard.clone(),
             name: shared.name.clone(),
             probe: shared.probe.clone(),
         });
+        self.warn_unverified();
         let attempt = async {
-            let (client, encrypted) = match &shared.target.tls {
-                None => {
-                    let (client, connection) = shared
-                        .target
-                        .config
-                        .connect(tokio_postgres::NoTls)
-                        .await
-                        .map_err(|e| classify_connect(e, &shared.target.shown))?;
-                    tokio::spawn(drive(connection, heard));
-                    (client, false)
-                }
-                Some(tls) => {
-                    let noted = Noted {
-                        inner: tls.clone(),
-                        encrypted: Arc::new(AtomicBool::new(false)),
-                    };
-                    let encrypted = noted.encrypted.clone();
-                    let (client, connection) = shared
-                        .target
-                        .config
-                        .connect(noted)
-                        .await
-                        .map_err(|e| classify_connect(e, &shared.target.shown))?;
-                    tokio::spawn(drive(connection, heard));
-                    (client, encrypted.load(Ordering::SeqCst))
-                }
-            };
-            Ok((client, encrypted))
+            let (client, connection) = self.connect().await?;
+            tokio::spawn(drive(connection, heard));
+            Ok(client)
         };
         let limit = shared.request_timeout * 4 + Duration::from_secs(1);
         match tokio::time::timeout(limit, attempt).await {
@@ -90,9 +67,9 @@ impl Postgres {
             return Ok(client.clone());
         }
         *slot = None;
-        let (client, encrypted) = self.open_unchecked(false).await?;
+        let client = self.open_unchecked(false).await?;
         if !self.shared.unchecked {
-            self.check_new(&client, encrypted).await?;
+            self.check_new(&client).await?;
         }
         let client = Arc::new(client);
         *slot = Some(client.clone());
@@ -102,11 +79,7 @@ impl Postgres {
     /// Checks a new session, and the tables unless this process has found them ready: what
     /// every session goes through before it is used (save the campaign's first, whose checks
     /// ride with its first attempt: `check_and_try`).
-    pub(super) async fn check_new(
-        &self,
-        client: &Client,
-        encrypted: bool,
-    ) -> Result<(), StoreError> {
+    pub(super) async fn check_new(&self, client: &Client) -> Result<(), StoreError> {
         // The session check and the look at the tables (with their ownership check) in one
         // round trip: tokio-postgres pipelines requests issued concurrently on one client. The
         // look names the schema the check pins (`current_schema()`, which the pin keeps), so it
@@ -124,7 +97,7 @@ impl Postgres {
         let limit = self.shared.request_timeout * 4 + Duration::from_secs(1);
         let (checked, looked) = tokio::time::timeout(
             limit,
-            futures_util::future::join(self.check_session(client, encrypted), look),
+            futures_util::future::join(self.check_session(client), look),
         )
         .await
         .map_err(|_| {
@@ -170,13 +143,8 @@ impl Postgres {
     }
 
     /// What every new session is checked for before it is used: a primary, with `search_path`
-    /// pinned to leader-exec's schema; and, once per process, a warning when a password goes
-    /// out without TLS.
-    pub(super) async fn check_session(
-        &self,
-        client: &Client,
-        encrypted: bool,
-    ) -> Result<(), StoreError> {
+    /// pinned to leader-exec's schema.
+    pub(super) async fn check_session(&self, client: &Client) -> Result<(), StoreError> {
         let shared = &self.shared;
         // One round trip (the simple-query protocol runs both statements in order): whether this is
         // a primary, the first schema of search_path, the table of this prefix found through it
@@ -276,7 +244,6 @@ impl Postgres {
         // operator, function and type is qualified with pg_catalog instead). Table names are
         // qualified as well (`qualified`): a pooler in transaction mode does not keep a
         // session's SET.
-        self.warn_cleartext(encrypted);
         Ok(())
     }
 
@@ -293,22 +260,27 @@ impl Postgres {
         }
     }
 
-    /// Once per process: a warning when a password went out without TLS.
-    pub(super) fn warn_cleartext(&self, encrypted: bool) {
-        let shared = &self.shared;
-        let config = &shared.target.config;
+    /// Once per process, before the first login: a warning when a password is given and the
+    /// server's certificate is not verified. Whatever answers at the address then gets a SCRAM
+    /// exchange to guess the password from offline, or with `require_auth` allowing them the
+    /// password itself or its MD5 hash (refused otherwise: `auth.rs`). Unix sockets are not
+    /// warned about: no one between.
+    fn warn_unverified(&self) {
+        let target = &self.shared.target;
+        let config = &target.config;
         let on_network = !config.get_hostaddrs().is_empty()
             || config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
-        if !encrypted
+        if !target.verified
             && on_network
-            && shared.target.config.get_password().is_some()
+            && config.get_password().is_some()
             && !CLEARTEXT_WARNED.swap(true, Ordering::SeqCst)
         {
             tracing::warn!(
                 event = "cleartext-password",
-                "the PostgreSQL password is sent without TLS to {} (sslmode=disable, or prefer \
-                 and the server offers no TLS); use sslmode=require or verify-full",
-                shared.target.shown
+                "the PostgreSQL password is used with {} without a verified certificate \
+                 (sslmode={}); use sslmode=verify-full (or verify-ca) with sslrootcert=FILE",
+                target.shown,
+                target.sslmode
             );
         }
     }

@@ -95,7 +95,7 @@ impl Postgres {
             return Ok(());
         }
         *slot = None;
-        let (client, encrypted) = self.open_unchecked(false).await?;
+        let client = self.open_unchecked(false).await?;
         let ready = *shared.schema_ready.lock().expect("not poisoned");
         let newcomer = shared.waiter.load(Ordering::SeqCst) == 0
             && shared.sightings.ripe(BootClock.now()).is_none();
@@ -108,11 +108,10 @@ impl Postgres {
             Together::Won(token) => {
                 shared.held.store(token, Ordering::SeqCst);
                 shared.early.store(token, Ordering::SeqCst);
-                self.warn_cleartext(encrypted);
             }
             // Checked and pinned; the row is someone else's, or was not found: the attempt
             // comes in `check_turn`.
-            Together::Checked => self.warn_cleartext(encrypted),
+            Together::Checked => {}
             // Nothing of the message holds (its transaction rolled back, the pin with it):
             // the usual checks (which refuse with the reason, or make the tables).
             Together::Failed if client.is_closed() => {
@@ -122,7 +121,7 @@ impl Postgres {
                 )));
             }
             Together::Failed | Together::NotSent if !shared.unchecked => {
-                self.check_new(&client, encrypted).await?
+                self.check_new(&client).await?
             }
             Together::Failed | Together::NotSent => {}
         }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::super::any::{Door, Open};
 use super::super::flags::{self, StoreFlags};
+use super::auth::Allowed;
 use super::{PgTiming, Postgres, Target, Verify};
 use crate::exit::Failure;
 use crate::redact::{percent_decode, redact_password};
@@ -46,11 +47,14 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
     let mut sslmode = "prefer".to_owned();
     let mut sslrootcert: Option<PathBuf> = None;
     let mut listen = true;
+    let mut require_auth: Option<String> = None;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "sslmode" => sslmode = value.to_owned(),
             "sslrootcert" => sslrootcert = Some(PathBuf::from(percent_decode(value))),
+            // libpq's: the authentication methods the server may ask for (auth.rs).
+            "require_auth" => require_auth = Some(percent_decode(value)),
             // Only a primary: a standby (an old primary after a failover, say) answers from
             // the past. read-write is what leader-exec always asks for (see `Postgres::new`).
             "target_session_attrs" => match value {
@@ -156,9 +160,19 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
                 .map_err(|e| Failure::usage(format!("sslmode={sslmode}: {e}")))?,
         ),
     };
+    let verified = verify != Verify::Nothing;
+    let allowed = match require_auth {
+        Some(value) => {
+            Allowed::parse(&value).map_err(|e| Failure::usage(format!("--endpoints: {e}")))?
+        }
+        None => Allowed::default_for(verified, config.get_password().is_some()),
+    };
     Ok(Target {
         config,
         tls,
+        verified,
+        sslmode,
+        allowed,
         shown,
         listen,
     })

@@ -1,54 +1,11 @@
 //! TLS for PostgreSQL: rustls as libpq's sslmode asks for it, and the warning about a password
-//! sent in the clear.
+//! used without a verified certificate.
 
 use super::*;
 
-/// Whether the password-without-TLS warning has been given (once per process).
+/// Whether the warning about a password used without a verified certificate has been given
+/// (once per process).
 pub(super) static CLEARTEXT_WARNED: AtomicBool = AtomicBool::new(false);
-
-/// The TLS connector, noting whether the session got TLS: with `sslmode=prefer` a server that
-/// offers none gets plain TCP, and tokio-postgres does not say so.
-pub(super) struct Noted {
-    pub(super) inner: tokio_postgres_rustls::MakeRustlsConnect,
-    /// Set when the TLS handshake of the host tried last began (the session fails if it fails).
-    pub(super) encrypted: Arc<AtomicBool>,
-}
-
-impl MakeTlsConnect<Socket> for Noted {
-    type Stream = <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
-    type TlsConnect = NotedConnect;
-    type Error = <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<Socket>>::Error;
-
-    fn make_tls_connect(&mut self, domain: &str) -> Result<NotedConnect, Self::Error> {
-        // Once per host tried: a host that had TLS and was then passed over (a standby) says
-        // nothing about the next one.
-        self.encrypted.store(false, Ordering::SeqCst);
-        Ok(NotedConnect {
-            inner: MakeTlsConnect::<Socket>::make_tls_connect(&mut self.inner, domain)?,
-            encrypted: self.encrypted.clone(),
-        })
-    }
-}
-
-pub(super) struct NotedConnect {
-    inner: RustlsConnect,
-    encrypted: Arc<AtomicBool>,
-}
-
-/// The rustls connector of one host.
-type RustlsConnect =
-    <tokio_postgres_rustls::MakeRustlsConnect as MakeTlsConnect<Socket>>::TlsConnect;
-
-impl TlsConnect<Socket> for NotedConnect {
-    type Stream = <RustlsConnect as TlsConnect<Socket>>::Stream;
-    type Error = <RustlsConnect as TlsConnect<Socket>>::Error;
-    type Future = <RustlsConnect as TlsConnect<Socket>>::Future;
-
-    fn connect(self, stream: Socket) -> Self::Future {
-        self.encrypted.store(true, Ordering::SeqCst);
-        self.inner.connect(stream)
-    }
-}
 
 /// What a TLS connection checks of the server's certificate, as libpq's `sslmode` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
