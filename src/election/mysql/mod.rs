@@ -87,6 +87,7 @@ pub mod target;
 mod testdb;
 #[cfg(test)]
 mod tests;
+mod waits;
 
 pub use target::Target;
 
@@ -194,6 +195,8 @@ struct Shared {
     /// When this process last found the tables to be leader-exec's (`BootClock`), and the
     /// refusal of a check that did not (which every renewal then answers with).
     checked: Mutex<(Option<Duration>, Option<String>)>,
+    /// Whether a look at what holds up a renewal is under way (`waits.rs`).
+    looking_at_waits: AtomicBool,
     /// The token this instance holds, 0 while it holds none (shared with its keeper).
     held: AtomicI64,
     /// The held row as this instance last saw it, and since when: the takeover rule.
@@ -258,6 +261,7 @@ impl MySql {
                 conn: tokio::sync::Mutex::new(None),
                 tables_ready: AtomicBool::new(false),
                 checked: Mutex::new((None, None)),
+                looking_at_waits: AtomicBool::new(false),
                 held: AtomicI64::new(0),
                 sightings: Sightings::new(timing.ttl),
                 waiter: AtomicI64::new(0),

@@ -200,6 +200,11 @@ impl Keeper for MySqlKeeper {
                 Ok(Renewal::Expired)
             }
             Err(e) => {
+                // No answer in time: most often a lock someone else holds on the row or the
+                // table. Who holds it is looked at aside (`waits.rs`), never waited for here.
+                if e.to_string().contains("no answer within") {
+                    self.backend.name_lock_holders(conn.id());
+                }
                 self.conn = None;
                 Err(e)
             }
