@@ -5,6 +5,7 @@
 mod auth;
 mod conn;
 mod failover;
+mod waits;
 
 use crate::harness::*;
 

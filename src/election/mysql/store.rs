@@ -211,7 +211,11 @@ impl Keeper for MySqlKeeper {
         }
     }
 
+    /// After a renewal its caller gave up on (no answer within its timer): the session is
+    /// dropped, and what held it up looked at aside, as for the request's own timer.
     fn reset(&mut self) {
-        self.conn = None;
+        if let Some(conn) = self.conn.take() {
+            self.backend.name_lock_holders(conn.id());
+        }
     }
 }
