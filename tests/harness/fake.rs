@@ -72,3 +72,25 @@ impl<T> Drop for FakeServer<T> {
         self.stop.store(true, Ordering::SeqCst);
     }
 }
+
+/// `leader-exec --endpoints URL --lease pw --no-wait -- true` once, with the [`FAST`](super::FAST)
+/// timing, `password` in `LEADER_EXEC_PASSWORD` and no `PGPASSWORD`: (exit code, stderr). The
+/// password never shows on stderr.
+pub fn run_with_password(url: &str, password: &str) -> (i32, String) {
+    let (code, _, stderr) = super::Cmd::bare()
+        .args([
+            "--endpoints",
+            url,
+            "--lease",
+            "pw",
+            "--connect-timeout",
+            "5s",
+        ])
+        .args(super::FAST)
+        .args(["--no-wait", "--", "true"])
+        .env("LEADER_EXEC_PASSWORD", password)
+        .env_remove("PGPASSWORD")
+        .run();
+    assert!(!stderr.contains(password), "{stderr}");
+    (code, stderr)
+}

@@ -179,22 +179,10 @@ fn login<S: Read + Write>(s: &mut S, seq: u8, plugin: Plugin, key: &[u8], tls: b
 /// leader-exec against the fake server with `query` in the URL and the password in
 /// `LEADER_EXEC_PASSWORD`: (exit code, stderr).
 fn run(port: u16, query: &str) -> (i32, String) {
-    let url = format!("mysql://jobs@127.0.0.1:{port}/ops{query}");
-    let (code, _, stderr) = Cmd::bare()
-        .args([
-            "--endpoints",
-            &url,
-            "--lease",
-            "pw",
-            "--connect-timeout",
-            "5s",
-        ])
-        .args(FAST)
-        .args(["--no-wait", "--", "true"])
-        .env("LEADER_EXEC_PASSWORD", PASSWORD)
-        .run();
-    assert!(!stderr.contains(PASSWORD), "{stderr}");
-    (code, stderr)
+    run_with_password(
+        &format!("mysql://jobs@127.0.0.1:{port}/ops{query}"),
+        PASSWORD,
+    )
 }
 
 /// The one warning about the password, and the lines that are not warnings.

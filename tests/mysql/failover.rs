@@ -8,7 +8,7 @@ use crate::harness::*;
 
 /// The lease's timing in these tests: the holder stops its command within 3 s + 1 s of its last
 /// renewal, well inside the 6 s a taker waits.
-const TIMING: [&str; 8] = [
+pub(super) const TIMING: [&str; 8] = [
     "--ttl",
     "6s",
     "--renew-deadline",

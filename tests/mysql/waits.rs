@@ -18,22 +18,8 @@ fn a_renewal_held_up_by_a_readers_lock_names_who_holds_it() {
     let open = db.open_url(db.port);
     let scratch = Scratch::new();
     let start = |url: &str, lease: &str, name: &str| {
-        let args = [
-            "--endpoints",
-            url,
-            "--lease",
-            lease,
-            "--identity",
-            name,
-            "--ttl",
-            "6s",
-            "--renew-deadline",
-            "3s",
-            "--retry-period",
-            "300ms",
-            "--kill-after",
-            "1s",
-        ];
+        let mut args = vec!["--endpoints", url, "--lease", lease, "--identity", name];
+        args.extend(super::failover::TIMING);
         let instance = Instance::start(&args, &scratch.job(name, "sleep 60"));
         let record = scratch
             .wait_record("start", name, Duration::from_secs(15))

@@ -108,23 +108,10 @@ fn login<S: Read + Write>(s: &mut S, ask: Ask, tls: bool) -> Login {
 /// leader-exec against the fake server with `query` in the URL and the password in
 /// `LEADER_EXEC_PASSWORD`: (exit code, stderr).
 fn run(port: u16, query: &str) -> (i32, String) {
-    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres{query}");
-    let (code, _, stderr) = Cmd::bare()
-        .args([
-            "--endpoints",
-            &url,
-            "--lease",
-            "pw",
-            "--connect-timeout",
-            "5s",
-        ])
-        .args(FAST)
-        .args(["--no-wait", "--", "true"])
-        .env("LEADER_EXEC_PASSWORD", PASSWORD)
-        .env_remove("PGPASSWORD")
-        .run();
-    assert!(!stderr.contains(PASSWORD), "{stderr}");
-    (code, stderr)
+    run_with_password(
+        &format!("postgres://postgres@127.0.0.1:{port}/postgres{query}"),
+        PASSWORD,
+    )
 }
 
 /// The refusal: the fake got nothing after its request; 125, the warning first, then one line
