@@ -94,3 +94,18 @@ pub fn run_with_password(url: &str, password: &str) -> (i32, String) {
     assert!(!stderr.contains(password), "{stderr}");
     (code, stderr)
 }
+
+/// What a refusal to send the password prints, for the URL's `query`: exit 125, the one warning
+/// about an unverified certificate first, then one error line, which this returns.
+pub fn refusal_line<'a>(code: i32, stderr: &'a str, query: &str) -> &'a str {
+    assert_eq!(code, 125, "{query}: {stderr}");
+    let (warnings, errors): (Vec<&str>, Vec<&str>) =
+        stderr.lines().partition(|l| l.contains(" WARN "));
+    assert_eq!(warnings.len(), 1, "{query}: {stderr}");
+    assert!(
+        warnings[0].contains("without a verified certificate"),
+        "{stderr}"
+    );
+    assert_eq!(errors.len(), 1, "{query}: {stderr}");
+    errors[0]
+}
