@@ -22,6 +22,33 @@ pub const FAST: [&str; 8] = [
     "--kill-after",
     "1s",
 ];
+/// Timing for the failover tests: the holder stops its command within 3 s + 1 s of its last
+/// renewal, well inside the 6 s a taker waits.
+pub const FAILOVER: [&str; 8] = [
+    "--ttl",
+    "6s",
+    "--renew-deadline",
+    "3s",
+    "--retry-period",
+    "300ms",
+    "--kill-after",
+    "1s",
+];
+
+/// `--endpoints ENDPOINT --lease LEASE --identity IDENTITY` and the [`FAILOVER`] timing.
+pub fn failover_args<'a>(endpoint: &'a str, lease: &'a str, identity: &'a str) -> Vec<&'a str> {
+    let mut args = vec![
+        "--endpoints",
+        endpoint,
+        "--lease",
+        lease,
+        "--identity",
+        identity,
+    ];
+    args.extend(FAILOVER);
+    args
+}
+
 pub const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
 pub const RETRY_PERIOD: Duration = Duration::from_millis(300);
 pub const KILL_AFTER: Duration = Duration::from_secs(1);

@@ -6,30 +6,8 @@ use std::time::Duration;
 
 use crate::harness::*;
 
-/// The lease's timing in these tests: the holder stops its command within 3 s + 1 s of its last
-/// renewal, well inside the 6 s a taker waits.
-pub(super) const TIMING: [&str; 8] = [
-    "--ttl",
-    "6s",
-    "--renew-deadline",
-    "3s",
-    "--retry-period",
-    "300ms",
-    "--kill-after",
-    "1s",
-];
-
 fn args<'a>(endpoint: &'a str, identity: &'a str) -> Vec<&'a str> {
-    let mut args = vec![
-        "--endpoints",
-        endpoint,
-        "--lease",
-        "fo",
-        "--identity",
-        identity,
-    ];
-    args.extend(TIMING);
-    args
+    failover_args(endpoint, "fo", identity)
 }
 
 /// The row of lease `fo` on `db`: `holder token`, or nothing.

@@ -18,8 +18,7 @@ fn a_renewal_held_up_by_a_readers_lock_names_who_holds_it() {
     let open = db.open_url(db.port);
     let scratch = Scratch::new();
     let start = |url: &str, lease: &str, name: &str| {
-        let mut args = vec!["--endpoints", url, "--lease", lease, "--identity", name];
-        args.extend(super::failover::TIMING);
+        let args = failover_args(url, lease, name);
         let instance = Instance::start(&args, &scratch.job(name, "sleep 60"));
         let record = scratch
             .wait_record("start", name, Duration::from_secs(15))

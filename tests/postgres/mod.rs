@@ -6,6 +6,7 @@
 
 mod auth;
 mod conn;
+mod failover;
 mod holders;
 mod holders_fencing;
 mod lease;
