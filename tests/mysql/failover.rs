@@ -158,3 +158,62 @@ fn a_trigger_slipped_in_while_a_leader_runs_is_refused_by_its_next_session() {
         a.stderr()
     );
 }
+
+/// Tokens the old primary issued after the replica stopped are lost with it: here b's token 2
+/// on the second slot. a's claim on the first slot did reach the replica, so a renews it there
+/// after the failover and then releases it; c takes that free row on the new primary. The name's
+/// tokens were last issued by the old primary, so c's token jumps above every token it can have
+/// issued (before: c got token 2 again, b's).
+#[test]
+fn the_first_token_after_a_failover_stays_above_those_the_old_primary_issued() {
+    let (mut primary, replica) = MariaDb::start_primary_and_replica();
+    let scratch = Scratch::new();
+    let both = format!(
+        "mysql://{MARIADB_OPEN_USER}@127.0.0.1:{},127.0.0.1:{}/{MARIADB_DATABASE}",
+        primary.port, replica.port
+    );
+    let two = |identity: &'static str| {
+        let mut args = args(&both, identity);
+        args.extend(["--max-holders", "2"]);
+        args
+    };
+    let mut a = Instance::start(&two("host-a"), &scratch.job("a", &gated(&scratch, "a")));
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("a never led: {}", a.stderr()));
+    assert!(
+        wait_for(Duration::from_secs(20), || row(&replica)
+            .starts_with("host-a")),
+        "a's claim never reached the replica"
+    );
+    replica.stop_replication();
+    let mut b = Instance::start(&two("host-b"), &scratch.job("b", "sleep 60"));
+    let b_start = scratch
+        .wait_record("start", "b", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("b never led: {}", b.stderr()));
+    assert!(b_start.token() > a_start.token());
+
+    primary.kill();
+    replica.promote();
+    // b's row is not on the new primary: its next renewal there finds none.
+    assert!(
+        wait_for(Duration::from_secs(15), || !alive(b_start.pid())),
+        "b's command ran on without its row"
+    );
+    // a's is, renewed there; a's job ends and a releases it.
+    assert!(alive(a_start.pid()), "a lost a claim the new primary has");
+    open_gate(&scratch, "a");
+    assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
+    let mut c = Instance::start(&two("host-c"), &scratch.job("c", "true"));
+    let c_start = scratch
+        .wait_record("start", "c", Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("c never led: {}", c.stderr()));
+    assert!(
+        c_start.token() > b_start.token(),
+        "c's token {} is not above b's {} (issued by the old primary)",
+        c_start.token(),
+        b_start.token()
+    );
+    assert_eq!(c.wait(Duration::from_secs(20)), Some(0), "{}", c.stderr());
+    let _ = b.wait(Duration::from_secs(15));
+}

@@ -31,7 +31,7 @@ impl MySql {
         let name = hex(s.name.as_bytes());
         let batch = format!(
             "START TRANSACTION;
-             INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
+             {tokens_row};
              UPDATE {tokens} SET top = top + 1 WHERE name = {name};
              DELETE FROM {waiters} WHERE name = {name} AND identity = {me} AND renewals = 0;
              INSERT INTO {waiters} (name, id, identity, renewals, ttl_ms, expires_at, max_holders)
@@ -41,6 +41,7 @@ impl MySql {
              SELECT top FROM {tokens} WHERE name = {name};
              COMMIT",
             tokens = self.tokens(),
+            tokens_row = self.tokens_row_sql(),
             waiters = self.waiters(),
             me = hex(s.identity.as_bytes()),
             ttl_ms = s.ttl_ms,

@@ -125,11 +125,25 @@ fn hex_digits(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02X}")).collect()
 }
 
-/// How far a token jumps when this server takes a row another server wrote last (a promoted
-/// replica): the new token is this much above the highest the server knows, so that it stays
-/// above the tokens the old primary issued in writes that never reached this one, unless more
-/// than this many acquisitions of one name were lost at once. docs/mysql.md, "Failover".
+/// How far a token jumps when this server issues the first token of a name whose tokens another
+/// server issued last (a promoted replica: the name's tokens row, or the table-wide row for a
+/// name without one, names another server): the new token is this much above the highest the
+/// server knows, so that it stays above the tokens the old primary issued in writes that never
+/// reached this one, unless more than this many acquisitions of one name were lost at once.
+/// docs/mysql.md, "Failover".
 const FOREIGN_JUMP: i64 = 1 << 20;
+
+/// Three statements every acquisition (and a place taken in line) begins with, `{name}` the
+/// name's literal: the name's tokens row made if missing — stamped, as a new lease row is, with
+/// the table-wide row's server — and locked; then `@leader_exec_jump`, whether the name's last
+/// token was issued by another server (read under that lock, so no other acquisition of the
+/// name changes it before this one commits): the token this acquisition issues then jumps by
+/// [`FOREIGN_JUMP`], and a won acquisition stamps the tokens row with this server.
+const TOKENS_ROW: &str = "SET @leader_exec_table_server = (SELECT server_id FROM {tokens} WHERE name = X'');
+             INSERT INTO {tokens} (name, top, server_id) VALUES ({name}, 0, @leader_exec_table_server)
+                 ON DUPLICATE KEY UPDATE top = top;
+             SET @leader_exec_jump = (SELECT NOT (server_id <=> @leader_exec_server)
+                 FROM {tokens} WHERE name = {name})";
 
 /// The key of the table-wide row in the tokens table (lease names are never empty): its
 /// `server_id` is the server trusted with this table's rows that are missing or free (the one
@@ -404,18 +418,19 @@ impl MySql {
         // A new lease row is stamped with the table-wide row's server: made on a server that
         // is not the one trusted with the table (a promoted replica that has not yet taken a
         // row over), it is another server's row, taken only as `row_columns` says. A row is
-        // free at once only if this server wrote it last. Taking another server's row jumps
-        // the token (FOREIGN_JUMP) and, with it, makes this server the table's (the taker
-        // waited the longest TTL of the table on its own clock since this server first
-        // answered it, so every holder the old server had is gone); the table-wide row's
-        // `top` keeps the longest TTL a holder wrote.
+        // free at once only if this server wrote it last. Taking another server's row makes
+        // this server the table's (the taker waited the longest TTL of the table on its own
+        // clock since this server first answered it, so every holder the old server had is
+        // gone); the table-wide row's `top` keeps the longest TTL a holder wrote. The token
+        // jumps where the name's last token was another server's (`TOKENS_ROW`): a holder
+        // whose own row this server has may renew and release it here, and the next token
+        // must still be above those the old server issued to other rows of the name since.
         let batch = format!(
             "START TRANSACTION;
-             INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
+             {tokens_row};
              INSERT INTO {leases}
                      (name, holder, token, renewals, expires_at, ttl_ms, max_holders, server_id)
-                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, 1,
-                         (SELECT server_id FROM {tokens} WHERE name = {TABLE_ROW}))
+                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, 1, @leader_exec_table_server)
                  ON DUPLICATE KEY UPDATE name = name;
              INSERT IGNORE INTO {fences} (name, holder, token) VALUES ({name}, NULL, 0);
              {high};
@@ -424,7 +439,7 @@ impl MySql {
              UPDATE {leases} l JOIN {tokens} t ON t.name = l.name JOIN {fences} f ON f.name = l.name
                  SET l.holder = {me},
                      l.token = GREATEST(l.token, t.top, f.token, @leader_exec_high) + 1
-                         + IF(@leader_exec_foreign > 0, {FOREIGN_JUMP}, 0),
+                         + IF(@leader_exec_jump, {FOREIGN_JUMP}, 0),
                      l.renewals = l.renewals + 1,
                      l.expires_at = TIMESTAMPADD(MICROSECOND, {ttl_us}, NOW(6)),
                      l.ttl_ms = {ttl_ms}, l.max_holders = 1,
@@ -437,7 +452,9 @@ impl MySql {
              SET @leader_exec_won = ROW_COUNT();
              DELETE FROM {waiters} WHERE name = {name} AND id = {waiter} AND @leader_exec_won > 0;
              UPDATE {tokens} t JOIN {leases} l ON l.name = t.name
-                 SET t.top = GREATEST(t.top, l.token) WHERE t.name = {name};
+                 SET t.top = GREATEST(t.top, l.token),
+                     t.server_id = IF(@leader_exec_won > 0, @leader_exec_server, t.server_id)
+                 WHERE t.name = {name};
              UPDATE {fences} SET holder = {me},
                      token = (SELECT token FROM {leases} WHERE name = {name})
                  WHERE name = {name} AND @leader_exec_won > 0;
@@ -446,6 +463,7 @@ impl MySql {
                  WHERE l.name = {name};
              COMMIT",
             high = self.high_sql(),
+            tokens_row = self.tokens_row_sql(),
             table = self.table_row_sql(ttl_ms),
             columns = self.row_columns("l"),
             tokens = self.tokens(),
@@ -481,6 +499,13 @@ impl MySql {
         }
         let wait = s.sightings.sight(&seen, received, BootClock.now());
         Ok(Attempt::Held { holder, wait })
+    }
+
+    /// [`TOKENS_ROW`] for this name.
+    fn tokens_row_sql(&self) -> String {
+        TOKENS_ROW
+            .replace("{tokens}", &self.tokens())
+            .replace("{name}", &hex(self.shared.name.as_bytes()))
     }
 
     /// After a won acquisition (`@leader_exec_won`), the table-wide row's upkeep: its `top`

@@ -270,11 +270,10 @@ impl MySql {
         );
         let batch = format!(
             "START TRANSACTION;
-             INSERT INTO {tokens} (name, top) VALUES ({name}, 0) ON DUPLICATE KEY UPDATE top = top;
+             {tokens_row};
              INSERT INTO {leases}
                      (name, holder, token, renewals, expires_at, ttl_ms, max_holders, server_id)
-                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, {n},
-                         (SELECT server_id FROM {tokens} WHERE name = {TABLE_ROW}))
+                 VALUES ({name}, NULL, 0, 0, NOW(6), 0, {n}, @leader_exec_table_server)
                  ON DUPLICATE KEY UPDATE name = name;
              {HOME};
              SET @leader_exec_theirs = (SELECT t.m FROM (
@@ -305,7 +304,7 @@ impl MySql {
                     AND NOT (server_id <=> @leader_exec_server)) > 0);
              {high};
              SET @leader_exec_token = @leader_exec_high + 1
-                 + IF(@leader_exec_foreign, {FOREIGN_JUMP}, 0);
+                 + IF(@leader_exec_jump, {FOREIGN_JUMP}, 0);
              UPDATE {leases} l SET l.holder = {me}, l.token = @leader_exec_token,
                      l.renewals = l.renewals + 1, l.expires_at = {expiry},
                      l.ttl_ms = {ttl_ms}, l.max_holders = {n}, l.server_id = @leader_exec_server
@@ -332,7 +331,8 @@ impl MySql {
              UPDATE {fences} SET holder = {me}, token = @leader_exec_token
                  WHERE name = @leader_exec_slot AND @leader_exec_won > 0;
              UPDATE {tokens} SET top = GREATEST(top, @leader_exec_high,
-                     IF(@leader_exec_won > 0, @leader_exec_token, 0))
+                     IF(@leader_exec_won > 0, @leader_exec_token, 0)),
+                     server_id = IF(@leader_exec_won > 0, @leader_exec_server, server_id)
                  WHERE name = {name};
              DELETE FROM {waiters} WHERE name = {name} AND id = {waiter} AND @leader_exec_won > 0;
              {table};
@@ -348,6 +348,7 @@ impl MySql {
             l_of = self.rows_of_name("l.name"),
             f_of = self.rows_of_name("f.name"),
             high = self.high_sql(),
+            tokens_row = self.tokens_row_sql(),
             table = self.table_row_sql(ttl_ms),
             HOME = self.home_sql(),
         );
