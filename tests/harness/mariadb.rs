@@ -96,6 +96,14 @@ impl MariaDb {
         self.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF");
     }
 
+    /// Gives the server another `server_id`, now and at every restart after (as a replica
+    /// promoted keeps its own).
+    pub fn set_server_id(&mut self, id: u64) {
+        self.sql(&format!("SET GLOBAL server_id = {id}"));
+        self.extra.retain(|a| !a.starts_with("--server-id="));
+        self.extra.push(format!("--server-id={id}"));
+    }
+
     /// Makes [`MARIADB_ADMIN_USER`]; its URL.
     pub fn add_admin(&self) -> String {
         self.sql(&format!(

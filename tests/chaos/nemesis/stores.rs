@@ -222,12 +222,16 @@ impl MariaDb {
             })
             .collect::<Vec<_>>()
             .join("; ");
-        let ok = self
-            .try_sql(&format!(
-                "{restore}; SET GLOBAL server_id = @@global.server_id + 1"
-            ))
-            .status
-            .success();
+        let ok = self.try_sql(&restore).status.success();
+        if ok {
+            // Another server's identity, kept through the restarts the schedule makes.
+            let id: u64 = self
+                .sql("SELECT @@global.server_id")
+                .trim()
+                .parse()
+                .unwrap_or(1);
+            self.set_server_id(id + 1);
+        }
         kill_sessions(self);
         self.sql("SET GLOBAL read_only = OFF");
         ok.then(|| {
