@@ -156,3 +156,28 @@ pub fn gated(scratch: &Scratch, name: &str) -> String {
 pub fn open_gate(scratch: &Scratch, name: &str) {
     std::fs::write(scratch.path(&format!("go-{name}")), "").unwrap();
 }
+
+/// After a failover: `b`'s command (its `start` record) started after `a`'s was gone, beside no
+/// earlier job's process, more than the [`FAILOVER`](super::FAILOVER) TTL after `a`'s started,
+/// and with a greater token.
+pub fn assert_handed_over(scratch: &Scratch, a: &super::Record, b: &super::Record) {
+    assert!(
+        !super::alive(a.pid()),
+        "a's command still ran as b's started"
+    );
+    assert!(
+        !scratch.history().iter().any(|r| r.kind == "overlap"),
+        "b's command started beside a's: {:?}",
+        scratch.history()
+    );
+    assert!(
+        b.time() > a.time() + 6_000_000_000,
+        "b took the row less than a TTL after a led"
+    );
+    assert!(
+        b.token() > a.token(),
+        "b's token {} is not above a's {}",
+        b.token(),
+        a.token()
+    );
+}
