@@ -199,3 +199,58 @@ fn the_first_token_after_a_failover_stays_above_those_the_old_primary_issued() {
     assert_eq!(c.wait(Duration::from_secs(20)), Some(0), "{}", c.stderr());
     let _ = b.wait(Duration::from_secs(15));
 }
+
+/// The tokens table emptied by hand (a cleanup script's `TRUNCATE`), which reaches the replica;
+/// then the replica lags, and on the primary the next session makes the table-wide row again and
+/// three runs take tokens 2 to 4. The primary dies and the replica is promoted: its tokens table
+/// is empty, its lease and fence rows remember token 1 only. Tables that remember a token but not
+/// which server issued it are nobody's: c's token, the first the new primary issues, jumps above
+/// the old primary's. (Before: c's session made the missing table-wide row naming the new
+/// primary, as if it had issued every token, and c got one of tokens 2 to 4 again.)
+#[test]
+fn a_failover_after_the_tokens_table_was_emptied_by_hand_repeats_no_token() {
+    let (mut primary, replica) = MariaDb::start_primary_and_replica();
+    let scratch = Scratch::new();
+    let on_primary = primary.open_url(primary.port);
+    let on_replica = replica.open_url(replica.port);
+    let mut warm = args(&on_primary, "warm");
+    warm.extend(["--", "true"]);
+    let (code, _, stderr) = Cmd::bare().args(&warm).run();
+    assert_eq!(code, 0, "{stderr}");
+    primary.sql("TRUNCATE TABLE leader_exec.leader_exec_tokens");
+    let tokens_rows = |db: &MariaDb| {
+        db.try_sql("SELECT COUNT(*) FROM leader_exec.leader_exec_tokens")
+            .stdout
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || row(&replica) == "- 1"
+            && tokens_rows(&replica).starts_with(b"0")),
+        "the row and the truncation never reached the replica"
+    );
+
+    replica.stop_replication();
+    let mut last = 1;
+    for run in ["a1", "a2", "a3"] {
+        let mut a = Instance::start(&args(&on_primary, run), &scratch.job(run, "true"));
+        let start = scratch
+            .wait_record("start", run, Duration::from_secs(15))
+            .unwrap_or_else(|| panic!("{run} never led: {}", a.stderr()));
+        assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
+        assert!(start.token() > last);
+        last = start.token();
+    }
+    assert_eq!(row(&replica), "- 1", "the replica should lag");
+
+    primary.kill();
+    replica.promote();
+    let mut c = Instance::start(&args(&on_replica, "host-c"), &scratch.job("c", "true"));
+    let c_start = scratch
+        .wait_record("start", "c", Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("c never led: {}", c.stderr()));
+    assert!(
+        c_start.token() > last,
+        "c's token {} is not above {last}, the last the old primary issued",
+        c_start.token()
+    );
+    assert_eq!(c.wait(Duration::from_secs(20)), Some(0), "{}", c.stderr());
+}

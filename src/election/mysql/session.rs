@@ -340,7 +340,8 @@ impl MySql {
     /// sees what the statements will meet. A leases or tokens table of the version before
     /// (v1, without `server_id`) gets the column; its rows then read as another server's
     /// (`mod.rs`, `row_columns`): each is taken over once, a TTL after it was last renewed.
-    /// Last, the tokens table's table-wide row, if it is missing, names this server.
+    /// Last, the tokens table's table-wide row is made if it is missing: naming this server on
+    /// tables whose rows are all its own, no server on others.
     pub(super) async fn ensure_tables(
         &self,
         conn: &mut Conn,
@@ -469,12 +470,30 @@ impl MySql {
                 }
             }
         }
+        // The table-wide row names this server only on tables whose every row that remembers a
+        // token is this server's: lease and tokens rows that it wrote last, fence rows of names
+        // whose lease row is there (tables just made remember none). Missing from tables where
+        // another server's rows are — deleted or truncated by hand, or never replicated before
+        // this server was promoted — nobody knows which server issued their last tokens: the row
+        // is made naming no server (NULL), so that every missing row is held for a sighting and
+        // the next token of every name jumps (`TOKENS_ROW`), as after a failover. Named this
+        // server there, a promoted replica that lacked the old primary's last tokens would issue
+        // them again. The first takeover of another server's row names it (`table_row_sql`).
         self.run(
             conn,
             format!(
-                "INSERT IGNORE INTO {} (name, top, server_id) VALUES ({}, 0, @leader_exec_server)",
-                self.tokens(),
-                super::TABLE_ROW
+                "INSERT IGNORE INTO {tokens} (name, top, server_id)
+                     SELECT {row}, 0, IF(
+                         EXISTS (SELECT 1 FROM {leases} WHERE NOT (server_id <=> @leader_exec_server))
+                         OR EXISTS (SELECT 1 FROM {tokens} WHERE NOT (server_id <=> @leader_exec_server))
+                         OR EXISTS (SELECT 1 FROM {fences} f
+                             WHERE NOT EXISTS (SELECT 1 FROM {leases} l WHERE l.name = f.name)),
+                         NULL, @leader_exec_server)
+                     FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {tokens} WHERE name = {row})",
+                tokens = self.tokens(),
+                leases = self.leases(),
+                fences = self.fences(),
+                row = super::TABLE_ROW
             ),
         )
         .await?;
