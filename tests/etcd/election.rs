@@ -127,12 +127,18 @@ fn an_etcdctl_elect_candidate_is_a_fair_competitor() {
     assert!(scratch.wait_record("start", "b", Duration::ZERO).is_some());
 }
 
+/// Three members that refuse connections listed before the one that answers: the leader runs
+/// its command through three renew deadlines and releases, and no renewal fails. (Before: the
+/// client balanced requests over all four, each landing on a dead one failed, and under load
+/// the retries ran out the connect timeout or a renew deadline.)
 #[test]
 fn a_dead_member_in_the_endpoint_list_costs_nothing() {
     let etcd = Etcd::start();
     let scratch = Scratch::new();
-    let dead = format!("http://127.0.0.1:{}", free_port());
-    let endpoints = format!("{dead},{}", etcd.endpoint());
+    let dead: Vec<String> = (0..3)
+        .map(|_| format!("http://127.0.0.1:{}", free_port()))
+        .collect();
+    let endpoints = format!("{},{}", dead.join(","), etcd.endpoint());
     // Runs for three renew deadlines; a step-down would end it with 75.
     let mut a = Instance::start(
         &lease_args(&endpoints, "deadmember"),
@@ -140,7 +146,53 @@ fn a_dead_member_in_the_endpoint_list_costs_nothing() {
     );
     assert_eq!(a.wait(Duration::from_secs(20)), Some(0), "{}", a.stderr());
     assert!(scratch.wait_record("end", "a", Duration::ZERO).is_some());
+    let stderr = a.stderr();
+    assert!(
+        !stderr.contains("renewal failed"),
+        "a request went to a dead member:\n{stderr}"
+    );
     assert!(etcd.keys("/leader-exec/").is_empty());
+}
+
+/// A member that refused connections when the leader started, and answers later, is used: once
+/// it carries the leader's requests, the route to the member it started with is cut, and the
+/// leader renews through the other for three renew deadlines.
+#[test]
+fn a_member_that_starts_answering_later_is_used() {
+    let etcd = Etcd::start();
+    let scratch = Scratch::new();
+    let first = Proxy::start(etcd.addr());
+    let later_port = free_port();
+    let endpoints = format!("{},http://127.0.0.1:{later_port}", first.endpoint());
+    let mut a = Instance::start(
+        &lease_args(&endpoints, "latermember"),
+        &scratch.job("a", "sleep 60"),
+    );
+    let a_start = scratch
+        .wait_record("start", "a", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("a never led: {}", a.stderr()));
+    let later = Proxy::start_on(later_port, etcd.addr());
+    assert!(
+        wait_for(Duration::from_secs(15), || a
+            .stderr()
+            .contains("etcd member that refused connections answers")),
+        "the member that started later was never added: {}",
+        a.stderr()
+    );
+    // The renewals ride one stream on the first member's connection until it is cut.
+    first.cut();
+    std::thread::sleep(3 * RENEW_DEADLINE);
+    assert!(
+        alive(a_start.pid()),
+        "the leader stepped down with a member answering: {}",
+        a.stderr()
+    );
+    assert!(
+        later.forwarded() > 0,
+        "nothing went through the member added"
+    );
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_ne!(a.wait(Duration::from_secs(15)), None);
 }
 
 #[test]

@@ -128,7 +128,13 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(target: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Proxy::start_on(0, target)
+    }
+
+    /// A proxy on loopback port `port` (0: a free one): a member that starts on a port where
+    /// nothing listened before.
+    pub fn start_on(port: u16, target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(ProxyState::new(Mode::Forward, false));
         let accept_state = state.clone();

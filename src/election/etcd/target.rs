@@ -7,7 +7,7 @@ use etcd_client::{Client, ConnectOptions};
 
 use super::super::any::{Door, Open};
 use super::super::flags::{self, Credentials, StoreFlags};
-use super::super::{Reach, StartError, StoreError, first_contact};
+use super::super::{Reach, StartError, StoreError, every_address_refuses, first_contact};
 use super::{Etcd, classify};
 use crate::exit::Failure;
 use crate::redact::{redact_password, shown_endpoints};
@@ -193,9 +193,65 @@ async fn connect(target: &Target) -> Result<Client, StoreError> {
     if let Some(credentials) = &target.credentials {
         options = options.with_user(credentials.user.clone(), credentials.password.clone());
     }
-    Client::connect(&target.endpoints, Some(options))
+    let (answering, refusing) = answering(&target.endpoints).await;
+    // None answers: all of them, so that the failure says what the client library met.
+    let first = if answering.is_empty() {
+        &target.endpoints
+    } else {
+        &answering
+    };
+    let client = Client::connect(first, Some(options))
         .await
-        .map_err(classify)
+        .map_err(classify)?;
+    if !answering.is_empty() && !refusing.is_empty() {
+        tokio::spawn(readmit(client.clone(), refusing));
+    }
+    Ok(client)
+}
+
+/// How often members left out of a client because they refused connections are looked at again.
+const READMIT_EVERY: Duration = Duration::from_secs(2);
+
+/// The endpoints split into those that may answer and those where a TCP connection is refused
+/// right now (a member down, or a typo'd port). The client balances its requests over every
+/// endpoint it was given and does not stop sending to one that refuses: each request that lands
+/// there fails, a renewal among them, so a dead member in `--endpoints` would cost retries, and
+/// under load renew deadlines. A client is therefore built from the members that may answer; a
+/// silent one (no refusal within the probe's bound) stays in, as it may be only slow.
+async fn answering(endpoints: &[String]) -> (Vec<String>, Vec<String>) {
+    let each: Vec<_> = endpoints
+        .iter()
+        .map(|e| super::addresses(std::slice::from_ref(e)))
+        .collect();
+    let refused =
+        futures_util::future::join_all(each.iter().map(|a| every_address_refuses(a))).await;
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    for (endpoint, refused) in endpoints.iter().zip(refused) {
+        if refused { &mut down } else { &mut up }.push(endpoint.clone());
+    }
+    (up, down)
+}
+
+/// Adds each left-out member back to `client` once it accepts connections (a member restarted,
+/// or started after leader-exec). Stops when none is left out or the client is gone. A task of
+/// its own: nothing waits for it.
+async fn readmit(client: Client, mut refusing: Vec<String>) {
+    while !refusing.is_empty() {
+        tokio::time::sleep(READMIT_EVERY).await;
+        let mut still = Vec::new();
+        for endpoint in refusing {
+            let addresses = super::addresses(std::slice::from_ref(&endpoint));
+            if every_address_refuses(&addresses).await {
+                still.push(endpoint);
+            } else if client.add_endpoint(&endpoint).await.is_ok() {
+                tracing::info!(event = "member-added", %endpoint, "an etcd member that refused connections answers; its requests go there too");
+            } else {
+                // The client's channel is closed: the client is gone.
+                return;
+            }
+        }
+        refusing = still;
+    }
 }
 
 /// host[:port] with an optional http:// or https:// scheme; the client library checks the rest.
