@@ -412,9 +412,23 @@ pub fn a_holder_cut_off_from_the_store_stops_before_a_waiter_takes_its_place<S: 
     assert_at_most(&scratch.history(), 2);
 }
 
+/// The fast tier's line: 40 instances, beside the tests running at the same time.
+pub fn forty_waiters_behind_two_holders_all_hold_in_turn<S: Store>() {
+    let store = S::start();
+    waiters_behind_two_holders_all_hold_in_turn(&store, 40);
+}
+
+/// The full tier's: 200 instances, with the machine to this test alone.
 pub fn two_hundred_waiters_behind_two_holders_all_hold_in_turn<S: Store>() {
     let _alone = alone();
     let store = S::start();
+    waiters_behind_two_holders_all_hold_in_turn(&store, 200);
+}
+
+/// `n` instances with `--max-holders 2` start at once, each running a command that ends at
+/// once: every one holds in turn, never more than two at a time, each with its own token, and
+/// nothing is left held.
+fn waiters_behind_two_holders_all_hold_in_turn<S: Store>(store: &S, n: usize) {
     let scratch = Scratch::new();
     let endpoint = store.endpoint();
     // Patient timing: 200 instances share two cores. They all connect at once, and a server
@@ -422,7 +436,7 @@ pub fn two_hundred_waiters_behind_two_holders_all_hold_in_turn<S: Store>() {
     // the default --connect-timeout; the fact here is the turns, not how fast 200 connect.
     let mut args = patient_lease_args(&endpoint, "crowd");
     args.extend(["--max-holders", "2", "--connect-timeout", "60s"]);
-    let mut instances: Vec<Instance> = (0..200)
+    let mut instances: Vec<Instance> = (0..n)
         .map(|i| Instance::start(&args, &holder_job(&scratch, &format!("j{i}"), "true")))
         .collect();
     for (i, instance) in instances.iter_mut().enumerate() {
@@ -438,10 +452,10 @@ pub fn two_hundred_waiters_behind_two_holders_all_hold_in_turn<S: Store>() {
     // commands at once is the fact here, token order is the other tests'.
     assert_at_most_running(&history, 2);
     let mut tokens: Vec<i64> = starts(&history).iter().map(|r| r.token()).collect();
-    assert_eq!(tokens.len(), 200, "{} started", tokens.len());
+    assert_eq!(tokens.len(), n, "{} started", tokens.len());
     tokens.sort_unstable();
     tokens.dedup();
-    assert_eq!(tokens.len(), 200, "every holder its own token");
+    assert_eq!(tokens.len(), n, "every holder its own token");
     assert!(
         wait_for(Duration::from_secs(10), || store.held().is_empty()),
         "left behind: {:?}",

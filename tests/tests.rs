@@ -9,10 +9,12 @@ mod stores;
 
 /// The store-independent tests: each runs once per store of the one list (`tests/stores.rs`:
 /// `etcd::NAME`, `postgres::NAME`, `zookeeper::NAME`, `pgbouncer::NAME`, `postgres_hostile::NAME`).
-/// One list; a test joins it by taking `<S: Store>` instead of `#[test]`.
+/// One list; a test joins it by taking `<S: Store>` instead of `#[test]`. An entry marked
+/// `[full]` belongs to the full tier (`#[ignore]`d: `cargo test --locked -- --ignored` runs it,
+/// as CI does after the README's command; docs/development.md, "Two tiers").
 macro_rules! store_independent {
-    ($($module:ident :: $test:ident),* $(,)?) => {
-        with_stores! { store_independent_modules! { $($module::$test),* } }
+    ($($([$tier:ident])? $module:ident :: $test:ident),* $(,)?) => {
+        with_stores! { store_independent_modules! { $($([$tier])? $module::$test),* } }
     };
 }
 
@@ -24,9 +26,13 @@ macro_rules! store_independent_modules {
 }
 
 macro_rules! store_independent_module {
-    ($store:ident $ty:ident { $($module:ident :: $test:ident),* }) => {
+    ($store:ident $ty:ident { $($([$tier:ident])? $module:ident :: $test:ident),* }) => {
         mod $store {
-            $( #[test] fn $test() { crate::$module::$test::<crate::harness::$ty>(); } )*
+            $(
+                #[test]
+                $( #[ignore = concat!(stringify!($tier), " tier: cargo test --locked -- --ignored")] )?
+                fn $test() { crate::$module::$test::<crate::harness::$ty>(); }
+            )*
         }
     };
 }
@@ -85,7 +91,8 @@ store_independent! {
     holders::a_different_max_holders_exits_125_naming_both_values_and_leaves_nothing,
     holders::status_and_check_know_every_holder,
     holders::a_holder_cut_off_from_the_store_stops_before_a_waiter_takes_its_place,
-    holders::two_hundred_waiters_behind_two_holders_all_hold_in_turn,
+    holders::forty_waiters_behind_two_holders_all_hold_in_turn,
+    [full] holders::two_hundred_waiters_behind_two_holders_all_hold_in_turn,
     holders::a_store_restart_leaves_both_holders_holding_and_the_waiter_waiting,
     holders::a_holder_killed_with_its_wrapper_is_gone_before_a_waiter_holds,
     holders::a_late_first_look_after_a_change_of_n_leads_with_a_higher_token,

@@ -191,6 +191,30 @@ fn scenario<S>(
 macro_rules! every_store {
     ($($id:literal $test:ident [$short:expr] => $body:expr;)*) => {
         with_stores! { every_store_modules! { $($id $test [$short] => $body;)* } }
+        with_stores! { chaos_stores! {} }
+        /// The fast tier's rows: each on one store, drawn (`on_drawn_store`).
+        mod drawn {
+            /// The rows' ids, in the list's order.
+            const IDS: &[&str] = &[$($id),*];
+            $( #[test] fn $test() { crate::on_drawn_store(IDS, $id, stringify!($test)); } )*
+        }
+    };
+}
+
+/// `LISTED`: every store of the list, with its rows by test name where it is marked `[chaos …]`.
+macro_rules! chaos_stores {
+    ({} $($store:ident : $ty:ident [$($chaos:tt)*] [$($bench:tt)*];)*) => {
+        /// Every store of the list, with its store-neutral rows by test name where it runs them.
+        const LISTED: &[Option<(&str, &[(&str, fn())])>] = &[$( chaos_store!($store [$($chaos)*]) ),*];
+    };
+}
+
+macro_rules! chaos_store {
+    ($store:ident [chaos $prefix:literal]) => {
+        Some((stringify!($store), $store::rows::ALL))
+    };
+    ($store:ident []) => {
+        None
     };
 }
 
@@ -211,10 +235,41 @@ macro_rules! every_store_module {
 macro_rules! every_store_rows {
     ($store:ident $ty:ident $prefix:literal { $($id:literal $test:ident [$short:expr] => $body:expr;)* }) => {
         mod $store {
-            use crate::{SHORT_TRIALS, scenarios};
-            $( #[test] fn $test() { crate::scenario(concat!($prefix, $id), stringify!($test), $short, crate::harness::$ty::start, $body); } )*
+            pub mod rows {
+                use crate::{SHORT_TRIALS, scenarios};
+                $( pub fn $test() { crate::scenario(concat!($prefix, $id), stringify!($test), $short, crate::harness::$ty::start, $body); } )*
+                /// Every row, by test name (for `drawn`).
+                pub const ALL: &[(&str, fn())] = &[$( (stringify!($test), $test) ),*];
+            }
+            $(
+                #[test]
+                #[ignore = "full tier: cargo test --locked -- --ignored"]
+                fn $test() { rows::$test() }
+            )*
         }
     };
+}
+
+/// Runs row `test` (id `id`, of the rows `ids`) on one store of [`LISTED`]: the fast tier runs
+/// every store-neutral row once, each on one store, the stores taken in turn down the list from
+/// one the seed draws, so that every store runs its share; the full tier (`-- --ignored`) runs
+/// every row on every store. The line printed says which store, and the seed that repeats it.
+fn on_drawn_store(ids: &[&str], id: &str, test: &str) {
+    let seed = config().seed;
+    let stores: Vec<_> = LISTED.iter().flatten().collect();
+    let at = ids
+        .iter()
+        .position(|i| *i == id)
+        .expect("a row of the list");
+    let (store, rows) = stores[(at + (seed % stores.len() as u64) as usize) % stores.len()];
+    eprintln!(
+        "chaos: row {id} on {store} (LEADER_EXEC_CHAOS_SEED={seed}; on every store: cargo test --locked --test chaos -- --ignored {store}::{test})"
+    );
+    let (_, row) = rows
+        .iter()
+        .find(|(name, _)| *name == test)
+        .expect("every store has every row");
+    row();
 }
 
 /// Scenarios that need one store's own setup or tools: one line each,

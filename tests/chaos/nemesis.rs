@@ -16,7 +16,8 @@
 //! ```
 //!
 //! repeats a schedule (the seed is printed at the start and in a failure); K steps (default
-//! `STEPS`, about a second each) make a long soak. The choices come from the seed; what they
+//! `STEPS` in the fast tier's `nemesis::STORE`, `LONG_STEPS` in the full tier's
+//! `nemesis::long::STORE`; about a second each) make a long soak. The choices come from the seed; what they
 //! meet (which instance holds when a fault lands) depends on timing, so a seed repeats a schedule,
 //! not an interleaving: a failure that depends on one is found again by running its seed a few
 //! times. `LEADER_EXEC_NEMESIS_VERBOSE=1` prints the whole schedule as it ran (every record but
@@ -50,8 +51,11 @@ pub const TIMING: Timing = Timing {
     kill_after: Duration::from_secs(2),
 };
 
-/// Steps per store when `LEADER_EXEC_NEMESIS_STEPS` is not set: about a minute a store, for CI.
-pub const STEPS: usize = 50;
+/// Steps per store when `LEADER_EXEC_NEMESIS_STEPS` is not set, in the fast tier
+/// (`nemesis::STORE`): about half a minute a store.
+pub const STEPS: usize = 30;
+/// The same in the full tier (`nemesis::long::STORE`, `-- --ignored`): a few minutes a store.
+pub const LONG_STEPS: usize = 100;
 /// The most instances alive at once.
 const CROWD: usize = 6;
 const LEASE: &str = "nemesis";
@@ -63,11 +67,11 @@ fn seed() -> u64 {
         .unwrap_or_else(|| now_ns() as u64)
 }
 
-fn steps() -> usize {
+fn steps(default: usize) -> usize {
     std::env::var("LEADER_EXEC_NEMESIS_STEPS")
         .ok()
         .map(|s| s.parse().expect("LEADER_EXEC_NEMESIS_STEPS is a number"))
-        .unwrap_or(STEPS)
+        .unwrap_or(default)
 }
 
 /// `LEADER_EXEC_NEMESIS_MINUTES`: a soak by the clock; the schedule stops after the step that
@@ -807,13 +811,14 @@ impl<S: Nemesis> Run<S> {
     }
 }
 
-/// Runs one schedule against a fresh server of `S`.
-pub fn run<S: Nemesis>(store_name: &str) {
+/// Runs one schedule of `default_steps` (unless `LEADER_EXEC_NEMESIS_STEPS` says otherwise)
+/// against a fresh server of `S`.
+pub fn run<S: Nemesis>(store_name: &str, default_steps: usize) {
     let _serial = crate::SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let seed = seed();
-    let steps = steps();
+    let steps = steps(default_steps);
     let repeat = format!(
         "LEADER_EXEC_NEMESIS_SEED={seed} LEADER_EXEC_NEMESIS_STEPS={steps} cargo test --locked --test chaos nemesis::{store_name}"
     );
@@ -889,21 +894,27 @@ pub fn run<S: Nemesis>(store_name: &str) {
     }
 }
 
-/// One test per store of the store list marked for the chaos suite: `nemesis::etcd`, ….
+/// One test per store of the store list marked for the chaos suite: `nemesis::etcd`, … (the
+/// fast tier's schedule), and `nemesis::long::etcd`, … (the full tier's).
 macro_rules! nemesis_tests {
     ({} $($store:ident : $ty:ident [$($chaos:tt)*] [$($bench:tt)*];)*) => {
-        $( nemesis_test! { $store $ty [$($chaos)*] } )*
+        $( nemesis_test! { $store $ty [$($chaos)*] STEPS } )*
+        mod long {
+            use super::{LONG_STEPS, run};
+            $( nemesis_test! { $store $ty [$($chaos)*] LONG_STEPS #[ignore = "full tier: cargo test --locked -- --ignored"] } )*
+        }
     };
 }
 
 macro_rules! nemesis_test {
-    ($store:ident $ty:ident [chaos $prefix:literal]) => {
+    ($store:ident $ty:ident [chaos $prefix:literal] $steps:ident $(#[$tier:meta])?) => {
         #[test]
+        $(#[$tier])?
         fn $store() {
-            run::<crate::harness::$ty>(stringify!($store));
+            run::<crate::harness::$ty>(stringify!($store), $steps);
         }
     };
-    ($store:ident $ty:ident []) => {};
+    ($store:ident $ty:ident [] $steps:ident $(#[$tier:meta])?) => {};
 }
 
 with_stores! { nemesis_tests! {} }
