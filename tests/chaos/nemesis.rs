@@ -8,8 +8,9 @@
 //! store's own manipulations (etcd: a candidate key deleted by hand; ZooKeeper: a candidate node
 //! deleted by hand, the server restarted with other session bounds so that sessions renegotiate
 //! their timeout; PostgreSQL: the token sequence set back with `ALTER SEQUENCE … RESTART`,
-//! waiter rows deleted, the server's clock stepped through libfaketime) — checked by one history
-//! checker (`check.rs`).
+//! waiter rows deleted, the server's clock stepped through libfaketime, the primary killed and its
+//! synchronous standby promoted, every route moved to it) — checked by one history checker
+//! (`check.rs`).
 //!
 //! ```text
 //! LEADER_EXEC_NEMESIS_SEED=N LEADER_EXEC_NEMESIS_STEPS=K cargo test --locked --test chaos nemesis::
@@ -31,6 +32,7 @@ mod stores;
 
 pub use stores::Nemesis;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -125,7 +127,7 @@ struct Run<S: Nemesis> {
     bias_pause: bool,
     /// Slots `leader-exec hold` took and the schedule has not released yet.
     held: Vec<String>,
-    /// The server's libfaketime offset file, where its clock can be stepped.
+    /// The server's libfaketime offset file, where its clock (and its standby's) can be stepped.
     clock: Option<tempfile::NamedTempFile>,
     /// The server's clock stands stepped (a `ClockBack` is due).
     clock_stepped: bool,
@@ -161,17 +163,22 @@ done
     )
 }
 
+/// Appends one line to the history.
+fn note(history: &Path, line: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(history)
+        .unwrap();
+    // One write with its newline: jobs append to the same file (O_APPEND keeps one write whole;
+    // `writeln!` may take two).
+    file.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
 impl<S: Nemesis> Run<S> {
     fn note(&self, line: &str) {
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.trial.history_path())
-            .unwrap();
-        // One write with its newline: jobs append to the same file (O_APPEND keeps one write
-        // whole; `writeln!` may take two).
-        file.write_all(format!("{line}\n").as_bytes()).unwrap();
+        note(&self.trial.history_path(), line);
     }
 
     fn dir(&self) -> std::path::PathBuf {
@@ -370,6 +377,12 @@ impl<S: Nemesis> Run<S> {
             return;
         }
         let live = self.live().len();
+        // A failover, where the store keeps a standby: one step in 16 while an instance lives,
+        // so that a 50-step run mostly has one or more.
+        if S::STANDBY && live > 0 && !self.frozen && self.rng.u8(..16) == 0 {
+            self.step_failover();
+            return;
+        }
         let roll = if live < 2 { 0 } else { self.rng.u32(..100) };
         match roll {
             // Join, mostly at the phase's N.
@@ -456,6 +469,23 @@ impl<S: Nemesis> Run<S> {
                 self.note(&format!("op sleep {wait:?}"));
                 self.tick(wait);
             }
+        }
+    }
+
+    /// The store fails over to its standby; every proxy of every instance is pointed at the new
+    /// primary when the store moves the route (an instance that joins later gets a proxy to it).
+    fn step_failover(&mut self) {
+        let history = self.trial.history_path();
+        let contenders = &self.trial.contenders;
+        let mut move_route = |addr: SocketAddr| {
+            contenders
+                .iter()
+                .flat_map(|c| &c.proxies)
+                .for_each(|proxy| proxy.retarget(addr));
+            note(&history, &format!("op every route moved to {addr}"));
+        };
+        if let Some(what) = self.store.failover(&mut self.rng, &mut move_route) {
+            self.note(&format!("op {what}"));
         }
     }
 

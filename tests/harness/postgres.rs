@@ -1,15 +1,17 @@
 //! PostgreSQL 15 ([`Postgres`]), run as the `postgres` user on a temporary directory, a hot
-//! standby of it, and its [`Store`] impl.
+//! standby of it (made synchronous, kept with it, promoted), and its [`Store`] impl.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::{
     Proxy, Store, children_of, cmdline_of, first_line_of, free_port, path_str, share_machine,
+    wait_for,
 };
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -27,6 +29,9 @@ pub struct Postgres {
     /// `search_path` for the harness's own psql sessions, when the role's own must not be used
     /// (`PgHostile`: there it finds the hostile role's overloads before pg_catalog's).
     pub(super) psql_search_path: Option<&'static str>,
+    /// A standby kept with this server (`keep_standby`) until a failover takes it
+    /// (`take_standby`); stopped after this server when dropped.
+    standby: Option<Box<Postgres>>,
 }
 
 fn as_postgres(program: &str) -> Command {
@@ -98,6 +103,7 @@ impl Postgres {
             dir,
             running: false,
             psql_search_path: None,
+            standby: None,
             extra: extra.to_owned(),
             env: env
                 .iter()
@@ -118,9 +124,13 @@ impl Postgres {
         self.dir.path().join("data")
     }
 
+    /// Starts the server on its data. A standby that lost its primary tries it again after half a
+    /// second (5 s by default), so that a restart of a primary with a synchronous standby holds
+    /// its commits up briefly.
     fn spawn(&mut self) -> bool {
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=600 {}",
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=600 \
+             -c wal_retrieve_retry_interval=500ms {}",
             self.port,
             self.data_dir().display(),
             self.extra
@@ -357,7 +367,8 @@ impl Postgres {
 
 impl Postgres {
     /// A hot standby of this server: `pg_basebackup -R` (streaming from this one), started on
-    /// a free port of its own; stopped when dropped.
+    /// a free port of its own with this server's options and environment (under libfaketime,
+    /// the same offset file: one clock for both); stopped when dropped.
     pub fn start_standby(&self) -> Postgres {
         let dir = tempfile::Builder::new()
             .prefix("leader-exec-pg-standby")
@@ -380,7 +391,8 @@ impl Postgres {
             ])
             .arg("-D")
             .arg(dir.path().join("data"))
-            .args(["-R", "-X", "stream", "--no-sync"])
+            // A fast checkpoint: a spread one takes seconds on a server under load.
+            .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"])
             .output()
             .unwrap();
         assert!(
@@ -392,9 +404,10 @@ impl Postgres {
             port: 0,
             dir,
             running: false,
-            extra: String::new(),
-            env: Vec::new(),
+            extra: self.extra.clone(),
+            env: self.env.clone(),
             psql_search_path: None,
+            standby: None,
         };
         for _ in 0..5 {
             standby.port = free_port();
@@ -414,5 +427,37 @@ impl Postgres {
             .find(|&pid| cmdline_of(pid).contains("startup"))
             .expect("a standby has a startup process");
         kill(Pid::from_raw(startup), Signal::SIGSTOP).unwrap();
+    }
+
+    /// Makes this server's standbys synchronous (`synchronous_standby_names = '*'`: a commit
+    /// returns once a standby has flushed it, and waits while none answers) and waits, at most
+    /// `timeout`, until one streams as the synchronous standby: false if none did.
+    pub fn replicate_synchronously(&self, timeout: Duration) -> bool {
+        self.psql("ALTER SYSTEM SET synchronous_standby_names = '*'");
+        self.psql("SELECT pg_reload_conf()");
+        wait_for(timeout, || {
+            self.try_psql(
+                "SELECT count(*) FROM pg_stat_replication \
+                 WHERE state = 'streaming' AND sync_state = 'sync'",
+            )
+            .stdout
+            .starts_with(b"1")
+        })
+    }
+
+    /// Keeps `standby` with this server, until `take_standby`.
+    pub fn keep_standby(&mut self, standby: Postgres) {
+        self.standby = Some(Box::new(standby));
+    }
+
+    /// The standby kept with this server, if any.
+    pub fn take_standby(&mut self) -> Option<Postgres> {
+        self.standby.take().map(|standby| *standby)
+    }
+
+    /// Promotes a standby (`pg_promote()`, which returns once it accepts writes).
+    pub fn promote(&self) {
+        let promoted = self.psql("SELECT pg_promote()");
+        assert_eq!(promoted.trim(), "t", "the standby was not promoted");
     }
 }

@@ -1,5 +1,5 @@
 //! The TCP proxy in front of a store: cut (reset every connection), freeze (a black hole), heal,
-//! and hold back what follows a request carrying given bytes.
+//! hold back what follows a request carrying given bytes, and lead new connections elsewhere.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -19,6 +19,8 @@ enum Mode {
 
 struct ProxyState {
     mode: Mutex<Mode>,
+    /// Where new connections go (`retarget` moves it; open ones stay where they are).
+    target: Mutex<SocketAddr>,
     /// Every open connection's two sockets, by the pair's number: `cut` resets them. A pair
     /// leaves once both its pumps have ended, so a long run does not keep every connection it ever
     /// proxied open (a soak's hundreds of thousands ran the test out of file descriptors).
@@ -43,9 +45,10 @@ struct ProxyState {
 }
 
 impl ProxyState {
-    fn new(mode: Mode, stopped: bool) -> ProxyState {
+    fn new(target: SocketAddr, mode: Mode, stopped: bool) -> ProxyState {
         ProxyState {
             mode: Mutex::new(mode),
+            target: Mutex::new(target),
             connections: Mutex::new(Vec::new()),
             next_pair: AtomicU64::new(0),
             stopped: AtomicBool::new(stopped),
@@ -120,7 +123,7 @@ impl FrameScanner {
 
 /// A TCP proxy on a free loopback port in front of `target`.
 /// `cut` resets every connection and refuses new ones; `freeze` keeps connections open but
-/// forwards nothing (a black hole); `heal` forwards again.
+/// forwards nothing (a black hole); `heal` forwards again; `retarget` leads new ones elsewhere.
 pub struct Proxy {
     pub port: u16,
     state: Arc<ProxyState>,
@@ -136,7 +139,7 @@ impl Proxy {
     pub fn start_on(port: u16, target: SocketAddr) -> Proxy {
         let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let state = Arc::new(ProxyState::new(Mode::Forward, false));
+        let state = Arc::new(ProxyState::new(target, Mode::Forward, false));
         let accept_state = state.clone();
         thread::spawn(move || {
             for client in listener.incoming() {
@@ -148,6 +151,7 @@ impl Proxy {
                     reset(&client);
                     continue;
                 }
+                let target = *accept_state.target.lock().unwrap();
                 let Ok(server) = TcpStream::connect(target) else {
                     reset(&client);
                     continue;
@@ -198,9 +202,11 @@ impl Proxy {
     /// A "proxy" on a free loopback port where nothing listens: every connection is refused.
     /// `Store::endpoint_via` turns it into an endpoint of the store's kind.
     pub fn nothing_listening() -> Proxy {
+        let port = free_port();
+        let nowhere = SocketAddr::from(([127, 0, 0, 1], port));
         Proxy {
-            port: free_port(),
-            state: Arc::new(ProxyState::new(Mode::Cut, true)),
+            port,
+            state: Arc::new(ProxyState::new(nowhere, Mode::Cut, true)),
         }
     }
 
@@ -221,6 +227,12 @@ impl Proxy {
 
     pub fn heal(&self) {
         self.set(Mode::Forward);
+    }
+
+    /// Leads the connections made from now on to `target`, as a virtual IP moved to another host
+    /// or a pooler re-pointed in a failover: those open stay with the server they reached.
+    pub fn retarget(&self, target: SocketAddr) {
+        *self.state.target.lock().unwrap() = target;
     }
 
     /// Lets the next chunk a client sends that carries `needle` (a ZooKeeper path, SQL text, a

@@ -15,13 +15,8 @@ use crate::harness::*;
 fn a_synchronous_standby_promoted_hands_over_only_after_the_old_holder_is_gone() {
     let mut primary = Postgres::start();
     let standby = primary.start_standby();
-    primary.psql("ALTER SYSTEM SET synchronous_standby_names = '*'");
-    primary.psql("SELECT pg_reload_conf()");
     assert!(
-        wait_for(Duration::from_secs(20), || primary
-            .try_psql("SELECT sync_state FROM pg_stat_replication")
-            .stdout
-            .starts_with(b"sync")),
+        primary.replicate_synchronously(Duration::from_secs(20)),
         "the standby never became synchronous"
     );
     let scratch = Scratch::new();
@@ -36,7 +31,7 @@ fn a_synchronous_standby_promoted_hands_over_only_after_the_old_holder_is_gone()
         .unwrap_or_else(|| panic!("a never led: {}", a.stderr()));
 
     primary.kill();
-    standby.psql("SELECT pg_promote()");
+    standby.promote();
     let mut b = Instance::start(
         &failover_args(&on_standby, "sync", "host-b"),
         &scratch.job("b", "sleep 60"),

@@ -1,7 +1,10 @@
 //! What each store adds to the nemesis's schedule: how its server starts, which request marks a
-//! claim on the wire, and the manipulations by hand that only it has.
+//! claim on the wire, the manipulations by hand that only it has, and a failover where it keeps a
+//! standby.
 
+use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
 
 use crate::harness::{
     Etcd, MARIADB_DATABASE, MARIADB_OPEN_USER, MariaDb, Postgres, Store, ZooKeeper, ZooKeeperTree,
@@ -31,6 +34,24 @@ pub trait Nemesis: Store {
     /// One manipulation of the store's own, by hand: what was done, and whether it may have
     /// deleted a holder's claim behind its back.
     fn by_hand(&mut self, rng: &mut fastrand::Rng, lease: &str) -> Option<(String, bool)>;
+
+    /// Whether the store keeps a standby to fail over to (`failover`): the schedule then fails
+    /// over now and then.
+    const STANDBY: bool = false;
+
+    /// A failover, where the store keeps a standby (PostgreSQL): the server every route leads to
+    /// dies, a standby that has every committed transaction becomes the primary, and the store is
+    /// that server from then on (`addr`, `endpoint`). The store calls `move_route` with the new
+    /// primary's address when the route moves there: the schedule points every instance's
+    /// proxies at it, as a virtual IP moved or a pooler re-pointed in a real failover. What was
+    /// done; None (nothing done) where the store has no standby, the default.
+    fn failover(
+        &mut self,
+        _rng: &mut fastrand::Rng,
+        _move_route: &mut dyn FnMut(SocketAddr),
+    ) -> Option<String> {
+        None
+    }
 }
 
 impl Nemesis for Etcd {
@@ -67,9 +88,14 @@ impl Nemesis for ZooKeeper {
 }
 
 impl Nemesis for Postgres {
-    /// Under libfaketime, as scenario p11's server: the schedule steps its clock.
+    const STANDBY: bool = true;
+
+    /// Under libfaketime, as scenario p11's server, with a synchronous standby under the same
+    /// offset file: the schedule steps both clocks at once, and once the standby is promoted its
+    /// clock is the one that must decide nothing.
     fn start_nemesis() -> (Self, Option<tempfile::NamedTempFile>) {
-        let (pg, clock) = Postgres::start_with_faketime();
+        let (mut pg, clock) = Postgres::start_with_faketime();
+        pg.add_synchronous_standby();
         (pg, Some(clock))
     }
 
@@ -94,6 +120,83 @@ impl Nemesis for Postgres {
             .status
             .success()
             .then(|| (what.to_owned(), false))
+    }
+
+    fn failover(
+        &mut self,
+        rng: &mut fastrand::Rng,
+        move_route: &mut dyn FnMut(SocketAddr),
+    ) -> Option<String> {
+        self.failover_to_the_synchronous_standby(rng, move_route)
+    }
+}
+
+/// How long a new standby may take to stream as the synchronous one (a base backup and a start
+/// on a loaded machine).
+const STANDBY_SYNCHRONOUS: Duration = Duration::from_secs(60);
+
+impl Postgres {
+    /// A standby made from this server (`pg_basebackup`, this server's options and libfaketime's
+    /// offset file), kept with it, and every commit here made to wait until the standby has
+    /// flushed it (`synchronous_standby_names = '*'`): the configuration docs/postgresql.md
+    /// requires for a failover. The restarts and pauses of the schedule stay the primary's: a
+    /// restart holds commits up until the standby has reconnected (about half a second), and a
+    /// pause stops everything anyway. Panics when the standby does not become synchronous in time: a failover
+    /// to it would then be the one the documentation warns against.
+    fn add_synchronous_standby(&mut self) {
+        let standby = self.start_standby();
+        self.keep_standby(standby);
+        assert!(
+            self.replicate_synchronously(STANDBY_SYNCHRONOUS),
+            "the standby never became synchronous"
+        );
+    }
+
+    /// A failover as an HA manager makes it when the primary dies: the primary is killed
+    /// (`pg_ctl stop -m immediate`: a crash, its sessions cut mid-transaction), the synchronous
+    /// standby — which has flushed every transaction the primary answered committed — is
+    /// promoted and becomes the store, and every route is moved to it: after the promotion (a
+    /// virtual IP that moves once the new primary takes writes) or, half the time, up to a second
+    /// before it (a pooler re-pointed at once: sessions meet a server still in recovery, which
+    /// leader-exec must not use). The new primary then gets a synchronous standby of its own for
+    /// the next failover; until it streams, the new primary runs alone (its commits wait for
+    /// nobody, and no failover comes before that).
+    ///
+    /// Nothing is excused: every claim the old primary answered is on the new one, so none goes
+    /// behind its holder's back, and a holder that cannot renew on the new primary in time steps
+    /// down at its deadline, as through any outage. A promoted server without a committed write
+    /// (an asynchronous standby that lags) shows here as a token given twice or two commands at
+    /// once, and so would leader-exec taking a row there sooner than its rules allow, or reading
+    /// one from the server still in recovery.
+    fn failover_to_the_synchronous_standby(
+        &mut self,
+        rng: &mut fastrand::Rng,
+        move_route: &mut dyn FnMut(SocketAddr),
+    ) -> Option<String> {
+        let standby = self.take_standby()?;
+        let began = std::time::Instant::now();
+        let early = rng.bool().then(|| Duration::from_millis(rng.u64(..1000)));
+        self.kill();
+        // The old primary's data goes with it.
+        drop(std::mem::replace(self, standby));
+        if let Some(wait) = early {
+            move_route(self.addr());
+            std::thread::sleep(wait);
+        }
+        self.promote();
+        if early.is_none() {
+            move_route(self.addr());
+        }
+        self.add_synchronous_standby();
+        Some(format!(
+            "postgres: the synchronous standby promoted (the primary killed, every route moved to \
+             the standby {}), a new synchronous standby of it streaming, in {:?}",
+            match early {
+                Some(wait) => format!("{wait:?} before its promotion"),
+                None => "once promoted".to_owned(),
+            },
+            began.elapsed()
+        ))
     }
 }
 
