@@ -1,5 +1,6 @@
 //! What the harness counts as standing in line, on every store: the leader and every waiter
-//! (etcd's candidate keys, ZooKeeper's candidate nodes, PostgreSQL's lease row and waiter rows),
+//! (etcd's candidate keys, ZooKeeper's candidate nodes, PostgreSQL's and MySQL's lease row and
+//! waiter rows),
 //! so that a test can wait for "N candidates registered" the same way on each.
 
 use std::time::Duration;

@@ -1,5 +1,6 @@
-//! Integration tests: every one starts its own store (etcd, or PostgreSQL and ZooKeeper for the
-//! tests that run against every store) on free loopback ports and runs the real
+//! Integration tests: every one starts its own store (etcd, or every store of the store list,
+//! `tests/stores.rs`, for the tests that run against every store) on free loopback ports and runs
+//! the real
 //! leader-exec binary; facts are observed from outside (what children recorded, which pids are
 //! alive, exit codes, what the store holds).
 
@@ -8,7 +9,8 @@ mod harness;
 mod stores;
 
 /// The store-independent tests: each runs once per store of the one list (`tests/stores.rs`:
-/// `etcd::NAME`, `postgres::NAME`, `zookeeper::NAME`, `pgbouncer::NAME`, `postgres_hostile::NAME`).
+/// `etcd::NAME`, `postgres::NAME`, `zookeeper::NAME`, `mysql::NAME`, `pgbouncer::NAME`,
+/// `postgres_hostile::NAME`).
 /// One list; a test joins it by taking `<S: Store>` instead of `#[test]`. An entry marked
 /// `[full]` belongs to the full tier (`#[ignore]`d: `cargo test --locked -- --ignored` runs it,
 /// as CI does after the README's command; docs/development.md, "Two tiers").

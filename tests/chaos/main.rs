@@ -2,7 +2,7 @@
 //! trials with randomised timing, against real store processes on loopback, with the safety
 //! property checked on a history recorded by the jobs themselves (see `history.rs`). The
 //! store-neutral scenarios are one list (`every_store!`) that runs against etcd, PostgreSQL (ids
-//! `p…`) and a standalone ZooKeeper server (ids `z…`); the rows that need an etcd cluster or
+//! `p…`), a standalone ZooKeeper server (ids `z…`) and MariaDB (ids `m…`); the rows that need an etcd cluster or
 //! etcdctl, or one store's own setup (a PostgreSQL server under libfaketime, a standby; a
 //! ZooKeeper server restarted with other settings), are listed apart (`store_specific!`).
 //!
@@ -183,8 +183,9 @@ fn scenario<S>(
 }
 
 /// The store-neutral scenarios: one list, and every store the store list (`tests/stores.rs`)
-/// marks `[chaos "PREFIX"]` runs every row, as a test `etcd::NAME`, `postgres::NAME` and
-/// `zookeeper::NAME`, with row ids `ID`, `pID` and `zID` in the table (pgbouncer is not marked). A row is one line, `"ID" NAME [SHORT_TRIALS] => BODY;`, where BODY is a function of
+/// marks `[chaos "PREFIX"]` runs every row, as a test `etcd::NAME`, `postgres::NAME`,
+/// `zookeeper::NAME` and `mysql::NAME`, with row ids `ID`, `pID`, `zID` and `mID` in the table
+/// (pgbouncer is not marked). A row is one line, `"ID" NAME [SHORT_TRIALS] => BODY;`, where BODY is a function of
 /// (&mut store, &mut Ctx) generic over `Store` and SHORT_TRIALS the trials `cargo test` runs (the
 /// soak runs `LEADER_EXEC_CHAOS_TRIALS` for every row). Its description in RELIABILITY.md is
 /// `report::SCENARIOS`' entry for ID (without one, the row's name).

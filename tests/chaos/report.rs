@@ -24,8 +24,42 @@ pub struct Info {
     pub on: &'static [(&'static str, &'static str)],
 }
 
-/// The stores, in table order: (row prefix, name).
-pub const STORES: [(&str, &str); 3] = [("", "etcd"), ("p", "PostgreSQL"), ("z", "ZooKeeper")];
+/// The stores, in table order: (row prefix, name). Every store the store list marks
+/// `[chaos "PREFIX"]`, and no other (`every_chaos_store_has_its_rows_in_the_table`).
+pub const STORES: [(&str, &str); 4] = [
+    ("", "etcd"),
+    ("p", "PostgreSQL"),
+    ("z", "ZooKeeper"),
+    ("m", "MySQL"),
+];
+
+/// The row prefixes of the stores the store list marks `[chaos "PREFIX"]`, in its order.
+macro_rules! chaos_prefixes {
+    ({} $($store:ident : $ty:ident [$($chaos:tt)*] [$($bench:tt)*];)*) => {
+        {
+            let mut prefixes: Vec<&str> = Vec::new();
+            $( chaos_prefix!(prefixes [$($chaos)*]); )*
+            prefixes
+        }
+    };
+}
+
+macro_rules! chaos_prefix {
+    ($prefixes:ident [chaos $prefix:literal]) => {
+        $prefixes.push($prefix)
+    };
+    ($prefixes:ident []) => {};
+}
+
+#[test]
+fn every_chaos_store_has_its_rows_in_the_table() {
+    let listed: Vec<&str> = with_stores! { chaos_prefixes! {} };
+    let table: Vec<&str> = STORES.iter().map(|(prefix, _)| *prefix).collect();
+    assert_eq!(
+        table, listed,
+        "report::STORES must name every store tests/stores.rs marks [chaos …], in its order"
+    );
+}
 
 const LEADERSHIP_KEPT: &str = "when the fault ended within the short-fault limit: leadership kept, \
      leader-exec and its command still run a renew deadline + 1 s after the fault began, nothing \
@@ -236,7 +270,7 @@ pub struct Line {
 }
 
 /// Every scenario on every store that runs it, in table order: etcd's rows, then PostgreSQL's,
-/// then ZooKeeper's.
+/// ZooKeeper's and MySQL's.
 pub fn lines() -> Vec<Line> {
     let mut lines = Vec::new();
     for (prefix, store) in STORES {

@@ -4,7 +4,8 @@
 //! tears down and checks the history.
 //!
 //! The functions generic over `Store` are the store-neutral faults: `main.rs` runs each of them
-//! against etcd, PostgreSQL and a standalone ZooKeeper server (`every_store!`). The rest inspect
+//! against every store the store list marks for it: etcd, PostgreSQL, a standalone ZooKeeper
+//! server and MariaDB (`every_store!`). The rest inspect
 //! etcd (scenario 7 reads its token with etcdctl) or need an etcd cluster (5a, 5b).
 
 pub mod holders;

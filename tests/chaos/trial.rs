@@ -1,5 +1,6 @@
 //! One trial: three leader-exec instances on one lease, each reaching the store through proxies of
-//! its own (one per etcd member; one for PostgreSQL or a ZooKeeper server), running jobs that write the history; and the teardown that stops
+//! its own (one per etcd member; one for a PostgreSQL, ZooKeeper or MariaDB server), running jobs
+//! that write the history; and the teardown that stops
 //! everything, sees every process of every job gone, and checks the history.
 
 use std::fmt::Display;

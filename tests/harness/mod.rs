@@ -1,4 +1,4 @@
-//! Test harness: a real etcd (or PostgreSQL, or ZooKeeper) on free loopback ports, a TCP proxy
+//! Test harness: a real etcd (or PostgreSQL, ZooKeeper, MariaDB) on free loopback ports, a TCP proxy
 //! the test can cut or freeze, leader-exec instances, child scripts that report what happened to
 //! a history file, and a Curator LeaderLatch participant for ZooKeeper interoperability.
 //!
