@@ -227,7 +227,7 @@ impl Nemesis for MariaDb {
         // The failover's two steps (the replica stops, then is promoted) take the first of these
         // manipulations and every other one after it, so that a 50-step run usually has both.
         if !self.lagging_copy_kept() || rng.bool() {
-            return self.failover_to_a_lagging_replica();
+            return self.failover_to_a_lagging_replica(lease);
         }
         let (what, sql, claim) = match rng.u8(..10) {
             0..=2 => (
@@ -290,9 +290,26 @@ impl MariaDb {
     /// another `server_id`, then turns writable. No claim is deleted behind a holder's back in a
     /// way the checker excuses: a holder whose row went back loses it at its next renewal, and
     /// nobody may take a row the new server did not write before that holder's command is gone.
-    fn failover_to_a_lagging_replica(&mut self) -> Option<(String, bool)> {
+    ///
+    /// The replica stops only once it has the current server's last token of `lease` (the
+    /// name's tokens row names this server): a replica that lacks every token the current
+    /// primary issued since its own promotion would, promoted in turn, issue them again, and no
+    /// binary can know they were issued (docs/mysql.md, "What no binary can know": a second
+    /// failover to a server without the first new primary's writes). Before the first failover,
+    /// that is the first token issued at all.
+    fn failover_to_a_lagging_replica(&mut self, lease: &str) -> Option<(String, bool)> {
         let db = MARIADB_DATABASE;
         if !self.lagging_copy_kept() {
+            let has_this_servers_token = self
+                .try_sql(&format!(
+                    "SELECT COUNT(*) FROM {db}.leader_exec_tokens
+                     WHERE name = '{lease}' AND server_id = @@global.server_id"
+                ))
+                .stdout
+                .starts_with(b"1");
+            if !has_this_servers_token {
+                return None;
+            }
             let copy = REPLICATED
                 .iter()
                 .map(|t| format!("CREATE TABLE {db}.lagging_{t} AS SELECT * FROM {db}.{t}"))
