@@ -82,34 +82,9 @@ while [ "${PREFIX%/}" != "$PREFIX" ] && [ "$PREFIX" != / ]; do PREFIX=${PREFIX%/
 
 cd "$(dirname "$0")"
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "install.sh: need root (or sudo) to run: $*" >&2
-        exit 1
-    fi
-}
-
-# Installs the Debian packages given that are not installed yet.
-apt_install() {
-    missing=""
-    for package in "$@"; do
-        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' \
-            || missing="$missing $package"
-    done
-    [ -z "$missing" ] && return 0
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "install.sh: please install:$missing" >&2
-        exit 1
-    fi
-    echo "install.sh: installing$missing"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    # shellcheck disable=SC2086
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
-}
+me=install.sh
+# shellcheck source=packaging/apt.sh
+. packaging/apt.sh
 
 # Where each file goes: source in this repository, then destination under PREFIX. The same
 # files as the package's `assets` in Cargo.toml, with usr/ replaced by PREFIX; the one

@@ -27,16 +27,9 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "test.sh: need root (or sudo) to run: $*" >&2
-        exit 1
-    fi
-}
+me=test.sh
+# shellcheck source=packaging/apt.sh
+. packaging/apt.sh
 
 # What the tests need, each for what:
 # etcd-server/etcd-client: the tests start their own etcd on free loopback ports.
@@ -67,21 +60,8 @@ PACKAGES="etcd-server etcd-client postgresql protobuf-compiler libprotobuf-dev o
     zookeeper libcurator-recipes-java libcurator-framework-java openjdk-17-jdk-headless pgbouncer faketime valgrind
     mariadb-server mariadb-client"
 
-missing=""
-for package in $PACKAGES; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' \
-        || missing="$missing $package"
-done
-if [ -n "$missing" ]; then
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "test.sh: please install:$missing" >&2
-        exit 1
-    fi
-    echo "test.sh: installing$missing" >&2
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    # shellcheck disable=SC2086
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+# shellcheck disable=SC2086
+apt_install $PACKAGES
 
 for tool in etcd etcdctl valgrind psql /usr/lib/postgresql/15/bin/initdb /usr/lib/postgresql/15/bin/pg_ctl pgbouncer protoc openssl python3 zsh fish groff systemd-analyze java javac \
     mariadb mariadb-install-db /usr/sbin/mariadbd; do
