@@ -1,7 +1,7 @@
 //! Renewing the lease, and the local deadline that decides when we can no longer prove we lead.
 //!
-//! The safety argument is stated once, in the store contract (`src/election/mod.rs`, "The safety
-//! argument"); this is its renewal part, the same on every store:
+//! The safety argument is stated once, in the store contract (`src/election/contract.rs`, "The
+//! safety argument"); this is its renewal part, the same on every store:
 //! - The store cannot end a claim before (instant the renewal request was *sent*) + TTL. So every
 //!   renewal that comes back "alive" proves the claim lives until at least its send instant +
 //!   TTL. Our deadline is that send instant + `renew_deadline`.

@@ -37,7 +37,7 @@ use holders::{MARKERS, Markers, holders_of, marker_prefix, marker_value, markers
 
 use super::{
     Ahead, Backoff, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
-    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
+    MismatchProbe, Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
 };
 
 /// The root cause of an error, when it is a TLS failure that trying again cannot cure: a
@@ -183,7 +183,7 @@ impl Etcd {
         }
     }
 
-    /// Sets whether the endpoints are reached over TLS (what [`probe::not_etcd`] expects).
+    /// Sets whether the endpoints are reached over TLS (what [`probe::Http2Look`] expects).
     pub fn over_tls(mut self, tls: bool) -> Self {
         self.tls = tls;
         self
@@ -811,8 +811,8 @@ impl Describe for Etcd {
         true
     }
 
-    fn etcd_tls(&self) -> Option<bool> {
-        Some(self.tls)
+    fn probe_mismatch(&self) -> Option<Box<dyn MismatchProbe>> {
+        Some(Box::new(probe::Http2Look { tls: self.tls }))
     }
 
     fn delete_record_hint(&self, key: &str) -> String {

@@ -64,7 +64,7 @@ use zookeeper_client::{self as zk, Acl, Acls, CreateMode, EventType, Permission,
 
 use super::{
     Ahead, Backoff, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
-    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
+    LeaseTiming, Observation, Open, RawRecord, Read, Records, Renewal, Scope, StoreError, Turn,
 };
 
 /// How a ZooKeeper ensemble is reached.
@@ -85,18 +85,6 @@ impl std::fmt::Debug for Target {
             .field("digest", &self.digest.as_ref().map(|_| "<hidden>"))
             .finish()
     }
-}
-
-/// The timing a ZooKeeper backend needs.
-#[derive(Clone, Copy, Debug)]
-pub struct ZkTiming {
-    /// The session timeout to request (`--ttl`).
-    pub ttl: Duration,
-    /// `--renew-deadline + --kill-after + margin`: the least negotiated timeout that is safe.
-    /// Zero for a reader, which holds nothing.
-    pub needed: Duration,
-    /// Bounds establishing a session.
-    pub connect_timeout: Duration,
 }
 
 /// The session timeout a reader asks for.
@@ -130,7 +118,11 @@ pub struct ZooKeeper {
     /// The election node, `base/NAME`.
     election: String,
     identity: String,
-    timing: ZkTiming,
+    /// `--ttl` (the session timeout to request) and `--renew-deadline + --kill-after + margin`
+    /// (the least negotiated timeout that is safe; zero for a reader, which holds nothing).
+    timing: LeaseTiming,
+    /// Bounds establishing a session.
+    connect_timeout: Duration,
     /// `--max-holders` (1 for a reader, which holds nothing).
     max_holders: u32,
     /// The current session: a campaign's, or the subcommands' one.
@@ -425,16 +417,17 @@ struct Line {
 struct Synced(zk::Client);
 
 impl ZooKeeper {
-    /// `lease` may be empty (`status --all`: no election of its own).
-    pub fn new(
-        target: Target,
-        prefix: &str,
-        lease: &str,
-        identity: String,
-        timing: ZkTiming,
-        max_holders: u32,
-    ) -> Result<ZooKeeper, StoreError> {
-        for (flag, text) in [("--prefix", prefix), ("--lease", lease)] {
+    /// A candidate of `open.scope`'s election; a lease that is empty (`status --all`) is no
+    /// election of its own.
+    pub fn new(target: Target, open: Open) -> Result<ZooKeeper, StoreError> {
+        let Open {
+            scope: Scope { lease, prefix },
+            identity,
+            timing,
+            connect_timeout,
+            max_holders,
+        } = open;
+        for (flag, text) in [("--prefix", &prefix), ("--lease", &lease)] {
             if let Some(c) = text.chars().find(|&c| !allowed(c)) {
                 return Err(StoreError::Fatal(format!(
                     "{flag} holds {}, which ZooKeeper does not allow in a path",
@@ -446,10 +439,11 @@ impl ZooKeeper {
         Ok(ZooKeeper {
             election: format!("{base}/{lease}"),
             base,
-            prefix: prefix.to_owned(),
+            prefix,
             target,
             identity,
             timing,
+            connect_timeout,
             max_holders,
             session: Mutex::new(None),
             server_time: Mutex::new(None),
@@ -462,18 +456,13 @@ impl ZooKeeper {
     /// ZooKeeper for reading and administration (`status`, `watch`, `check`, `resign`): a
     /// session of its own, held only while they run. It holds no election node, so nothing
     /// depends on the session's timeout but how soon the server forgets a reader that died.
-    pub fn reader(
-        target: Target,
-        prefix: &str,
-        lease: &str,
-        connect_timeout: Duration,
-    ) -> Result<ZooKeeper, StoreError> {
-        let timing = ZkTiming {
+    pub fn reader(target: Target, open: Open) -> Result<ZooKeeper, StoreError> {
+        let timing = LeaseTiming {
             ttl: READER_SESSION,
+            retry_period: Duration::ZERO,
             needed: Duration::ZERO,
-            connect_timeout,
         };
-        ZooKeeper::new(target, prefix, lease, String::new(), timing, 1)
+        ZooKeeper::new(target, open.for_reader(timing))
     }
 
     async fn connect(&self) -> Result<zk::Client, StoreError> {
@@ -482,7 +471,7 @@ impl ZooKeeper {
             connector = connector.with_auth("digest", digest.as_bytes());
         }
         match tokio::time::timeout(
-            self.timing.connect_timeout,
+            self.connect_timeout,
             connector.connect(&self.target.connect),
         )
         .await
@@ -492,7 +481,7 @@ impl ZooKeeper {
             Err(_) => Err(StoreError::Transient(format!(
                 "ZooKeeper at {} did not establish a session within --connect-timeout ({})",
                 self.target.shown,
-                humantime::format_duration(self.timing.connect_timeout)
+                humantime::format_duration(self.connect_timeout)
             ))),
         }
     }
