@@ -155,9 +155,15 @@ mod tests {
         }
     }
 
-    /// A reporter whose events no test looks at.
-    fn quiet() -> Reporter {
-        Reporter::new(Recorder::default())
+    /// The renewal loop with the test timing, from `confirmed`, reporting to nobody.
+    fn renewing<'a>(
+        keeper: &'a mut ScriptedKeeper,
+        clock: &'a TokioClock,
+        confirmed: Duration,
+        deadline: &'a Deadline,
+    ) -> impl Future<Output = Ended> + 'a {
+        let quiet = Reporter::new(Recorder::default());
+        keep_renewing(keeper, clock, timing(), confirmed, deadline, quiet)
     }
 
     /// What one renewal does: answer after a delay, or never.
@@ -245,14 +251,7 @@ mod tests {
         let deadline = Deadline::new(Duration::ZERO, timing());
         let outcome = tokio::time::timeout(
             600 * S,
-            keep_renewing(
-                &mut keeper,
-                &clock,
-                timing(),
-                Duration::ZERO,
-                &deadline,
-                quiet(),
-            ),
+            renewing(&mut keeper, &clock, Duration::ZERO, &deadline),
         )
         .await;
         assert!(
@@ -273,15 +272,7 @@ mod tests {
         let resets = keeper.resets.clone();
         let sends = keeper.sends.clone();
         let deadline = Deadline::new(Duration::ZERO, timing());
-        let lost = keep_renewing(
-            &mut keeper,
-            &clock,
-            timing(),
-            Duration::ZERO,
-            &deadline,
-            quiet(),
-        )
-        .await;
+        let lost = renewing(&mut keeper, &clock, Duration::ZERO, &deadline).await;
         assert_eq!(
             lost,
             Ended::DeadlineMissed {
@@ -341,15 +332,7 @@ mod tests {
         // Slow but in time: answered 1.9 s after it was sent.
         let mut keeper = ScriptedKeeper::new(&clock, vec![ok(1_900)], Step::Hang);
         let deadline = Deadline::new(Duration::ZERO, timing());
-        keep_renewing(
-            &mut keeper,
-            &clock,
-            timing(),
-            Duration::ZERO,
-            &deadline,
-            quiet(),
-        )
-        .await;
+        renewing(&mut keeper, &clock, Duration::ZERO, &deadline).await;
         assert_eq!(deadline.get(), 2 * S + 10 * S);
         assert_eq!(clock.now(), 12 * S);
     }
@@ -360,15 +343,7 @@ mod tests {
         let expired = Step::Answer(Duration::from_millis(3), Ok(Renewal::Expired));
         let mut keeper = ScriptedKeeper::new(&clock, vec![ok(5), expired], Step::Hang);
         let deadline = Deadline::new(Duration::ZERO, timing());
-        let lost = keep_renewing(
-            &mut keeper,
-            &clock,
-            timing(),
-            Duration::ZERO,
-            &deadline,
-            quiet(),
-        )
-        .await;
+        let lost = renewing(&mut keeper, &clock, Duration::ZERO, &deadline).await;
         assert_eq!(lost, Ended::Expired);
         assert_eq!(clock.now(), 4 * S + Duration::from_millis(3));
     }
@@ -384,14 +359,7 @@ mod tests {
         let deadline = Deadline::new(Duration::ZERO, timing());
         let outcome = tokio::time::timeout(
             60 * S,
-            keep_renewing(
-                &mut keeper,
-                &clock,
-                timing(),
-                Duration::ZERO,
-                &deadline,
-                quiet(),
-            ),
+            renewing(&mut keeper, &clock, Duration::ZERO, &deadline),
         )
         .await;
         assert!(
@@ -412,7 +380,7 @@ mod tests {
         let started = Duration::from_millis(300);
         tokio::time::advance(started).await;
         let deadline = Deadline::new(started, timing());
-        let lost = keep_renewing(&mut keeper, &clock, timing(), started, &deadline, quiet()).await;
+        let lost = renewing(&mut keeper, &clock, started, &deadline).await;
         assert!(matches!(lost, Ended::DeadlineMissed { .. }));
         assert_eq!(clock.now(), started + 10 * S);
     }
