@@ -375,8 +375,8 @@ pub trait Describe {
     /// A command an operator can run to delete record `key` (shown in log messages).
     fn delete_record_hint(&self, key: &str) -> String;
 
-    /// The look a first contact that failed takes at each endpoint ([`MismatchProbe`]): a store
-    /// whose port another server may answer on in a way it can tell from its own overrides it.
+    /// The look a first contact that failed takes at each endpoint ([`MismatchProbe`]),
+    /// overridden by a store that can tell another server's answer on its port from its own.
     /// `None`, the default: a failed first request is retried until the store answers, every
     /// endpoint refuses, or `--connect-timeout` passes.
     fn probe_mismatch(&self) -> Option<Box<dyn MismatchProbe>> {

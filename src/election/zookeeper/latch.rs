@@ -21,7 +21,7 @@ pub(super) fn in_line(mut children: Vec<String>) -> Vec<String> {
 
 /// The name of a candidate node before the sequence suffix the server appends: Curator's
 /// protected `LeaderLatch` name with `--max-holders` 1, the same with `holders-N-` before
-/// `latch-` otherwise (see the module comment, Semaphores).
+/// `latch-` otherwise (see the module comment of mod.rs, Semaphores).
 pub(super) fn candidate_name(protection: &str, max_holders: u32) -> String {
     if max_holders == 1 {
         format!("_c_{protection}-{LATCH}")

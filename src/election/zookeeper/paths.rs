@@ -12,7 +12,7 @@ pub(super) fn allowed(c: char) -> bool {
         || ('\u{fff0}'..='\u{ffff}').contains(&c))
 }
 
-/// One occurrence ID as one node name (see the module comment).
+/// One occurrence ID as one node name (see the module comment of mod.rs).
 pub fn encode_name(id: &str) -> String {
     let mut out = String::with_capacity(id.len());
     for (i, c) in id.chars().enumerate() {
