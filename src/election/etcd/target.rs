@@ -6,7 +6,7 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions};
 
 use super::super::flags::{self, Credentials, StoreFlags};
-use super::super::{Open, Reach, StartError, StoreError, door, first_contact};
+use super::super::{Reach, StartError, StoreError, door, first_contact};
 use super::{Etcd, classify, probe};
 use crate::exit::Failure;
 use crate::redact::{redact_password, shown_endpoints};
@@ -112,35 +112,8 @@ door! {
     Etcd { name: "etcd", schemes: ["http", "https"], spellings: [], aliases: ["etcd"] },
     target: Target,
     parse: Target::parse,
-    candidate: |target, open| candidate(target, open).await,
-    reader: |target, open| reader(target, open).await,
-}
-
-/// Connects, and opens etcd for a candidate.
-async fn candidate(target: &Target, open: Open) -> Result<Etcd, Failure> {
-    let client = self::open(target).await?;
-    let election_prefix = open.scope.election_prefix();
-    let etcd = Etcd::new(
-        client,
-        &target.endpoints,
-        election_prefix,
-        open.identity,
-        open.timing.ttl,
-        open.max_holders,
-    );
-    Ok(etcd.over_tls(target.tls.is_some()))
-}
-
-/// Connects, and opens etcd for reading and administration.
-async fn reader(target: &Target, open: Open) -> Result<Etcd, Failure> {
-    let client = self::open(target).await?;
-    // An empty lease is every election under the prefix (`status --all`).
-    let prefix = if open.scope.lease.is_empty() {
-        open.scope.prefix
-    } else {
-        open.scope.election_prefix()
-    };
-    Ok(Etcd::reader(client, &target.endpoints, prefix).over_tls(target.tls.is_some()))
+    candidate: |target, open| Ok(Etcd::new(self::open(target).await?, target, open)),
+    reader: |target, open| Ok(Etcd::reader(self::open(target).await?, target, open)),
 }
 
 /// Connects, retrying for up to `--connect-timeout` (connecting authenticates when a user is
