@@ -303,6 +303,7 @@ async fn lead_with<B: Store>(
     health: Option<crate::run::health::Checker>,
     report: crate::run::Reporter,
 ) -> anyhow::Result<u8> {
+    let held_report = report.clone();
     let mut runner = Runner {
         settings,
         backend,
@@ -321,7 +322,9 @@ async fn lead_with<B: Store>(
     tokio::select! {
         biased;
         code = run => code,
-        () = crate::run::held::export(backend, settings) => unreachable!("export never returns"),
+        () = crate::run::held::export(backend, settings, &held_report) => {
+            unreachable!("export never returns")
+        }
     }
 }
 

@@ -1,12 +1,13 @@
 //! The clock that leadership deadlines are measured on.
 //!
-//! The safety argument (stated once in `src/election/mod.rs`) compares our local deadline with the
-//! claim's end on the store's side. The store's clock keeps running while this machine is suspended
-//! (or this VM is paused), so ours must too: CLOCK_MONOTONIC (and with it `std::time::Instant` and
-//! tokio's timers) stops during suspend, CLOCK_BOOTTIME does not. A deadline kept on the monotonic
-//! clock would be judged "still in the future" after a resume although the lease has long expired
-//! on the server. Timers are therefore timerfds on CLOCK_BOOTTIME with absolute expiry: they fire
-//! at the right instant even when the machine slept through it.
+//! The safety argument (stated once in `src/election/contract.rs`) compares our local deadline with
+//! the claim's end on the store's side. The store's clock keeps running while this machine is
+//! suspended (or this VM is paused), so ours must too: CLOCK_MONOTONIC (and with it
+//! `std::time::Instant` and tokio's timers) stops during suspend, CLOCK_BOOTTIME does not. A
+//! deadline kept on the monotonic clock would be judged "still in the future" after a resume
+//! although the lease has long expired on the server. Timers are therefore timerfds on
+//! CLOCK_BOOTTIME with absolute expiry: they fire at the right instant even when the machine slept
+//! through it.
 //!
 //! Instants are plain `Duration`s since the clock's origin, so the renewal logic can be tested on
 //! tokio's paused clock through the same trait.

@@ -1,10 +1,12 @@
-//! The source tree keeps the architecture DESIGN.md draws: floors, imports pointing down only,
-//! and one store door. A module may use what is on its own floor or below (never a circle between
+//! The source tree keeps the architecture DESIGN.md draws: floors, imports pointing down only, and
+//! one store door. A module may use what is on its own floor or below (never a circle between
 //! top-level modules); nothing above `src/election/` names a store, a store's type or a store's
-//! crate; no source file grows past the size a reader can hold in mind. The checks read the
-//! sources as text (comments and string literals removed), so a new module or file is checked the
-//! moment it exists — and a new top-level module must be given a floor here, and a place in
-//! docs/development.md's layout table, which is checked against these floors too.
+//! crate; the store contract is one file (`src/election/contract.rs`), the only one to declare the
+//! traits a store implements, and names no store; no source file grows past the size a reader can
+//! hold in mind. The checks read the sources as text (comments and string literals removed), so a
+//! new module or file is checked the moment it exists — and a new top-level module must be given a
+//! floor here, and a place in docs/development.md's layout table, which is checked against these
+//! floors too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -50,6 +52,27 @@ const STORE_NAMES: &[&str] = &[
     "election::postgres",
     "election::zookeeper",
 ];
+
+/// The file that states the store contract: the traits a store implements, the look at an
+/// endpoint that does not answer as the store, and what every store is opened with.
+const CONTRACT: &str = "src/election/contract.rs";
+
+/// What only the contract declares under src/election/, each once.
+const CONTRACT_ITEMS: &[&str] = &[
+    "trait Keeper",
+    "trait Campaign",
+    "trait Read",
+    "trait Records",
+    "trait Handover",
+    "trait Describe",
+    "trait MismatchProbe",
+    "trait Store",
+    "trait Door",
+    "struct Open",
+];
+
+/// The store folders under src/election/, which the contract does not name either.
+const STORE_FOLDERS: &[&str] = &["etcd", "mysql", "postgres", "zookeeper"];
 
 /// The most lines a source file under src/, bench/ or tests/ may have: a file longer than this
 /// holds more than one concern, tests included.
@@ -300,6 +323,46 @@ fn problems(files: &[(String, String, String)]) -> Vec<String> {
     found
 }
 
+/// Problems with the store contract in one tree of sources: a contract item declared anywhere
+/// under src/election/ but in [`CONTRACT`] (or not there, or twice), and a store named in the
+/// contract's code.
+fn contract_problems(files: &[(String, String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut declared: BTreeMap<&str, usize> = BTreeMap::new();
+    for (module, name, source) in files {
+        if module != "election" {
+            continue;
+        }
+        let code = code_only(source);
+        for item in CONTRACT_ITEMS {
+            for line in mentions(&code, item) {
+                if name == CONTRACT {
+                    *declared.entry(item).or_default() += 1;
+                } else {
+                    found.push(format!(
+                        "{name}:{line}: `{item}` is declared outside the store contract ({CONTRACT})"
+                    ));
+                }
+            }
+        }
+        if name == CONTRACT {
+            for store in STORE_NAMES.iter().chain(STORE_FOLDERS) {
+                for line in mentions(&code, store) {
+                    found.push(format!("{name}:{line}: the store contract names `{store}`"));
+                }
+            }
+        }
+    }
+    for item in CONTRACT_ITEMS {
+        match declared.get(item).copied().unwrap_or(0) {
+            1 => {}
+            0 => found.push(format!("`{item}` is not declared in {CONTRACT}")),
+            n => found.push(format!("`{item}` is declared {n} times in {CONTRACT}")),
+        }
+    }
+    found
+}
+
 fn sources() -> Vec<(String, String, String)> {
     let src = root().join("src");
     let mut paths = Vec::new();
@@ -323,6 +386,14 @@ fn imports_point_down_the_floors_and_only_election_names_a_store() {
         "the source tree leaves DESIGN.md's architecture:\n{}",
         found.join("\n")
     );
+}
+
+/// The store contract is one file: only it declares the traits a store implements (and
+/// `Open`), and its code names no store, so what it asks is the same of every store.
+#[test]
+fn the_store_contract_is_one_file_that_names_no_store() {
+    let found = contract_problems(&sources());
+    assert_eq!(found, Vec::<String>::new(), "the store contract leaks");
 }
 
 #[test]
@@ -447,6 +518,46 @@ fn the_floor_checks_catch_what_they_guard() {
         "{found:#?}"
     );
     assert_eq!(found.len(), 6, "{found:#?}");
+    let contract =
+        |name: &str, source: &str| ("election".to_owned(), name.to_owned(), source.to_owned());
+    let whole = CONTRACT_ITEMS
+        .iter()
+        .map(|item| format!("pub {item} {{}}\n"))
+        .collect::<String>();
+    assert_eq!(
+        contract_problems(&[contract(CONTRACT, &whole)]),
+        Vec::<String>::new()
+    );
+    let strayed = contract_problems(&[
+        contract(
+            CONTRACT,
+            &format!("{whole}/// Like etcd's.\nfn probe() {{ crate::election::etcd::probe(); }}\n"),
+        ),
+        contract(
+            "src/election/mod.rs",
+            "pub trait Read {}\npub trait Reader {}\n",
+        ),
+        contract("src/election/any.rs", "// pub trait Door\n"),
+        (
+            "telemetry".into(),
+            "src/telemetry/http.rs".into(),
+            "struct Open;\n".into(),
+        ),
+    ]);
+    assert_eq!(
+        strayed,
+        [
+            "src/election/contract.rs:12: the store contract names `election::etcd`",
+            "src/election/contract.rs:12: the store contract names `etcd`",
+            "src/election/mod.rs:1: `trait Read` is declared outside the store contract (src/election/contract.rs)",
+        ],
+        "{strayed:#?}"
+    );
+    let missing = contract_problems(&[contract(CONTRACT, "pub trait Keeper {}\n")]);
+    assert!(
+        missing.contains(&"`trait Door` is not declared in src/election/contract.rs".to_owned()),
+        "{missing:#?}"
+    );
     let circle = problems(&[
         file("lease", "use crate::lease::a;\n"),
         file("telemetry", "use crate::ended::A;\n"),

@@ -3,17 +3,17 @@
 //! [`Connection::open_reader`] open it as an [`AnyStore`], which implements every store trait by
 //! handing each call to the store inside.
 //!
-//! Every store has one shape, [`Door`], and one line in the list `with_stores!` below; the enums
-//! and every delegation in this file are generated from that list. Only the list (and the `mod`
-//! lines of mod.rs) names the stores.
+//! Every store has one shape, [`Door`] (the store contract, contract.rs), and one line in the list
+//! `with_stores!` below; the enums and every delegation in this file are generated from that list.
+//! Only the list (and the `mod` lines of mod.rs) names the stores.
 
-use std::fmt;
 use std::time::Duration;
 
 use super::flags::{self, StoreFlags};
 use super::{
-    Ahead, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
-    LeaseTiming, Observation, RawRecord, Read, Records, Renewal, Scope, Store, StoreError, Turn,
+    Ahead, Campaign, Candidacy, Describe, Door, Election, Handover, Keeper, Leader, LeaseTime,
+    LeaseTiming, MismatchProbe, Observation, Open, RawRecord, Read, Records, Renewal, Scope,
+    StoreError, Turn,
 };
 use crate::exit::Failure;
 use crate::redact::redact_password;
@@ -41,57 +41,6 @@ macro_rules! with_stores {
 /// Where the run form and the subcommands look when neither `--endpoints` nor the environment
 /// names a store: a local etcd.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:2379";
-
-/// One store's shape, as the door sees it: the schemes of `--endpoints` that select it, its own
-/// check of what they and the TLS and credential flags say, and its two constructors. Each store
-/// implements it in its `target.rs`.
-pub trait Door: Store + Sized {
-    /// The store's name in messages, as [`Describe::store_name`] gives it.
-    const NAME: &'static str;
-    /// The schemes that select it (lower case, without `://`), as messages list them; the first
-    /// is the one suggested for a typo of the store's name.
-    const SCHEMES: &'static [&'static str];
-    /// Other spellings of a scheme that select it, which messages do not list (`postgresql`).
-    const SPELLINGS: &'static [&'static str];
-    /// How a scheme that is none of these but means this store begins: the store's name or a
-    /// common short form of it (`zookeeper://`, `pgsql://`), refused with its first scheme
-    /// suggested. Without these, a typo would be pointed to the scheme nearest in spelling.
-    const ALIASES: &'static [&'static str];
-    /// What `--endpoints` and the TLS and credential flags say for this store, checked.
-    type Target: Clone + fmt::Debug;
-
-    /// Checks the endpoints (one at least has one of [`Door::SCHEMES`], or for the first store
-    /// of the list, none has another store's), reads the TLS files and the credentials. Bad input
-    /// is refused with one line naming the flag, never echoing a password; a list that mixes
-    /// stores is refused here. Nothing is contacted.
-    fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Self::Target, Failure>;
-
-    /// Opens the store for a candidate of `open.scope`'s election, whose lease must cover
-    /// `open.timing`.
-    fn candidate(target: &Self::Target, open: Open) -> impl Future<Output = Result<Self, Failure>>;
-
-    /// Opens the store for reading and administration (`status`, `watch`, `check`, `resign`,
-    /// `status --all`): it campaigns for nothing and holds no lease.
-    fn reader(target: &Self::Target, open: Open) -> impl Future<Output = Result<Self, Failure>>;
-}
-
-/// What a store is opened with, as a candidate ([`Door::candidate`]) or a reader
-/// ([`Door::reader`]).
-#[derive(Clone, Debug)]
-pub struct Open {
-    /// Which election. A reader of every election under the prefix (`status --all`) has an empty
-    /// lease, which no election has (validate.rs refuses an empty `--lease`).
-    pub scope: Scope,
-    /// The candidate's identity; empty for a reader.
-    pub identity: String,
-    /// What the candidate's lease must cover. Zero for a reader, which holds no lease: each
-    /// store bounds a reader's requests by the connect timeout instead.
-    pub timing: LeaseTiming,
-    /// `--connect-timeout`: bounds the first contact.
-    pub connect_timeout: Duration,
-    /// `--max-holders` N; 1 for a reader.
-    pub max_holders: u32,
-}
 
 /// A store's entry in [`DOORS`]: its [`Door`] constants, and its `parse` giving its own variant
 /// of [`Target`].
@@ -514,8 +463,8 @@ impl Describe for AnyStore {
         each!(self, store => store.delete_record_hint(key))
     }
 
-    fn etcd_tls(&self) -> Option<bool> {
-        each!(self, store => store.etcd_tls())
+    fn probe_mismatch(&self) -> Option<Box<dyn MismatchProbe>> {
+        each!(self, store => store.probe_mismatch())
     }
 }
 

@@ -1,81 +1,26 @@
 //! The store door: everything that knows which store holds the election.
 //!
-//! The store traits are cut by capability, not by store, and say once what every store must
-//! guarantee for the safety argument to hold: [`Campaign`] (join, wait, lead, release),
-//! [`Read`] (what observers see), [`Records`] (fenced records beside the election),
-//! [`Handover`] (`resign` and `resign --force`), [`Describe`] (names and addresses for
-//! messages). [`Store`] is all of them. [`any::Connection`] parses `--endpoints` and the TLS and
-//! credential flags ([`flags::StoreFlags`], filled by validate.rs) by asking the store the
-//! scheme names, and opens it as an [`any::AnyStore`]. Each store owns its URL parsing, TLS and
-//! credentials in its own folder (`etcd/`, `postgres/`, `zookeeper/`, each with `target.rs`).
+//! - `contract.rs`: the store contract, the traits a store implements ([`Campaign`] with its
+//!   [`Keeper`], [`Read`], [`Records`], [`Handover`], [`Describe`]; [`Store`] is all of them;
+//!   [`Door`] and [`Open`]), with the safety argument and what every store guarantees stated
+//!   once at its top. It names no store.
+//! - this file: what the traits speak of ([`Scope`], [`Candidacy`], [`Turn`], [`Observation`],
+//!   [`StoreError`], …), the wait for a turn, and the first contact with a store ([`Reach`],
+//!   [`first_contact`]: a refusal on every endpoint, a store that does not answer in time, and
+//!   the store's own look at what answers instead, [`Describe::probe_mismatch`]).
+//! - [`any`]: [`any::Connection`] parses `--endpoints` and the TLS and credential flags
+//!   ([`flags::StoreFlags`], filled by validate.rs) by asking the stores of its one list the
+//!   scheme names, and opens the one they name as an [`any::AnyStore`].
+//! - one folder per store (`etcd/`, `postgres/`, `zookeeper/`, `mysql/`), each owning its URL
+//!   parsing, TLS and credentials (`target.rs`, with its [`Door`]); `rows/` for what the stores
+//!   of rows share.
 //!
 //! Nothing above this module knows which store it is talking to, and nothing here imports
 //! from above it (validation, cli, the run form, the subcommands).
-//!
-//! # The safety argument, stated once
-//!
-//! For one lease name the commands of different instances never run at the same time, and
-//! successive holders' tokens strictly increase, on every store alike. The code above this module
-//! keeps the argument without knowing the store, and points here; each store's part of it is a
-//! guarantee of [`Campaign`] (and [`Keeper`]):
-//!
-//! 1. **A claim cannot end on the server before the instant the request that proved it was
-//!    sent, plus the TTL.** etcd starts a lease's TTL when it processes the keep-alive, after it
-//!    was sent; a ZooKeeper session, with the timeout negotiated on the current connection, runs
-//!    out only that long after the last request the server heard; a PostgreSQL row that was not
-//!    released is taken over only after the taker has seen it unchanged for a full TTL on its own
-//!    CLOCK_BOOTTIME, which begins after the holder's last renewal committed (the rule of every
-//!    row store, argued once in [`rows`]). No store's wall
-//!    clock decides a takeover.
-//! 2. **The local deadline counts from the send instant.** A renewal answered "alive" proves the
-//!    claim until at least its send instant + TTL; the leader's deadline is that send instant +
-//!    `--renew-deadline` (`lease/renewal.rs`), on CLOCK_BOOTTIME (`clock.rs`), which keeps running
-//!    through a suspend as the server's clock does. A late answer is never credited to a newer
-//!    send instant (an attempt not answered within `--retry-period` is abandoned and the keeper
-//!    reset, [`Keeper::reset`]), and an answer that does not come is a loss once the deadline
-//!    passes: the deadline is a timer of its own, since a hung store never answers.
-//! 3. **Stepping down fits inside the claim.** At the deadline the command's whole group gets
-//!    `--kill-signal`, then SIGKILL after `--kill-after`; validation keeps `renew_deadline +
-//!    kill_after + margin <= ttl` (`lease/timing.rs`, `Timing::needed`), so the group is gone
-//!    before the claim can end. A stop noticed too late for its grace to end inside the claim
-//!    (leader-exec was paused) SIGKILLs at once (`Timing::grace_fits`).
-//! 4. **Any doubt is a loss.** A renewal answered "expired" or the claim's own key deleted
-//!    ([`Campaign::key_gone`]) ends leadership with SIGKILL at once: another instance may lead
-//!    already.
-//! 5. **Leadership is decided atomically** ([`Campaign::check_turn`]), with a token above every
-//!    earlier token of the name, and at no instant do more than `--max-holders` claims stand.
-//! 6. **A claim is released only once the command's whole group is gone** (`run/release.rs`); a
-//!    group that cannot be made gone leaves the claim to expire.
-//!
-//! A store restart is the store's own matter: etcd and ZooKeeper give every lease or session a
-//! full TTL again ([`Describe::restart_resets_leases`]), which makes a dead leader stay listed
-//! longer and never shortens a live claim. The same argument for operators is docs/safety.md,
-//! with each store's page for its lease, token and clock.
-//!
-//! A new (fourth) store touches, file by file:
-//! - `src/election/NEW/mod.rs` (and more files beside it as it grows): a type implementing
-//!   [`Campaign`], [`Read`], [`Records`], [`Handover`] and [`Describe`], and a [`Keeper`].
-//! - `src/election/NEW/target.rs`: the type's [`any::Door`]: its schemes, `parse(endpoints,
-//!   StoreFlags)` refusing bad input with one line naming the flag, never echoing a password, and
-//!   a candidate and a reader constructor from one [`any::Open`] (scope, identity,
-//!   [`LeaseTiming`], connect timeout, N).
-//! - `src/election/any.rs`: one line in its store list, `with_stores!`, from which the enums, the
-//!   scheme table and every delegation are generated; a case in `the_scheme_picks_the_store`.
-//! - `src/election/mod.rs`: one `pub mod NEW;` line (written out, not generated from the list:
-//!   rustfmt finds a module's files only through a `mod` line it can read).
-//! - `tests/harness/NEW.rs` (with its two lines in `tests/harness/mod.rs`): one `Store` impl that
-//!   starts the server on free loopback ports;
-//!   `tests/stores.rs`: one entry in `with_stores!` (the integration tests' store-independent
-//!   list, the chaos suite and the benchmarks all read it); `tests/floors.rs`: the store's crate
-//!   and type names in `STORE_NAMES`.
-//! - `bench/templates/NEW.md.in`: the prose of its benchmark report.
-//! - README.md, a page `docs/NEW.md` (listed in Cargo.toml's deb assets and install.sh's FILES,
-//!   which `tests/docs.rs` checks), and the `--endpoints` help in `src/cli.rs` (then regenerate
-//!   man/ and completions/): the scheme and what the store guarantees.
-//! - `.ci/run`: the Debian package of its server.
 
 pub mod any;
 pub mod bounded;
+mod contract;
 pub mod etcd;
 #[cfg(test)]
 pub mod fake;
@@ -87,6 +32,12 @@ pub mod zookeeper;
 
 use std::fmt;
 use std::time::Duration;
+
+pub(crate) use contract::door;
+pub use contract::{
+    Campaign, Describe, Door, Handover, Keeper, MismatchProbe, Open, Read, Records, Store,
+    is_request_for,
+};
 
 /// Which election: the lease name and the key prefix, validated (validate.rs).
 #[derive(Clone, Debug)]
@@ -304,287 +255,6 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// Renews one lease, one round trip at a time.
-pub trait Keeper {
-    /// Sends one renewal and waits for its answer.
-    ///
-    /// The caller may drop this future (a timeout); it then calls `reset` before the next
-    /// renewal, so that a late answer to an abandoned request is never taken for the answer to
-    /// a newer one.
-    fn renew(&mut self) -> impl Future<Output = Result<Renewal, StoreError>>;
-
-    /// Forgets any request in flight (for etcd: drops the keep-alive stream).
-    fn reset(&mut self);
-}
-
-/// Joining the election, waiting for a turn, leading, and leaving.
-///
-/// What a store must guarantee:
-/// - `campaign` joins the election. A store with candidate leases (etcd, ZooKeeper's session)
-///   creates a lease that cannot expire on the server before the request was sent plus the
-///   TTL, and a candidate key bound to it, ordered by a number that only grows. A store with one
-///   lease row per name (PostgreSQL) only names the row here: a waiter holds nothing on the
-///   server.
-/// - `check_turn` decides leadership atomically and answers `Turn::Leading` with the fencing
-///   token, which may be known only then (PostgreSQL: the row's token after the acquiring
-///   UPDATE). A lease acquired by `check_turn` cannot expire on the server before the request
-///   was sent plus the TTL. Tokens of successive leaders of one name strictly increase and never
-///   reset.
-/// - a renewal ([`Keeper::renew`]) that answers "alive" extended the lease to at least its send
-///   instant plus the TTL; "expired" means the lease is gone for good. A waiter of a store
-///   without candidate leases has nothing to renew: its keeper answers "alive" without a
-///   request.
-/// - with `--max-holders` N (given to the store's candidate constructor), up to N candidacies of
-///   one name hold at once: `check_turn` answers `Leading` only while fewer than N others hold,
-///   decided atomically like a single leader's, so that at no instant do more than N claims of
-///   one name stand on the server. Each holder's token is strictly greater than every token
-///   issued earlier for the name. A candidacy that meets instances with another N answers
-///   `Turn::Mismatch` (its release then leaves nothing behind). A waiter is woken only when it
-///   may hold (herd-free) where the store allows. N = 1 writes exactly the keys, rows and nodes
-///   earlier versions wrote.
-pub trait Campaign {
-    type Keeper: Keeper;
-
-    /// Joins the election: a new lease and a candidate key attached to it.
-    fn campaign(&self) -> impl Future<Output = Result<Candidacy, StoreError>>;
-
-    /// A keeper for the candidacy's lease.
-    fn keeper(&self, candidacy: &Candidacy) -> Self::Keeper;
-
-    /// One atomic look at the line.
-    fn check_turn(&self, candidacy: &Candidacy) -> impl Future<Output = Result<Turn, StoreError>>;
-
-    /// Completes when the candidate ahead of `candidacy` may be gone (its key deleted after the
-    /// answer that named it, a release announced, its lease run out). Waking too early is
-    /// allowed (the caller looks again); missing a handover is not.
-    fn predecessor_gone(
-        &self,
-        candidacy: &Candidacy,
-        ahead: &Ahead,
-    ) -> impl Future<Output = Result<(), StoreError>>;
-
-    /// Called once `predecessor_gone(ahead)` completed without error: where that wake-up alone
-    /// proves the candidacy may take its turn (every other fact `check_turn` would read again
-    /// was read with `ahead` and cannot have changed against it since), the store takes it at
-    /// once, one request less on the handover path. `None`: look again with `check_turn`.
-    fn turn_on_wake(
-        &self,
-        _candidacy: &Candidacy,
-        _ahead: &Ahead,
-    ) -> impl Future<Output = Option<Result<Turn, StoreError>>> {
-        std::future::ready(None)
-    }
-
-    /// Completes once the candidacy's own key has been deleted. Retries through store outages
-    /// on its own; the renewal deadline covers the time it cannot see the store. A store that
-    /// cannot tell (a taken row shows up as a renewal answering "expired") never completes it.
-    fn key_gone(&self, candidacy: &Candidacy) -> impl Future<Output = ()>;
-
-    /// Gives up this candidacy's own claim at once (revokes its lease, releases its row, closes
-    /// its session), so the next in line need not wait for it to expire.
-    fn release_claim(&self, candidacy: &Candidacy) -> impl Future<Output = Result<(), StoreError>>;
-
-    /// Turns the claim `candidacy` holds (it has just answered `Turn::Leading`) into a held slot
-    /// (`leader-exec hold`): a claim that stays with no process behind it, counts against N like
-    /// any holder's, and ends when it is removed ([`Handover::remove_claim`], `release`) or once
-    /// `bound` has passed since it was held, whichever comes first, by no store's wall clock:
-    /// etcd moves the key to a lease with TTL `bound` that nobody keeps alive; PostgreSQL and
-    /// ZooKeeper persist the claim and let it go by the rule they use for a holder that crashed
-    /// (a waiter that has seen it unchanged for `bound` on its own CLOCK_BOOTTIME takes it
-    /// over). The claim keeps its place; its token stays or rises (ZooKeeper: the zxid of a
-    /// write made after the claim was turned). Answers the held candidacy (token, key and lease
-    /// as readers now see them), or `None` when the claim was gone before it could be turned.
-    /// The caller then exits without `release_claim`.
-    fn hold_claim(
-        &self,
-        candidacy: &Candidacy,
-        bound: Duration,
-    ) -> impl Future<Output = Result<Option<Candidacy>, StoreError>>;
-
-    /// How long after its send instant a request that proved the lease keeps it, when the store
-    /// keeps it for less than `--ttl`: ZooKeeper's session timeout, negotiated on the session's
-    /// current connection, which the server may clamp below what was asked (never below
-    /// `--renew-deadline + --kill-after + margin`, or leadership is already lost). None: `--ttl`
-    /// (etcd refuses a shorter lease; PostgreSQL's row holds the TTL it was written with).
-    fn lease_length(&self) -> Option<Duration> {
-        None
-    }
-}
-
-/// Reading the election from outside: what `status`, `watch`, `check` and `status --all` show.
-///
-/// What a store must guarantee: every read is linearizable (it sees every write that completed
-/// before it was sent), and one answer is one consistent view (one revision, one transaction).
-pub trait Read {
-    /// Reads who leads and how many stand in line.
-    fn read_election(&self) -> impl Future<Output = Result<Observation, StoreError>>;
-
-    /// Completes when anything in the election may have changed since `seen` was read. Waking
-    /// too early is allowed (the caller reads again).
-    fn changed_since(&self, seen: &Observation) -> impl Future<Output = Result<(), StoreError>>;
-
-    /// Every election under `prefix` (names not starting with `.`), read in one consistent
-    /// view, sorted by name.
-    fn list_elections(
-        &self,
-        prefix: &str,
-    ) -> impl Future<Output = Result<Vec<Election>, StoreError>>;
-
-    /// Time left on the leader's lease; `None` when it no longer exists.
-    fn lease_time(
-        &self,
-        leader: &Leader,
-    ) -> impl Future<Output = Result<Option<LeaseTime>, StoreError>>;
-}
-
-/// Records kept beside the election (occurrences, the leader's state).
-///
-/// What a store must guarantee: a fenced write commits only while the writer's claim still
-/// stands with its token, checked in the same transaction as the write; a write the fence
-/// rejects leaves nothing behind.
-pub trait Records {
-    /// Reads a record (outside the election).
-    fn read_record(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>>;
-
-    /// Writes a record only while `candidacy` still holds its claim with its token (a fenced
-    /// write), kept for `retention`, after which the store deletes it (or readers treat it as
-    /// absent). `Ok(false)`: the fence rejected the write — this candidacy no longer leads.
-    fn write_fenced(
-        &self,
-        candidacy: &Candidacy,
-        key: &str,
-        value: Vec<u8>,
-        retention: Duration,
-    ) -> impl Future<Output = Result<bool, StoreError>>;
-
-    /// Every record under `prefix`: (key without the prefix, value), both as bytes.
-    fn list_records(
-        &self,
-        prefix: &str,
-    ) -> impl Future<Output = Result<Vec<RawRecord>, StoreError>>;
-
-    /// Puts `value` under `key` for as long as the candidacy's own lease lives (so it goes
-    /// with the lease), only while the candidacy still holds its claim with its token.
-    /// `Ok(false)`: the fence said no.
-    fn put_on_lease_fenced(
-        &self,
-        candidacy: &Candidacy,
-        key: &str,
-        value: Vec<u8>,
-    ) -> impl Future<Output = Result<bool, StoreError>>;
-}
-
-/// Handing leadership over on request, and removing a claim (`resign`, `resign --force`).
-///
-/// What a store must guarantee: a request and a removal reach only the leader they name — each
-/// is checked against that leader's token in the same transaction — never a later one.
-pub trait Handover: Records {
-    /// Asks `leader` to hand over (`resign`): writes the leader's token (decimal) under `key`
-    /// only while that leader still leads with that token — the write is fenced by the
-    /// leader's own claim, so a request can never reach a later leader — kept for at most
-    /// `retention`, after which readers treat it as absent. `Ok(false)`: the fence said no,
-    /// that leader no longer leads. `key` lies outside every election (`PREFIX .resign/NAME`):
-    /// other tools reading the election never take it for a candidate.
-    ///
-    /// The default is a fenced record write in the leader's name; a store whose fenced writes
-    /// also compare the writer's identity overrides it.
-    fn request_handover(
-        &self,
-        leader: &Leader,
-        key: &str,
-        retention: Duration,
-    ) -> impl Future<Output = Result<bool, StoreError>> {
-        let fence = Candidacy {
-            lease_id: None,
-            // Not UTF-8 (a key some other tool wrote): no claim of ours can match it, and the
-            // lossy key matches nothing, so the fence says no.
-            key: String::from_utf8_lossy(&leader.key).into_owned(),
-            place: leader.token,
-            token: leader.token,
-        };
-        let value = leader.token.to_string().into_bytes();
-        async move { self.write_fenced(&fence, key, value, retention).await }
-    }
-
-    /// Completes once `key` holds a handover request for this candidacy's token (see
-    /// [`Handover::request_handover`]); a request for another token is not ours. Retries
-    /// through store outages on its own (the renewal deadline covers the time it cannot see the
-    /// store).
-    ///
-    /// The default looks every `poll` (a read per look); a store that can watch a key
-    /// overrides it and wakes at once.
-    fn handover_requested(
-        &self,
-        candidacy: &Candidacy,
-        key: &str,
-        poll: Duration,
-    ) -> impl Future<Output = ()> {
-        let wanted = candidacy.token;
-        async move {
-            loop {
-                match self.read_record(key).await {
-                    Ok(Some(value)) if is_request_for(&value, wanted) => return,
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(error = %e, "reading handover requests failed"),
-                }
-                tokio::time::sleep(poll).await;
-            }
-        }
-    }
-
-    /// Whether a candidacy that leads always leads with its place as token (etcd: the
-    /// create-revision of its key). Then the watch for requests is set up with the candidacy and
-    /// polled while it waits (`handover_requested` with `candidacy.leading(candidacy.place)`),
-    /// so that no request is left to make once it leads; elsewhere the token is known only then.
-    fn token_is_place(&self) -> bool {
-        false
-    }
-
-    /// Removes `leader`'s claim only while it still holds `leader.token`, in one transaction
-    /// (a claim that still has its token still leads if it led, and no later claim can get
-    /// that token). `Ok(false)`: the claim is gone or was made anew.
-    fn remove_claim(&self, leader: &Leader) -> impl Future<Output = Result<bool, StoreError>>;
-}
-
-/// What a store is, for messages and for the safety arithmetic.
-pub trait Describe {
-    /// The store's name in messages ("etcd", "PostgreSQL", "ZooKeeper").
-    fn store_name(&self) -> &'static str;
-
-    /// Where the store is, as messages show it: `--endpoints` with any password removed.
-    fn shown(&self) -> String;
-
-    /// The TCP addresses (host, port) the endpoints name, probed to tell a refused connection
-    /// from silence. Empty where one cannot be probed (a Unix socket): never taken as refused.
-    fn addresses(&self) -> Vec<(String, u16)>;
-
-    /// Whether a restart of the store gives every lease a full TTL again (etcd's leases and
-    /// ZooKeeper's sessions; PostgreSQL keeps `expires_at`).
-    fn restart_resets_leases(&self) -> bool;
-
-    /// A command an operator can run to delete record `key` (shown in log messages).
-    fn delete_record_hint(&self, key: &str) -> String;
-
-    /// For etcd, whether its endpoints are reached over TLS: a first contact that fails looks
-    /// at what answers there ([`etcd::probe`]). `None` for the other stores.
-    fn etcd_tls(&self) -> Option<bool> {
-        None
-    }
-}
-
-/// A store with every capability: what the run form and the subcommands are written against.
-pub trait Store: Campaign + Read + Records + Handover + Describe {}
-
-impl<T: Campaign + Read + Records + Handover + Describe> Store for T {}
-
-/// Whether a handover request (the value under the request key) names `token`.
-pub fn is_request_for(value: &[u8], token: i64) -> bool {
-    std::str::from_utf8(value)
-        .ok()
-        .and_then(|text| text.trim().parse::<i64>().ok())
-        == Some(token)
-}
-
 /// Waits until the candidacy leads (`Turn::Leading`) or is gone (`Turn::Gone`), watching only the
 /// candidate just ahead of it, as etcd's election recipe does, so a handover wakes one waiter.
 /// Store errors are retried after `backoff`; the renewal deadline bounds how long that may go on.
@@ -707,8 +377,8 @@ pub struct Reach {
     pub store: &'static str,
     pub shown: String,
     pub addresses: Vec<(String, u16)>,
-    /// See [`Describe::etcd_tls`].
-    pub etcd_tls: Option<bool>,
+    /// See [`Describe::probe_mismatch`].
+    pub mismatch: Option<Box<dyn MismatchProbe>>,
 }
 
 impl Reach {
@@ -717,7 +387,7 @@ impl Reach {
             store: backend.store_name(),
             shown: backend.shown(),
             addresses: backend.addresses(),
-            etcd_tls: backend.etcd_tls(),
+            mismatch: backend.probe_mismatch(),
         }
     }
 
@@ -736,11 +406,12 @@ impl Reach {
     }
 
     /// The whole message when an endpoint plainly answers as something other than the store
-    /// (see [`etcd::probe`]); `None` when the look decides nothing.
+    /// (the store's [`MismatchProbe`]); `None` when the look decides nothing, or the store has
+    /// no look to take.
     pub async fn not_the_store(&self) -> Option<String> {
-        let tls = self.etcd_tls?;
+        let probe = self.mismatch.as_ref()?;
         for (host, port) in &self.addresses {
-            if let Some(found) = etcd::probe::not_etcd(host, *port, tls).await {
+            if let Some(found) = probe.look(host, *port).await {
                 return Some(format!("{} at {}: {found}", self.store, self.shown));
             }
         }
@@ -857,7 +528,7 @@ mod tests {
             shown: "http://192.0.2.1:2379".into(),
             // Nothing to probe: never taken as refused.
             addresses: Vec::new(),
-            etcd_tls: None,
+            mismatch: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Renewing the lease, and the local deadline that decides when we can no longer prove we lead.
 //!
-//! The safety argument is stated once, in the store contract (`src/election/mod.rs`, "The safety
-//! argument"); this is its renewal part, the same on every store:
+//! The safety argument is stated once, in the store contract (`src/election/contract.rs`, "The
+//! safety argument"); this is its renewal part, the same on every store:
 //! - The store cannot end a claim before (instant the renewal request was *sent*) + TTL. So every
 //!   renewal that comes back "alive" proves the claim lives until at least its send instant +
 //!   TTL. Our deadline is that send instant + `renew_deadline`.
@@ -28,6 +28,8 @@ use crate::clock::Clock;
 use crate::election::{Keeper, Renewal};
 use crate::ended::Ended;
 use crate::lease::timing::Timing;
+use crate::telemetry::event::{Event, Reporter};
+use crate::telemetry::metrics::Renewed;
 
 /// The instant (on the boot clock) until which the lease is proven to be ours.
 /// Shared between the renewal loop, which extends it, and the state machine, which reads it.
@@ -64,13 +66,15 @@ impl Deadline {
 /// Renews every `retry_period` until the deadline passes or the lease is reported expired.
 ///
 /// `confirmed` is the send instant of the request that last proved the lease alive (the grant).
-/// Never completes while renewals keep succeeding.
+/// Never completes while renewals keep succeeding. Each renewal answered or abandoned is reported
+/// as [`Event::Renewed`] (emitting never waits).
 pub async fn keep_renewing<K: Keeper, C: Clock>(
     keeper: &mut K,
     clock: &C,
     timing: Timing,
     confirmed: Duration,
     deadline: &Deadline,
+    report: Reporter,
 ) -> Ended {
     let missed = Ended::DeadlineMissed {
         renew_deadline: timing.renew_deadline,
@@ -92,12 +96,17 @@ pub async fn keep_renewing<K: Keeper, C: Clock>(
             _ = clock.sleep_until(sent + timing.retry_period) => None,
             answer = keeper.renew() => Some(answer),
         };
-        crate::telemetry::metrics::renewal(
-            outcome.as_ref(),
+        report.emit(Event::Renewed {
+            outcome: match &outcome {
+                Some(Ok(Renewal::Alive)) => Renewed::Ok,
+                Some(Ok(Renewal::Expired)) => Renewed::Expired,
+                Some(Err(_)) => Renewed::Error,
+                None => Renewed::Timeout,
+            },
             sent,
-            clock.now(),
-            timing.renew_deadline,
-        );
+            latency: clock.now().saturating_sub(sent),
+            deadline: sent + timing.renew_deadline,
+        });
         match outcome {
             Some(Ok(Renewal::Alive)) => {
                 deadline.extend_to(sent + timing.renew_deadline);
@@ -132,7 +141,30 @@ mod tests {
     use super::*;
     use crate::clock::TokioClock;
     use crate::election::StoreError;
+    use crate::telemetry::event::Report;
     use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    /// Keeps every event reported.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<Event>>>);
+
+    impl Report for Recorder {
+        fn emit(&self, event: &Event) {
+            self.0.lock().unwrap().push(event.clone());
+        }
+    }
+
+    /// The renewal loop with the test timing, from `confirmed`, reporting to nobody.
+    fn renewing<'a>(
+        keeper: &'a mut ScriptedKeeper,
+        clock: &'a TokioClock,
+        confirmed: Duration,
+        deadline: &'a Deadline,
+    ) -> impl Future<Output = Ended> + 'a {
+        let quiet = Reporter::new(Recorder::default());
+        keep_renewing(keeper, clock, timing(), confirmed, deadline, quiet)
+    }
 
     /// What one renewal does: answer after a delay, or never.
     #[derive(Clone, Debug)]
@@ -219,7 +251,7 @@ mod tests {
         let deadline = Deadline::new(Duration::ZERO, timing());
         let outcome = tokio::time::timeout(
             600 * S,
-            keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline),
+            renewing(&mut keeper, &clock, Duration::ZERO, &deadline),
         )
         .await;
         assert!(
@@ -240,7 +272,7 @@ mod tests {
         let resets = keeper.resets.clone();
         let sends = keeper.sends.clone();
         let deadline = Deadline::new(Duration::ZERO, timing());
-        let lost = keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
+        let lost = renewing(&mut keeper, &clock, Duration::ZERO, &deadline).await;
         assert_eq!(
             lost,
             Ended::DeadlineMissed {
@@ -256,13 +288,51 @@ mod tests {
         assert_eq!(resets.get(), 3);
     }
 
+    /// Every renewal answered or abandoned is reported with its send instant and latency; one
+    /// cut short by the deadline is not (it has no outcome).
+    #[tokio::test(start_paused = true)]
+    async fn each_renewal_is_reported() {
+        let clock = TokioClock::new();
+        let mut keeper = ScriptedKeeper::new(&clock, vec![ok(5), unavailable(1)], Step::Hang);
+        let deadline = Deadline::new(Duration::ZERO, timing());
+        let recorder = Recorder::default();
+        let report = Reporter::new(recorder.clone());
+        keep_renewing(
+            &mut keeper,
+            &clock,
+            timing(),
+            Duration::ZERO,
+            &deadline,
+            report,
+        )
+        .await;
+        let ms = Duration::from_millis;
+        let renewed = |outcome, sent: Duration, latency| Event::Renewed {
+            outcome,
+            sent,
+            latency,
+            deadline: sent + 10 * S,
+        };
+        let events = recorder.0.lock().unwrap().clone();
+        assert_eq!(
+            events,
+            [
+                renewed(Renewed::Ok, 2 * S, ms(5)),
+                renewed(Renewed::Error, 4 * S, ms(1)),
+                renewed(Renewed::Timeout, 4 * S + ms(251), 2 * S),
+                renewed(Renewed::Timeout, 6 * S + ms(251), 2 * S),
+                renewed(Renewed::Timeout, 8 * S + ms(251), 2 * S),
+            ]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_deadline_counts_from_the_send_instant_not_the_answer() {
         let clock = TokioClock::new();
         // Slow but in time: answered 1.9 s after it was sent.
         let mut keeper = ScriptedKeeper::new(&clock, vec![ok(1_900)], Step::Hang);
         let deadline = Deadline::new(Duration::ZERO, timing());
-        keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
+        renewing(&mut keeper, &clock, Duration::ZERO, &deadline).await;
         assert_eq!(deadline.get(), 2 * S + 10 * S);
         assert_eq!(clock.now(), 12 * S);
     }
@@ -273,7 +343,7 @@ mod tests {
         let expired = Step::Answer(Duration::from_millis(3), Ok(Renewal::Expired));
         let mut keeper = ScriptedKeeper::new(&clock, vec![ok(5), expired], Step::Hang);
         let deadline = Deadline::new(Duration::ZERO, timing());
-        let lost = keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline).await;
+        let lost = renewing(&mut keeper, &clock, Duration::ZERO, &deadline).await;
         assert_eq!(lost, Ended::Expired);
         assert_eq!(clock.now(), 4 * S + Duration::from_millis(3));
     }
@@ -289,7 +359,7 @@ mod tests {
         let deadline = Deadline::new(Duration::ZERO, timing());
         let outcome = tokio::time::timeout(
             60 * S,
-            keep_renewing(&mut keeper, &clock, timing(), Duration::ZERO, &deadline),
+            renewing(&mut keeper, &clock, Duration::ZERO, &deadline),
         )
         .await;
         assert!(
@@ -310,7 +380,7 @@ mod tests {
         let started = Duration::from_millis(300);
         tokio::time::advance(started).await;
         let deadline = Deadline::new(started, timing());
-        let lost = keep_renewing(&mut keeper, &clock, timing(), started, &deadline).await;
+        let lost = renewing(&mut keeper, &clock, started, &deadline).await;
         assert!(matches!(lost, Ended::DeadlineMissed { .. }));
         assert_eq!(clock.now(), started + 10 * S);
     }

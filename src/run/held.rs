@@ -11,14 +11,13 @@
 
 use crate::election::Store;
 use crate::records::published;
-use crate::telemetry::metrics;
 
-use super::Settings;
+use super::{Event, Reporter, Settings};
 
-/// Reads the holders once per `--ttl` and hands the held ones to the metrics; never returns.
-/// A read that fails or times out leaves the last set shown (a store outage must not make a
-/// held slot look released).
-pub async fn export<B: Store>(backend: &B, settings: &Settings) {
+/// Reads the holders once per `--ttl` and reports the held ones ([`Event::HeldSlots`], which
+/// the metrics show); never returns. A read that fails or times out reports nothing, which leaves
+/// the last set shown (a store outage must not make a held slot look released).
+pub async fn export<B: Store>(backend: &B, settings: &Settings, report: &Reporter) {
     let scope = settings.scope();
     let limit = settings.timing.retry_period;
     loop {
@@ -41,7 +40,7 @@ pub async fn export<B: Store>(backend: &B, settings: &Settings) {
                         Some((identity, holder.token, ms))
                     })
                     .collect();
-                metrics::held_slots(held);
+                report.emit(Event::HeldSlots { held });
             }
         }
         tokio::time::sleep(settings.timing.ttl).await;

@@ -218,6 +218,7 @@ impl<B: Store, C: Clock, S: Supervise> Runner<'_, B, C, S> {
                 self.settings.timing,
                 confirmed,
                 &deadline,
+                self.report.clone(),
             );
             tokio::pin!(renewal);
             // Our own key is watched from the start: a deleted key is noticed while waiting, and

@@ -1,7 +1,7 @@
 //! The one release that ends every candidacy ([`Runner::settle`]), and the last release of a
 //! run, retried through a store outage.
 //!
-//! Releasing is not what keeps the commands apart (the safety argument, `src/election/mod.rs`,
+//! Releasing is not what keeps the commands apart (the safety argument, `src/election/contract.rs`,
 //! rests on the claim ending on its own): it decides how soon the next instance starts. A store
 //! that gives every lease a full TTL again when it restarts
 //! ([`crate::election::Describe::restart_resets_leases`]: etcd, also when a new raft leader takes

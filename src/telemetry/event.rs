@@ -1,5 +1,7 @@
 //! What the run state machine reports: one [`Event`] per transition, as facts (tokens, signals,
-//! reasons, instants), through the one [`Reporter`] the Runner owns. What is *said* about an
+//! reasons, instants), through the one [`Reporter`] the Runner owns; the renewal loop beside it
+//! (`lease/renewal.rs`: each renewal) and the reader of held slots (`run/held.rs`) report through
+//! the same reporter, so that no counter is written from where the run is. What is *said* about an
 //! event — the log line, the counters, the status systemd shows — is decided in one place,
 //! [`super::report::Exporter`]; the state machine only measures (hyperfine's split between
 //! measuring and exporting). `run/` re-exports these as `run::Event` and `run::Reporter`: they
@@ -21,6 +23,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use super::metrics::Renewed;
 use crate::ended::Ended;
 use crate::exit::ChildStatus;
 
@@ -200,6 +203,18 @@ pub enum Event {
     Unhealthy { failures: u32 },
     /// `--health-cmd`: the verdict after each check.
     HealthVerdict { healthy: bool },
+    /// One renewal was answered, or abandoned after `--retry-period` (`lease/renewal.rs`): how,
+    /// the instant it was sent, how long it took, and the deadline it proves if the claim is
+    /// alive (send instant + `--renew-deadline`). Counted, not logged.
+    Renewed {
+        outcome: Renewed,
+        sent: Duration,
+        latency: Duration,
+        deadline: Duration,
+    },
+    /// The held slots (`leader-exec hold`) of the lease as last read (`run/held.rs`): identity,
+    /// token and bound in ms of each, for /metrics.
+    HeldSlots { held: Vec<(String, i64, u64)> },
 }
 
 /// Where a candidacy was when a signal withdrew it.

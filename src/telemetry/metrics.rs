@@ -591,28 +591,6 @@ pub fn campaigning(confirmed: Duration, deadline: Duration) {
     changed();
 }
 
-/// One renewal's answer (`None`: abandoned after `--retry-period`), sent at `sent`, seen at `now`.
-pub fn renewal(
-    answer: Option<&Result<crate::election::Renewal, crate::election::StoreError>>,
-    sent: Duration,
-    now: Duration,
-    renew_deadline: Duration,
-) {
-    use crate::election::Renewal;
-    let outcome = match answer {
-        Some(Ok(Renewal::Alive)) => Renewed::Ok,
-        Some(Ok(Renewal::Expired)) => Renewed::Expired,
-        Some(Err(_)) => Renewed::Error,
-        None => Renewed::Timeout,
-    };
-    renewed(
-        outcome,
-        sent,
-        now.saturating_sub(sent),
-        sent + renew_deadline,
-    );
-}
-
 /// One renewal was answered (or abandoned); `sent` is its send instant.
 pub fn renewed(outcome: Renewed, sent: Duration, latency: Duration, deadline: Duration) {
     let Some(m) = METRICS.get() else { return };

@@ -453,6 +453,13 @@ impl Report for Exporter {
             ),
             // Called from the checker's thread: atomics only.
             Event::HealthVerdict { healthy } => metrics::health(*healthy),
+            Event::Renewed {
+                outcome,
+                sent,
+                latency,
+                deadline,
+            } => metrics::renewed(*outcome, *sent, *latency, *deadline),
+            Event::HeldSlots { held } => metrics::held_slots(held.clone()),
         }
     }
 

@@ -37,8 +37,10 @@ use holders::{MARKERS, Markers, holders_of, marker_prefix, marker_value, markers
 
 use super::{
     Ahead, Backoff, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
-    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
+    LeaseTiming, MismatchProbe, Observation, Open, RawRecord, Read, Records, Renewal, StoreError,
+    Turn,
 };
+use target::Target;
 
 /// The root cause of an error, when it is a TLS failure that trying again cannot cure: a
 /// certificate that does not verify, a trust store without certificates, an alert by which the
@@ -161,45 +163,43 @@ pub struct Etcd {
 }
 
 impl Etcd {
-    pub fn new(
-        client: Client,
-        endpoints: &[String],
-        election_prefix: String,
-        identity: String,
-        ttl: Duration,
-        max_holders: u32,
-    ) -> Self {
-        Etcd {
-            max_holders,
-            client,
-            endpoints: endpoints.to_vec(),
-            tls: false,
-            marker_prefix: marker_prefix(&election_prefix),
-            election_prefix,
-            identity,
-            parked: wake::Parked::default(),
-            // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
-            ttl_seconds: i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX),
-        }
-    }
-
-    /// Sets whether the endpoints are reached over TLS (what [`probe::not_etcd`] expects).
-    pub fn over_tls(mut self, tls: bool) -> Self {
-        self.tls = tls;
-        self
+    /// A candidate of `open.scope`'s election, on a connected client.
+    pub fn new(client: Client, target: &Target, open: Open) -> Self {
+        let election_prefix = open.scope.election_prefix();
+        Etcd::under(client, target, election_prefix, open)
     }
 
     /// etcd for reading and administration: campaigns for nothing, so it needs no lease TTL
-    /// and no identity.
-    pub fn reader(client: Client, endpoints: &[String], election_prefix: String) -> Self {
-        Etcd::new(
+    /// and no identity. An empty lease is every election under the prefix (`status --all`).
+    pub fn reader(client: Client, target: &Target, open: Open) -> Self {
+        let prefix = if open.scope.lease.is_empty() {
+            open.scope.prefix.clone()
+        } else {
+            open.scope.election_prefix()
+        };
+        let timing = LeaseTiming {
+            ttl: Duration::ZERO,
+            retry_period: Duration::ZERO,
+            needed: Duration::ZERO,
+        };
+        Etcd::under(client, target, prefix, open.for_reader(timing))
+    }
+
+    /// The election (or, for `status --all`, every election) under `election_prefix`. Whether
+    /// the endpoints are reached over TLS is what [`probe::Http2Look`] expects.
+    fn under(client: Client, target: &Target, election_prefix: String, open: Open) -> Self {
+        Etcd {
+            max_holders: open.max_holders,
             client,
-            endpoints,
+            endpoints: target.endpoints.clone(),
+            tls: target.tls.is_some(),
+            marker_prefix: marker_prefix(&election_prefix),
             election_prefix,
-            String::new(),
-            Duration::ZERO,
-            1,
-        )
+            identity: open.identity,
+            parked: wake::Parked::default(),
+            // Settings bound --ttl far below i64::MAX seconds; saturate rather than wrap anyway.
+            ttl_seconds: i64::try_from(open.timing.ttl.as_secs()).unwrap_or(i64::MAX),
+        }
     }
 
     async fn create_key(&self, lease_id: i64) -> Result<Candidacy, StoreError> {
@@ -811,8 +811,8 @@ impl Describe for Etcd {
         true
     }
 
-    fn etcd_tls(&self) -> Option<bool> {
-        Some(self.tls)
+    fn probe_mismatch(&self) -> Option<Box<dyn MismatchProbe>> {
+        Some(Box::new(probe::Http2Look { tls: self.tls }))
     }
 
     fn delete_record_hint(&self, key: &str) -> String {

@@ -8,10 +8,13 @@
 //! answers is named and ends the first contact at once; silence, a refusal or a server that
 //! answers as etcd does decide nothing (the first contact goes on as before).
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use super::super::MismatchProbe;
 
 /// How long each connection and each answer may take.
 const LOOK: Duration = Duration::from_secs(1);
@@ -21,6 +24,22 @@ const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x0
 
 /// PostgreSQL's SSLRequest: a PostgreSQL server answers it with one byte, `S` or `N`.
 const SSL_REQUEST: &[u8] = &[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+
+/// etcd's look at its endpoints ([`not_etcd`]), reached over TLS or not.
+pub struct Http2Look {
+    /// Whether the endpoints are `https://`.
+    pub tls: bool,
+}
+
+impl MismatchProbe for Http2Look {
+    fn look<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>> {
+        Box::pin(not_etcd(host, port, self.tls))
+    }
+}
 
 /// What answered at `host:port` if it is plainly not what this endpoint expects (`tls`: an
 /// `https://` endpoint), worded for the end of a message; `None` when the look decides nothing.

@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
-use super::super::any::{Door, Open};
 use super::super::flags::{self, Credentials, StoreFlags};
-use super::super::{Reach, StartError, StoreError, every_address_refuses, first_contact};
-use super::{Etcd, classify};
+use super::super::{Reach, StartError, StoreError, door, every_address_refuses, first_contact};
+use super::{Etcd, classify, probe};
 use crate::exit::Failure;
 use crate::redact::{redact_password, shown_endpoints};
 
@@ -109,41 +108,12 @@ impl Target {
     }
 }
 
-impl Door for Etcd {
-    const NAME: &'static str = "etcd";
-    const SCHEMES: &'static [&'static str] = &["http", "https"];
-    const SPELLINGS: &'static [&'static str] = &[];
-    const ALIASES: &'static [&'static str] = &["etcd"];
-    type Target = Target;
-
-    fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure> {
-        Target::parse(endpoints, args)
-    }
-
-    async fn candidate(target: &Target, open: Open) -> Result<Etcd, Failure> {
-        let client = self::open(target).await?;
-        let election_prefix = open.scope.election_prefix();
-        let etcd = Etcd::new(
-            client,
-            &target.endpoints,
-            election_prefix,
-            open.identity,
-            open.timing.ttl,
-            open.max_holders,
-        );
-        Ok(etcd.over_tls(target.tls.is_some()))
-    }
-
-    async fn reader(target: &Target, open: Open) -> Result<Etcd, Failure> {
-        let client = self::open(target).await?;
-        // An empty lease is every election under the prefix (`status --all`).
-        let prefix = if open.scope.lease.is_empty() {
-            open.scope.prefix
-        } else {
-            open.scope.election_prefix()
-        };
-        Ok(Etcd::reader(client, &target.endpoints, prefix).over_tls(target.tls.is_some()))
-    }
+door! {
+    Etcd { name: "etcd", schemes: ["http", "https"], spellings: [], aliases: ["etcd"] },
+    target: Target,
+    parse: Target::parse,
+    candidate: |target, open| Ok(Etcd::new(self::open(target).await?, target, open)),
+    reader: |target, open| Ok(Etcd::reader(self::open(target).await?, target, open)),
 }
 
 /// Connects, retrying for up to `--connect-timeout` (connecting authenticates when a user is
@@ -154,7 +124,9 @@ pub async fn open(target: &Target) -> Result<Client, Failure> {
         store: "etcd",
         shown: shown_endpoints(&target.endpoints),
         addresses: super::addresses(&target.endpoints),
-        etcd_tls: Some(target.tls.is_some()),
+        mismatch: Some(Box::new(probe::Http2Look {
+            tls: target.tls.is_some(),
+        })),
     };
     match first_contact(&reach, target.connect_timeout, || connect(target)).await {
         Ok(client) => Ok(client),

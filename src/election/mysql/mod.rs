@@ -74,7 +74,7 @@ use crate::clock::{BootClock, Clock};
 
 use super::rows::line::Line;
 use super::rows::{Row, Sightings};
-use super::{Candidacy, StoreError};
+use super::{Candidacy, Open, StoreError};
 
 mod line;
 mod read;
@@ -222,14 +222,6 @@ struct Shared {
     line: Line,
 }
 
-/// Timing for the requests.
-#[derive(Clone, Copy, Debug)]
-pub struct MySqlTiming {
-    pub ttl: Duration,
-    pub retry_period: Duration,
-    pub connect_timeout: Duration,
-}
-
 /// An election on MySQL or MariaDB, for one lease name.
 #[derive(Clone)]
 pub struct MySql {
@@ -239,21 +231,15 @@ pub struct MySql {
 impl MySql {
     /// A candidate; with `max_holders` above 1 it takes one of that many slot rows
     /// (`slots.rs`).
-    pub fn new(
-        target: Target,
-        prefix: &str,
-        name: &str,
-        identity: String,
-        timing: MySqlTiming,
-        max_holders: u32,
-    ) -> Result<MySql, StoreError> {
+    pub fn new(target: Target, open: Open) -> Result<MySql, StoreError> {
         let Tables {
             leases,
             tokens,
             records,
             fences,
             waiters,
-        } = tables(prefix)?;
+        } = tables(&open.scope.prefix)?;
+        let (name, timing) = (open.scope.lease, open.timing);
         let poll = timing.retry_period.max(Duration::from_millis(100));
         Ok(MySql {
             shared: Arc::new(Shared {
@@ -263,13 +249,13 @@ impl MySql {
                 records,
                 fences,
                 waiters,
-                name: name.to_owned(),
-                identity,
-                max_holders: max_holders.max(1),
-                held_row: Mutex::new(name.to_owned()),
+                held_row: Mutex::new(name.clone()),
+                name,
+                identity: open.identity,
+                max_holders: open.max_holders.max(1),
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
                 request_timeout: poll,
-                connect_timeout: timing.connect_timeout,
+                connect_timeout: open.connect_timeout,
                 poll,
                 look_every: AtomicU64::new(u64::try_from(poll.as_nanos()).unwrap_or(u64::MAX)),
                 conn: tokio::sync::Mutex::new(None),

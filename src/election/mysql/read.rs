@@ -4,29 +4,21 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::super::rows::reader_timing;
 use super::super::rows::slots::clamp_n;
-use super::super::{Election, Leader, LeaseTime, Observation, Read, StoreError};
+use super::super::{Election, Leader, LeaseTime, Observation, Open, Read, StoreError};
 use super::slots::lease_of;
-use super::{MySql, MySqlTiming, Target, hex, take};
+use super::{MySql, Target, hex, take};
 
 /// How often `watch` reads the row again: there is nothing to listen on.
 const WATCH_POLL: Duration = Duration::from_secs(1);
 
 impl MySql {
-    /// MySQL for reading (`status`, `watch`, `check`): its requests are bounded by the connect
-    /// timeout (at most 2 s each). It holds no lease, so it has no TTL.
-    pub fn reader(
-        target: Target,
-        prefix: &str,
-        name: &str,
-        connect_timeout: Duration,
-    ) -> Result<MySql, StoreError> {
-        let timing = MySqlTiming {
-            ttl: Duration::ZERO,
-            retry_period: connect_timeout.min(Duration::from_secs(2)),
-            connect_timeout,
-        };
-        MySql::new(target, prefix, name, String::new(), timing, 1)
+    /// MySQL for reading (`status`, `watch`, `check`): it holds no lease, so it has no TTL
+    /// ([`reader_timing`]).
+    pub fn reader(target: Target, open: Open) -> Result<MySql, StoreError> {
+        let timing = reader_timing(open.connect_timeout);
+        MySql::new(target, open.for_reader(timing))
     }
 
     /// Whether the lease row `l` (an alias) counts as held, for `status`, `check`, `release`

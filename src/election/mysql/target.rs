@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use super::super::any::{Door, Open};
+use super::super::door;
 use super::super::flags::{self, StoreFlags};
-use super::{MySql, MySqlTiming};
+use super::MySql;
 use crate::exit::Failure;
 use crate::redact::{percent_decode, redact_password};
 
@@ -300,45 +300,10 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
     })
 }
 
-impl Door for MySql {
-    const NAME: &'static str = "MySQL";
-    const SCHEMES: &'static [&'static str] = &["mysql", "mariadb"];
-    const SPELLINGS: &'static [&'static str] = &[];
-    const ALIASES: &'static [&'static str] = &["my", "maria"];
-    type Target = Target;
-
-    fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure> {
-        parse(endpoints, args)
-    }
-
-    async fn candidate(target: &Target, open: Open) -> Result<MySql, Failure> {
-        let timing = MySqlTiming {
-            ttl: open.timing.ttl,
-            retry_period: open.timing.retry_period,
-            connect_timeout: open.connect_timeout,
-        };
-        let scope = &open.scope;
-        MySql::new(
-            target.clone(),
-            &scope.prefix,
-            &scope.lease,
-            open.identity,
-            timing,
-            open.max_holders,
-        )
-        .map_err(|e| Failure::usage(e.to_string()))
-    }
-
-    async fn reader(target: &Target, open: Open) -> Result<MySql, Failure> {
-        let scope = &open.scope;
-        MySql::reader(
-            target.clone(),
-            &scope.prefix,
-            &scope.lease,
-            open.connect_timeout,
-        )
-        .map_err(|e| Failure::usage(e.to_string()))
-    }
+door! {
+    MySql { name: "MySQL", schemes: ["mysql", "mariadb"], spellings: [], aliases: ["my", "maria"] },
+    target: Target,
+    parse: parse,
 }
 
 #[cfg(test)]

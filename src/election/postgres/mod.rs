@@ -96,7 +96,7 @@ use crate::clock::{BootClock, Clock};
 
 use super::rows::line::{AheadSighting, Line, Look, Waiter, wait_turn};
 use super::rows::slots::{clamp_n, lease_of_row};
-use super::rows::{Row, Sightings};
+use super::rows::{Row, Sightings, reader_timing};
 
 mod auth;
 mod connect;
@@ -113,7 +113,7 @@ pub use tls::{Verify, rustls_connector};
 
 use super::{
     Ahead, Campaign, Candidacy, Describe, Election, Handover, Keeper, Leader, LeaseTime,
-    Observation, RawRecord, Read, Records, Renewal, StoreError, Turn,
+    Observation, Open, RawRecord, Read, Records, Renewal, StoreError, Turn,
 };
 pub(crate) mod unnamed;
 
@@ -388,24 +388,12 @@ pub struct Postgres {
     shared: Arc<Shared>,
 }
 
-/// Timing for the statements: `statement_timeout` and `lock_timeout` below `--retry-period`.
-#[derive(Clone, Copy, Debug)]
-pub struct PgTiming {
-    pub ttl: Duration,
-    pub retry_period: Duration,
-    pub connect_timeout: Duration,
-}
-
 impl Postgres {
-    pub fn new(
-        mut target: Target,
-        prefix: &str,
-        name: &str,
-        identity: String,
-        timing: PgTiming,
-        max_holders: u32,
-    ) -> Result<Postgres, StoreError> {
-        let (leases, records) = tables(prefix)?;
+    /// A candidate of `open.scope`'s election. Its statements get `statement_timeout` and
+    /// `lock_timeout` below `--retry-period`.
+    pub fn new(mut target: Target, open: Open) -> Result<Postgres, StoreError> {
+        let (leases, records) = tables(&open.scope.prefix)?;
+        let (name, identity, timing) = (open.scope.lease, open.identity, open.timing);
         let base = leases.strip_suffix("_leases").unwrap_or(&leases).to_owned();
         let (tokens, guard) = (format!("{base}_tokens"), format!("{base}_guard"));
         let statement = (timing.retry_period * 3 / 4).max(Duration::from_millis(50));
@@ -423,7 +411,7 @@ impl Postgres {
         target.config.options(options);
         target
             .config
-            .connect_timeout(timing.connect_timeout.min(Duration::from_secs(3)));
+            .connect_timeout(open.connect_timeout.min(Duration::from_secs(3)));
         if target.config.get_application_name().is_none() {
             target.config.application_name("leader-exec");
         }
@@ -462,11 +450,11 @@ impl Postgres {
                 channel: leases.clone(),
                 leases,
                 records,
-                name: name.to_owned(),
+                name: name.clone(),
                 identity,
                 ttl_ms: i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX),
                 request_timeout: timing.retry_period.max(Duration::from_millis(100)),
-                connect_timeout: timing.connect_timeout,
+                connect_timeout: open.connect_timeout,
                 waiters: format!("{base}_waiters"),
                 base,
                 waiter: AtomicI64::new(0),
@@ -488,28 +476,19 @@ impl Postgres {
                 tokens,
                 guard,
                 sightings: Sightings::new(timing.ttl),
-                held_row: Mutex::new(name.to_owned()),
-                max_holders,
+                held_row: Mutex::new(name),
+                max_holders: open.max_holders,
             }),
         })
     }
 
     /// PostgreSQL for reading and administration (`status`, `watch`, `check`, `resign`): its
-    /// statements are bounded by the connect timeout (at most 2 s each). It holds no lease: it
+    /// statements are bounded by the connect timeout ([`reader_timing`]). It holds no lease: it
     /// never joins the line, acquires or renews the row (the only statements that write or
     /// compare a lease duration), so it has none.
-    pub fn reader(
-        target: Target,
-        prefix: &str,
-        name: &str,
-        connect_timeout: Duration,
-    ) -> Result<Postgres, StoreError> {
-        let timing = PgTiming {
-            ttl: Duration::ZERO,
-            retry_period: connect_timeout.min(Duration::from_secs(2)),
-            connect_timeout,
-        };
-        Postgres::new(target, prefix, name, String::new(), timing, 1)
+    pub fn reader(target: Target, open: Open) -> Result<Postgres, StoreError> {
+        let timing = reader_timing(open.connect_timeout);
+        Postgres::new(target, open.for_reader(timing))
     }
 
     /// The row as `LEADER_KEY` and `status` show it: `TABLE/NAME`.

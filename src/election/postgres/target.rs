@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use super::super::any::{Door, Open};
+use super::super::door;
 use super::super::flags::{self, StoreFlags};
 use super::auth::Allowed;
-use super::{PgTiming, Postgres, Target, Verify};
+use super::{Postgres, Target, Verify};
 use crate::exit::Failure;
 use crate::redact::{percent_decode, redact_password};
 
@@ -178,45 +178,15 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
     })
 }
 
-impl Door for Postgres {
-    const NAME: &'static str = "PostgreSQL";
-    const SCHEMES: &'static [&'static str] = &["postgres"];
-    const SPELLINGS: &'static [&'static str] = &["postgresql"];
-    const ALIASES: &'static [&'static str] = &["pg", "postg", "psql"];
-    type Target = Target;
-
-    fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure> {
-        parse(endpoints, args)
-    }
-
-    async fn candidate(target: &Target, open: Open) -> Result<Postgres, Failure> {
-        let timing = PgTiming {
-            ttl: open.timing.ttl,
-            retry_period: open.timing.retry_period,
-            connect_timeout: open.connect_timeout,
-        };
-        let scope = &open.scope;
-        Postgres::new(
-            target.clone(),
-            &scope.prefix,
-            &scope.lease,
-            open.identity,
-            timing,
-            open.max_holders,
-        )
-        .map_err(|e| Failure::usage(e.to_string()))
-    }
-
-    async fn reader(target: &Target, open: Open) -> Result<Postgres, Failure> {
-        let scope = &open.scope;
-        Postgres::reader(
-            target.clone(),
-            &scope.prefix,
-            &scope.lease,
-            open.connect_timeout,
-        )
-        .map_err(|e| Failure::usage(e.to_string()))
-    }
+door! {
+    Postgres {
+        name: "PostgreSQL",
+        schemes: ["postgres"],
+        spellings: ["postgresql"],
+        aliases: ["pg", "postg", "psql"],
+    },
+    target: Target,
+    parse: parse,
 }
 
 #[cfg(test)]

@@ -34,7 +34,8 @@
 //! send instant by one round trip) counts from after the holder's send instant. The holder stops
 //! its command within `--renew-deadline` + `--kill-after` < TTL of that send instant unless a
 //! later renewal succeeded, and a later renewal changes the sighting, which defeats the
-//! conditional write. This is part 1 of the safety argument in [`super`].
+//! conditional write. This is part 1 of the safety argument (the store contract,
+//! `src/election/contract.rs`).
 //!
 //! With N above 1 the same holds for each slot row, and a held row of another N keeps every slot of
 //! the name out until it too has been seen unchanged for a full TTL ([`Sightings::sight_slots`]): a
@@ -50,7 +51,19 @@ pub mod slots;
 
 pub use sighting::{Row, Sightings};
 
-use super::StoreError;
+use std::time::Duration;
+
+use super::{LeaseTiming, StoreError};
+
+/// The timing of a row store's reader (`status`, `watch`, `check`, `resign`), which holds no
+/// lease, so has no TTL: its requests are bounded by the connect timeout, at most 2 s each.
+pub fn reader_timing(connect_timeout: Duration) -> LeaseTiming {
+    LeaseTiming {
+        ttl: Duration::ZERO,
+        retry_period: connect_timeout.min(Duration::from_secs(2)),
+        needed: Duration::ZERO,
+    }
+}
 
 /// The stem of the table names `--prefix` maps to, the same on every row store (so that one
 /// prefix names the same tables on either): its text between the slashes, every character other

@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{EXPIRES, classify, zk};
+use super::{EXPIRES, ZooKeeper, classify, zk};
 
 /// The JSON field that carries a record's retention.
 const RETENTION: &str = "retention_ms";
@@ -194,6 +194,27 @@ pub(super) async fn sweep(
             deleted,
             "deleted {deleted} occurrence records past their retention"
         );
+    }
+}
+
+impl ZooKeeper {
+    /// Stops a sweep still running: its client clone would keep a released session open.
+    pub(super) fn stop_sweep(&self) {
+        if let Some(sweep) = self.sweep.lock().expect("not poisoned").take() {
+            sweep.abort();
+        }
+    }
+
+    /// Lets a sweep still running finish, for at most `SWEEP_GRACE`, then stops it. Called
+    /// once the claim is released (the next leader waits for nothing here): a quick command
+    /// would otherwise end every sweep before it deleted anything.
+    pub(super) async fn finish_sweep(&self) {
+        let Some(mut sweep) = self.sweep.lock().expect("not poisoned").take() else {
+            return;
+        };
+        if tokio::time::timeout(SWEEP_GRACE, &mut sweep).await.is_err() {
+            sweep.abort();
+        }
     }
 }
 

@@ -1,9 +1,9 @@
 //! What a `zk://` URL and the credential flags say for ZooKeeper, parsed and checked before
 //! anything is contacted.
 
-use super::super::any::{Door, Open};
+use super::super::door;
 use super::super::flags::{self, StoreFlags};
-use super::{Target, ZkTiming, ZooKeeper};
+use super::{Target, ZooKeeper};
 use crate::exit::Failure;
 use crate::redact::redact_password;
 
@@ -80,45 +80,10 @@ pub fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure
     })
 }
 
-impl Door for ZooKeeper {
-    const NAME: &'static str = "ZooKeeper";
-    const SCHEMES: &'static [&'static str] = &["zk"];
-    const SPELLINGS: &'static [&'static str] = &[];
-    const ALIASES: &'static [&'static str] = &["zoo", "zk"];
-    type Target = Target;
-
-    fn parse(endpoints: Vec<String>, args: StoreFlags) -> Result<Target, Failure> {
-        parse(endpoints, args)
-    }
-
-    async fn candidate(target: &Target, open: Open) -> Result<ZooKeeper, Failure> {
-        let timing = ZkTiming {
-            ttl: open.timing.ttl,
-            needed: open.timing.needed,
-            connect_timeout: open.connect_timeout,
-        };
-        let scope = &open.scope;
-        ZooKeeper::new(
-            target.clone(),
-            &scope.prefix,
-            &scope.lease,
-            open.identity,
-            timing,
-            open.max_holders,
-        )
-        .map_err(|e| Failure::usage(e.to_string()))
-    }
-
-    async fn reader(target: &Target, open: Open) -> Result<ZooKeeper, Failure> {
-        let scope = &open.scope;
-        ZooKeeper::reader(
-            target.clone(),
-            &scope.prefix,
-            &scope.lease,
-            open.connect_timeout,
-        )
-        .map_err(|e| Failure::usage(e.to_string()))
-    }
+door! {
+    ZooKeeper { name: "ZooKeeper", schemes: ["zk"], spellings: [], aliases: ["zoo", "zk"] },
+    target: Target,
+    parse: parse,
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! Unit tests of the ZooKeeper layout: node names, line order, places, tokens, records, ACLs.
 
+use super::latch::{Mark, marked, sort_key};
+use super::paths::encode_name;
 use super::records::{unexpired, with_expiry};
+use super::session::{CREATOR_ALL_ANYONE_READ, open_to_everyone};
 use super::*;
 
 #[test]

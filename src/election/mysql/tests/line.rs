@@ -25,21 +25,15 @@ fn renewals(db: &MariaDb) -> BTreeMap<String, i64> {
 async fn a_waiter_far_back_looks_less_often_and_each_has_its_turn_in_order() {
     let db = MariaDb::start();
     let url = url(db.port);
-    let timing = MySqlTiming {
-        ttl: Duration::from_secs(6),
-        retry_period: Duration::from_millis(200),
-        connect_timeout: Duration::from_secs(5),
-    };
     let make = |id: &str| {
-        MySql::new(
-            target_of(&url),
-            "/leader-exec/",
+        let open = opened(
             "jobs",
-            id.into(),
-            timing,
+            id,
+            Duration::from_secs(6),
+            Duration::from_millis(200),
             1,
-        )
-        .unwrap()
+        );
+        MySql::new(target_of(&url), open).unwrap()
     };
     let a = make("a");
     let first = leads(&a).await.unwrap();

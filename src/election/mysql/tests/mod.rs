@@ -13,7 +13,9 @@ mod slots;
 use std::time::{Duration, Instant};
 
 use super::super::flags::tests::flags;
-use super::super::{Campaign, Handover, Keeper, Leader, Read, Records, Renewal, Turn};
+use super::super::{
+    Campaign, Handover, Keeper, Leader, LeaseTiming, Open, Read, Records, Renewal, Scope, Turn,
+};
 use super::testdb::*;
 use super::*;
 
@@ -33,13 +35,39 @@ fn candidate(url: &str, identity: &str, ttl: Duration) -> MySql {
 }
 
 fn candidate_for(url: &str, name: &str, identity: &str, ttl: Duration) -> MySql {
-    let timing = MySqlTiming {
-        ttl,
-        retry_period: Duration::from_millis(500),
+    let open = opened(name, identity, ttl, Duration::from_millis(500), 1);
+    MySql::new(target_of(url), open).unwrap()
+}
+
+/// What a candidate of lease `name` under `/leader-exec/` is opened with: `--ttl` `ttl`,
+/// `--retry-period` `retry_period`, `--max-holders` `max_holders`.
+fn opened(
+    name: &str,
+    identity: &str,
+    ttl: Duration,
+    retry_period: Duration,
+    max_holders: u32,
+) -> Open {
+    Open {
+        scope: Scope {
+            lease: name.into(),
+            prefix: "/leader-exec/".into(),
+        },
+        identity: identity.into(),
+        timing: LeaseTiming {
+            ttl,
+            retry_period,
+            needed: Duration::ZERO,
+        },
         connect_timeout: Duration::from_secs(5),
-    };
-    let target = target_of(url);
-    MySql::new(target, "/leader-exec/", name, identity.into(), timing, 1).unwrap()
+        max_holders,
+    }
+}
+
+/// A reader of lease `jobs` (`status`, `check`, `resign --force`).
+fn reader_of(url: &str) -> MySql {
+    let open = opened("jobs", "", Duration::ZERO, Duration::ZERO, 1);
+    MySql::reader(target_of(url), open).unwrap()
 }
 
 /// Waits behind the row until this candidate leads; its token, and how long that took.

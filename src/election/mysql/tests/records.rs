@@ -11,13 +11,7 @@ async fn readers_see_the_holder_its_time_and_every_name() {
     let url = url(db.port);
     let a = candidate(&url, "a", TTL);
     let token = leads(&a).await.unwrap();
-    let reader = MySql::reader(
-        target_of(&url),
-        "/leader-exec/",
-        "jobs",
-        Duration::from_secs(5),
-    )
-    .unwrap();
+    let reader = reader_of(&url);
     let seen = reader.read_election().await.unwrap();
     let leader = seen.leader().expect("a holder").clone();
     assert_eq!(
@@ -260,13 +254,7 @@ async fn a_held_slot_is_shown_and_removable_past_its_expiry() {
             .is_some()
     );
     db.sql("UPDATE leader_exec.leader_exec_leases SET expires_at = NOW(6) - INTERVAL 1 DAY");
-    let reader = MySql::reader(
-        target_of(&url),
-        "/leader-exec/",
-        "jobs",
-        Duration::from_secs(5),
-    )
-    .unwrap();
+    let reader = reader_of(&url);
     let seen = reader.read_election().await.unwrap();
     let leader = seen.leader().expect("a held slot is shown").clone();
     assert_eq!(leader.token, token);

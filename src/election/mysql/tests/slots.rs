@@ -6,20 +6,8 @@
 use super::*;
 
 fn candidate_n(url: &str, identity: &str, n: u32) -> MySql {
-    let timing = MySqlTiming {
-        ttl: TTL,
-        retry_period: Duration::from_millis(500),
-        connect_timeout: Duration::from_secs(5),
-    };
-    MySql::new(
-        target_of(url),
-        "/leader-exec/",
-        "jobs",
-        identity.into(),
-        timing,
-        n,
-    )
-    .unwrap()
+    let open = opened("jobs", identity, TTL, Duration::from_millis(500), n);
+    MySql::new(target_of(url), open).unwrap()
 }
 
 async fn turn(m: &MySql) -> Turn {
