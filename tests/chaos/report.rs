@@ -36,19 +36,17 @@ pub const STORES: [(&str, &str); 4] = [
 /// The row prefixes of the stores the store list marks `[chaos "PREFIX"]`, in its order.
 macro_rules! chaos_prefixes {
     ({} $($store:ident : $ty:ident [$($chaos:tt)*] [$($bench:tt)*];)*) => {
-        {
-            let mut prefixes: Vec<&str> = Vec::new();
-            $( chaos_prefix!(prefixes [$($chaos)*]); )*
-            prefixes
-        }
+        [$( chaos_prefix!([$($chaos)*]) ),*].into_iter().flatten().collect()
     };
 }
 
 macro_rules! chaos_prefix {
-    ($prefixes:ident [chaos $prefix:literal]) => {
-        $prefixes.push($prefix)
+    ([chaos $prefix:literal]) => {
+        Some($prefix)
     };
-    ($prefixes:ident []) => {};
+    ([]) => {
+        None::<&str>
+    };
 }
 
 #[test]
