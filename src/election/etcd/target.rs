@@ -205,8 +205,8 @@ async fn answering(endpoints: &[String]) -> (Vec<String>, Vec<String>) {
 }
 
 /// Adds each left-out member back to `client` once it accepts connections (a member restarted,
-/// or started after leader-exec). Stops when none is left out or the client is gone. A task of
-/// its own: nothing waits for it.
+/// or started after leader-exec). Stops when none is left out, or when the client's channel is
+/// closed. A task of its own, for the process's one client: nothing waits for it.
 async fn readmit(client: Client, mut refusing: Vec<String>) {
     while !refusing.is_empty() {
         tokio::time::sleep(READMIT_EVERY).await;
