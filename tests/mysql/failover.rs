@@ -17,6 +17,14 @@ fn row(db: &MariaDb) -> String {
         .to_owned()
 }
 
+/// A first run on `endpoint`: it makes the tables and lease `fo`'s row (token 1, released).
+fn first_run(endpoint: &str) {
+    let mut first = args(endpoint, "warm");
+    first.extend(["--", "true"]);
+    let (code, _, stderr) = Cmd::bare().args(&first).run();
+    assert_eq!(code, 0, "{stderr}");
+}
+
 /// A replica that lags is promoted after its primary dies: the lease row it has is free (the
 /// holder's acquisition never reached it). It was written by another server, so the first
 /// instance there waits a full TTL on its own clock before it takes it — after the old holder,
@@ -29,11 +37,8 @@ fn a_lagging_replica_promoted_does_not_hand_over_before_the_old_holder_is_gone()
     let scratch = Scratch::new();
     let on_primary = primary.open_url(primary.port);
     let on_replica = replica.open_url(replica.port);
-    // A first run makes the tables and the row (token 1, released), which reach the replica.
-    let mut first = args(&on_primary, "warm");
-    first.extend(["--", "true"]);
-    let (code, _, stderr) = Cmd::bare().args(&first).run();
-    assert_eq!(code, 0, "{stderr}");
+    // The first run's tables and row reach the replica.
+    first_run(&on_primary);
     assert!(
         wait_for(Duration::from_secs(20), || replica
             .try_sql("SELECT token FROM leader_exec.leader_exec_leases WHERE name = 'fo'")
@@ -213,10 +218,7 @@ fn a_failover_after_the_tokens_table_was_emptied_by_hand_repeats_no_token() {
     let scratch = Scratch::new();
     let on_primary = primary.open_url(primary.port);
     let on_replica = replica.open_url(replica.port);
-    let mut warm = args(&on_primary, "warm");
-    warm.extend(["--", "true"]);
-    let (code, _, stderr) = Cmd::bare().args(&warm).run();
-    assert_eq!(code, 0, "{stderr}");
+    first_run(&on_primary);
     primary.sql("TRUNCATE TABLE leader_exec.leader_exec_tokens");
     let tokens_rows = |db: &MariaDb| {
         db.try_sql("SELECT COUNT(*) FROM leader_exec.leader_exec_tokens")
