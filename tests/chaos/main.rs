@@ -202,17 +202,19 @@ macro_rules! every_store {
     };
 }
 
-/// `LISTED`: every store of the list, with its rows by test name where it is marked `[chaos …]`.
+/// `LISTED`: every store of the list, with its row prefix and its rows by test name where it is
+/// marked `[chaos …]`.
 macro_rules! chaos_stores {
     ({} $($store:ident : $ty:ident [$($chaos:tt)*] [$($bench:tt)*];)*) => {
-        /// Every store of the list, with its store-neutral rows by test name where it runs them.
-        const LISTED: &[Option<(&str, &[(&str, fn())])>] = &[$( chaos_store!($store [$($chaos)*]) ),*];
+        /// Every store of the list, with its row prefix and its store-neutral rows by test name
+        /// where it runs them.
+        pub const LISTED: &[Option<(&str, &str, &[(&str, fn())])>] = &[$( chaos_store!($store [$($chaos)*]) ),*];
     };
 }
 
 macro_rules! chaos_store {
     ($store:ident [chaos $prefix:literal]) => {
-        Some((stringify!($store), $store::rows::ALL))
+        Some((stringify!($store), $prefix, $store::rows::ALL))
     };
     ($store:ident []) => {
         None
@@ -262,7 +264,7 @@ fn on_drawn_store(ids: &[&str], id: &str, test: &str) {
         .iter()
         .position(|i| *i == id)
         .expect("a row of the list");
-    let (store, rows) = stores[(at + (seed % stores.len() as u64) as usize) % stores.len()];
+    let (store, _, rows) = stores[(at + (seed % stores.len() as u64) as usize) % stores.len()];
     eprintln!(
         "chaos: row {id} on {store} (LEADER_EXEC_CHAOS_SEED={seed}; on every store: cargo test --locked --test chaos -- --ignored {store}::{test})"
     );

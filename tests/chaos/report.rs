@@ -33,25 +33,13 @@ pub const STORES: [(&str, &str); 4] = [
     ("m", "MySQL"),
 ];
 
-/// The row prefixes of the stores the store list marks `[chaos "PREFIX"]`, in its order.
-macro_rules! chaos_prefixes {
-    ({} $($store:ident : $ty:ident [$($chaos:tt)*] [$($bench:tt)*];)*) => {
-        [$( chaos_prefix!([$($chaos)*]) ),*].into_iter().flatten().collect()
-    };
-}
-
-macro_rules! chaos_prefix {
-    ([chaos $prefix:literal]) => {
-        Some($prefix)
-    };
-    ([]) => {
-        None::<&str>
-    };
-}
-
 #[test]
 fn every_chaos_store_has_its_rows_in_the_table() {
-    let listed: Vec<&str> = with_stores! { chaos_prefixes! {} };
+    let listed: Vec<&str> = crate::LISTED
+        .iter()
+        .flatten()
+        .map(|(_, prefix, _)| *prefix)
+        .collect();
     let table: Vec<&str> = STORES.iter().map(|(prefix, _)| *prefix).collect();
     assert_eq!(
         table, listed,
